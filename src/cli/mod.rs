@@ -1,0 +1,29 @@
+//! Command-line parsing. Each subcommand lives in its own file and is thin: it parses options,
+//! calls the library, and prints.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// phasekv: phase sensitivity in chunked KV-cache compression.
+#[derive(Parser, Debug)]
+#[command(name = "phasekv", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {}
+
+/// Entry point: one-line errors, exit status 2 for bad input.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result: anyhow::Result<ExitCode> = match cli.command {};
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

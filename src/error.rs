@@ -1,0 +1,82 @@
+//! The crate's one error type. Every variant names what was wrong (which field, which shape,
+//! which file) so that the CLI can print it as a single clear line.
+
+use std::path::PathBuf;
+
+/// Errors returned by the phasekv library. The binary wraps them in `anyhow` and prints one line.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A configuration value outside its allowed range: `field` names it, `reason` says what is
+    /// allowed and what was given.
+    #[error("invalid {field}: {reason}")]
+    Invalid {
+        /// The offending field, as the user would write it (`stride`, `--preset`, `beta` ...).
+        field: String,
+        /// What is allowed, and what was given.
+        reason: String,
+    },
+    /// A tensor or array of the wrong shape.
+    #[error("shape mismatch in {what}: expected {expected}, got {got}")]
+    Shape {
+        /// Which tensor.
+        what: String,
+        /// The expected shape, in words or as `[a, b]`.
+        expected: String,
+        /// The shape that was given.
+        got: String,
+    },
+    /// A file that exists but cannot be used (truncated, corrupt, contradictory metadata).
+    #[error("{}: {reason}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An operating-system I/O failure on a path.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path being read or written.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A run directory that already holds a finished run (never overwritten).
+    #[error("{} already holds a finished run; choose another output directory", path.display())]
+    FinishedRun {
+        /// The run directory.
+        path: PathBuf,
+    },
+    /// A numerical procedure that did not produce a usable result (NaN, divergence).
+    #[error("numerical failure in {what}: {reason}")]
+    Numerical {
+        /// Which computation.
+        what: String,
+        /// What happened.
+        reason: String,
+    },
+    /// An error from the candle tensor backend.
+    #[error("tensor backend: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+impl Error {
+    /// Shorthand for [`Error::Invalid`].
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::Invalid { field: field.into(), reason: reason.into() }
+    }
+
+    /// Shorthand for [`Error::Shape`].
+    pub fn shape(what: impl Into<String>, expected: impl Into<String>, got: impl Into<String>) -> Self {
+        Error::Shape { what: what.into(), expected: expected.into(), got: got.into() }
+    }
+
+    /// Shorthand for [`Error::Io`].
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
