@@ -8,9 +8,13 @@
 //! | module | owns |
 //! |---|---|
 //! | [`error`] | the one error enum |
+//! | [`geometry`] | windows, phases, multiplicity, visibility, entry positions: the only place those formulas live |
+//! | [`kernel`] | kernel specs and presets, the f64 reference, the candle implementation, streaming, compressed attention, the invariant harness K1-K13 |
 
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod geometry;
+pub mod kernel;
 
 pub use error::{Error, Result};

@@ -4,6 +4,8 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod kernel;
+
 /// phasekv: phase sensitivity in chunked KV-cache compression.
 #[derive(Parser, Debug)]
 #[command(name = "phasekv", version, about)]
@@ -13,12 +15,18 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-enum Command {}
+enum Command {
+    /// Compression kernels: list presets, check invariants, validate dumps.
+    #[command(subcommand)]
+    Kernel(kernel::KernelCmd),
+}
 
 /// Entry point: one-line errors, exit status 2 for bad input.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result: anyhow::Result<ExitCode> = match cli.command {};
+    let result: anyhow::Result<ExitCode> = match cli.command {
+        Command::Kernel(cmd) => kernel::run(cmd),
+    };
     match result {
         Ok(code) => code,
         Err(err) => {

@@ -1,0 +1,220 @@
+//! The invariant harness: the catalogue K1-K13 of `spec/kernels.md` §4, usable on any kernel
+//! that implements [`KernelUnderTest`] (the reference, the candle implementation in any dtype,
+//! deliberately broken mutants, and later kernels loaded from dumps).
+//!
+//! Every random input comes from a proptest strategy ([`strategies::case_strategy`]), so
+//! failures shrink to a minimal case and replay from a seed. The same code runs in
+//! `cargo test` (`tests/kernel_invariants.rs`) and behind `phasekv kernel check`.
+
+pub mod checks;
+pub mod strategies;
+pub mod subjects;
+pub mod tolerance;
+
+use super::attention::{AttentionInputs, AttentionOut};
+use super::params::KernelParams;
+use super::spec::{KernelDims, KernelSpec};
+use super::Compressed;
+use crate::Result;
+use candle_core::DType;
+use ndarray::{Array2, ArrayView2};
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRng, TestRunner};
+use serde::Serialize;
+use std::cell::RefCell;
+
+pub use strategies::Case;
+
+/// A kernel implementation the harness can check. Inputs and outputs cross the boundary in
+/// f64; an implementation may compute in a lower precision ([`KernelUnderTest::dtype`]).
+pub trait KernelUnderTest {
+    /// A label for reports (`reference`, `candle-f32`, `mutant:bias-by-window` ...).
+    fn label(&self) -> String;
+    /// The spec being implemented.
+    fn spec(&self) -> &KernelSpec;
+    /// The precision the implementation computes in.
+    fn dtype(&self) -> DType;
+    /// The same implementation for another spec (used by K7 and K10, which compare two specs).
+    fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest>;
+    /// Compresses one sequence `x: [T, d]`.
+    fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>>;
+    /// Compresses several sequences of the same length (implementations may batch).
+    fn compress_many(&self, dims: KernelDims, params: &KernelParams<f64>, xs: &[Array2<f64>]) -> Result<Vec<Compressed<f64>>> {
+        xs.iter().map(|x| self.compress(dims, params, x.view())).collect()
+    }
+    /// Streams the sequences one after another through one stream, resetting between them;
+    /// each sequence is fed in chunks of the given sizes. Returns the entries of each sequence.
+    fn stream(&self, dims: KernelDims, params: &KernelParams<f64>, seqs: &[(ArrayView2<f64>, Vec<usize>)]) -> Result<Vec<Compressed<f64>>>;
+    /// Compressed attention of one head over the entries of `x`.
+    fn attend(
+        &self,
+        dims: KernelDims,
+        params: &KernelParams<f64>,
+        x: ArrayView2<f64>,
+        inputs: &AttentionInputs<f64>,
+    ) -> Result<AttentionOut<f64>>;
+}
+
+/// The invariants of `spec/kernels.md` §4.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Invariant {
+    /// K1: the number of windows `n(T)` for the alignment.
+    K1Count,
+    /// K2: entry `j` changes only if a token inside window `j` changes (bit for bit).
+    K2Locality,
+    /// K3: prepending `S` tokens shifts entries by one window.
+    K3StrideShift,
+    /// K4: the support of `dK_j/dh_t` is the window; content-free retention has period `S`.
+    K4PhaseNotWindow,
+    /// K5: gate weights are positive, sum to 1 per channel, empty slots weigh 0.
+    K5Normalisation,
+    /// K6: each pooled channel lies between the min and max over slots of `C h`.
+    K6Convexity,
+    /// K7: `Z = 0` and equal biases give the uniform kernel.
+    K7UniformLimit,
+    /// K8: a bias going to `+inf` at offset `i*` gives `C_{g(i*)} h_{j,i*}`.
+    K8OneHotLimit,
+    /// K9: shared parameters and equal biases make an entry permutation invariant.
+    K9Permutation,
+    /// K10: tied gates give `a^K == a^V`; a vector gate with identical channels is the scalar gate.
+    K10TiedScalar,
+    /// K11: one-shot, token-by-token and chunked computation agree; prefix-closed; reset.
+    K11Streaming,
+    /// K12: attention at `q` ignores tokens after `q`; visibility follows the geometry.
+    K12Causality,
+    /// K13: the implementation meets the tolerance rule against the f64 reference.
+    K13ReferenceAgreement,
+}
+
+impl Invariant {
+    /// All invariants in catalogue order.
+    pub const ALL: [Invariant; 13] = [
+        Invariant::K1Count,
+        Invariant::K2Locality,
+        Invariant::K3StrideShift,
+        Invariant::K4PhaseNotWindow,
+        Invariant::K5Normalisation,
+        Invariant::K6Convexity,
+        Invariant::K7UniformLimit,
+        Invariant::K8OneHotLimit,
+        Invariant::K9Permutation,
+        Invariant::K10TiedScalar,
+        Invariant::K11Streaming,
+        Invariant::K12Causality,
+        Invariant::K13ReferenceAgreement,
+    ];
+
+    /// The catalogue id, `K1` .. `K13`.
+    pub fn id(&self) -> &'static str {
+        ["K1", "K2", "K3", "K4", "K5", "K6", "K7", "K8", "K9", "K10", "K11", "K12", "K13"][*self as usize]
+    }
+
+    /// A short name.
+    pub fn name(&self) -> &'static str {
+        [
+            "count",
+            "locality",
+            "stride shift",
+            "phase not window",
+            "normalisation",
+            "convexity",
+            "uniform limit",
+            "one-hot limit",
+            "permutation",
+            "tied / scalar",
+            "streaming",
+            "causality",
+            "reference agreement",
+        ][*self as usize]
+    }
+}
+
+/// What one check of one case found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// The invariant holds; `error` is the worst measured deviation and `bound` what was allowed.
+    Pass {
+        /// Worst deviation measured.
+        error: f64,
+        /// Allowed deviation.
+        bound: f64,
+    },
+    /// The invariant does not apply to this kernel or case (reason given).
+    NotApplicable(String),
+    /// The invariant is violated.
+    Fail(String),
+}
+
+impl Verdict {
+    /// A pass with both figures.
+    pub fn pass(error: f64, bound: f64) -> Self {
+        Verdict::Pass { error, bound }
+    }
+}
+
+/// The summary of one invariant over many cases.
+#[derive(Clone, Debug, Serialize)]
+pub struct InvariantReport {
+    /// The invariant.
+    pub invariant: Invariant,
+    /// `pass`, `fail`, or `n/a` (not applicable to any case).
+    pub status: &'static str,
+    /// Cases on which the invariant applied and held.
+    pub cases_passed: usize,
+    /// Cases on which it did not apply.
+    pub cases_not_applicable: usize,
+    /// Worst measured deviation over passing cases.
+    pub worst_error: f64,
+    /// The allowed deviation at that case.
+    pub bound_at_worst: f64,
+    /// The (shrunk) failure message, if any.
+    pub failure: Option<String>,
+}
+
+/// Runs one invariant over cases drawn by `runner` (proptest: failures shrink to a minimal case).
+pub fn run_invariant(subject: &dyn KernelUnderTest, invariant: Invariant, runner: &mut TestRunner) -> InvariantReport {
+    let spec = subject.spec().clone();
+    let stats = RefCell::new((0usize, 0usize, 0.0f64, 0.0f64));
+    let result = runner.run(&strategies::case_strategy(&spec), |case| match checks::check(invariant, subject, &case) {
+        Ok(Verdict::Pass { error, bound }) => {
+            let mut s = stats.borrow_mut();
+            s.0 += 1;
+            if error >= s.2 {
+                s.2 = error;
+                s.3 = bound;
+            }
+            Ok(())
+        }
+        Ok(Verdict::NotApplicable(_)) => {
+            stats.borrow_mut().1 += 1;
+            Ok(())
+        }
+        Ok(Verdict::Fail(msg)) => Err(TestCaseError::fail(msg)),
+        Err(e) => Err(TestCaseError::fail(format!("error: {e}"))),
+    });
+    let (passed, na, worst, bound) = *stats.borrow();
+    let failure = match result {
+        Ok(()) => None,
+        Err(TestError::Fail(msg, case)) => Some(format!("{msg} [minimal case: T={}, d={}, d_h={}]", case.x.nrows(), case.dims.d_model, case.dims.d_head)),
+        Err(TestError::Abort(msg)) => Some(format!("aborted: {msg}")),
+    };
+    let status = match (&failure, passed) {
+        (Some(_), _) => "fail",
+        (None, 0) => "n/a",
+        (None, _) => "pass",
+    };
+    InvariantReport { invariant, status, cases_passed: passed, cases_not_applicable: na, worst_error: worst, bound_at_worst: bound, failure }
+}
+
+/// A proptest runner with `cases` cases, seeded (the same seed draws the same cases), with no
+/// failure persistence (the CLI's runs are reproduced with `--seed`).
+pub fn seeded_runner(cases: u32, seed: u64) -> TestRunner {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let config = Config { cases, failure_persistence: None, max_shrink_iters: 256, ..Config::default() };
+    TestRunner::new_with_rng(config, TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &bytes))
+}
+
+/// Runs every invariant on a subject.
+pub fn run_all(subject: &dyn KernelUnderTest, cases: u32, seed: u64) -> Vec<InvariantReport> {
+    Invariant::ALL.iter().map(|&inv| run_invariant(subject, inv, &mut seeded_runner(cases, seed))).collect()
+}

@@ -1,0 +1,71 @@
+//! Tolerances: the FlashAttention two-references rule (`spec/kernels.md` §3) and the
+//! reassociation bound used where two computations of the same quantity may sum in another
+//! order. Every tolerance of the harness lives here, with its reason.
+
+use candle_core::DType;
+use ndarray::{ArrayBase, Data, Dimension};
+
+/// Unit roundoff `2^-p` of a dtype (half the machine epsilon).
+pub fn unit_roundoff(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => f64::EPSILON / 2.0,
+        DType::F32 => f32::EPSILON as f64 / 2.0,
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        _ => f32::EPSILON as f64 / 2.0,
+    }
+}
+
+/// `floor(dtype)` of the tolerance rule: the rounding error of the dtype at the output's
+/// magnitude, never below magnitude 0.3 (the spec's figure). Scaling with the magnitude keeps
+/// the rule meaningful for entries of size 2-3 where a fixed 0.3-magnitude floor is below one
+/// ulp (see `theory/kernels.md`).
+pub fn floor(dtype: DType, magnitude: f64) -> f64 {
+    2.0 * unit_roundoff(dtype) * magnitude.max(0.3)
+}
+
+/// The tolerance rule: `max|impl - ref64| <= 2 max|low - ref64| + floor(dtype)`. Returns the
+/// bound.
+pub fn two_reference_bound(err_low: f64, dtype: DType, magnitude: f64) -> f64 {
+    2.0 * err_low + floor(dtype, magnitude)
+}
+
+/// Bound for two evaluations of the same sum of `terms` products in another order:
+/// `c * u * terms * magnitude` with `c = 4` (faer's habit: scale with the problem size).
+pub fn reassociation(dtype: DType, terms: usize, magnitude: f64) -> f64 {
+    if dtype == DType::F64 {
+        // The reference is deterministic; f64 reassociation can still differ between two
+        // code paths (e.g. the uniform gate computed as 1/n versus a softmax of equal logits).
+        return 4.0 * unit_roundoff(DType::F64) * terms.max(1) as f64 * magnitude.max(1.0);
+    }
+    4.0 * unit_roundoff(dtype) * terms.max(1) as f64 * magnitude.max(1.0)
+}
+
+/// `max |a - b|` (0 for empty arrays; infinite on a shape mismatch or a NaN).
+pub fn max_abs_diff<S1, S2, D>(a: &ArrayBase<S1, D>, b: &ArrayBase<S2, D>) -> f64
+where
+    S1: Data<Elem = f64>,
+    S2: Data<Elem = f64>,
+    D: Dimension,
+{
+    if a.shape() != b.shape() {
+        return f64::INFINITY;
+    }
+    a.iter().zip(b.iter()).fold(0.0, |m, (x, y)| {
+        let d = (x - y).abs();
+        if d.is_nan() {
+            f64::INFINITY
+        } else {
+            m.max(d)
+        }
+    })
+}
+
+/// `max |a|` (0 for empty arrays).
+pub fn max_abs<S, D>(a: &ArrayBase<S, D>) -> f64
+where
+    S: Data<Elem = f64>,
+    D: Dimension,
+{
+    a.iter().fold(0.0, |m, x| m.max(x.abs()))
+}

@@ -1,0 +1,69 @@
+//! The chunked KV-compression kernel family (`spec/kernels.md`).
+//!
+//! | file | owns |
+//! |---|---|
+//! | [`spec`] | knobs, presets, validation |
+//! | [`params`] | parameter layout of one head, flat order |
+//! | [`reference`] | the f64 (any float) reference: plain loops, one-shot and streaming |
+//! | [`post`] | RMSNorm and partial RoPE of entries (the angle formula) |
+//! | [`attention`] | compressed attention (local raw window + visible entries), reference |
+//! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming |
+//! | [`harness`] | the invariant catalogue K1-K13, strategies, tolerance rule, mutants |
+
+pub mod attention;
+pub mod harness;
+pub mod params;
+pub mod post;
+pub mod reference;
+pub mod spec;
+pub mod tensor;
+
+pub use params::{GateParams, KernelParams, ParamLayout};
+pub use spec::{GateKind, KernelDims, KernelSpec, ParamGroups, RopeChannels, RopeSpec};
+
+use ndarray::{Array2, Array3};
+
+/// The compressed entries of one sequence and everything the invariants look at.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compressed<F> {
+    /// Keys after post-processing: `[n, d_h]`.
+    pub keys: Array2<F>,
+    /// Values after post-processing: `[n, d_h]` (equal to `keys` when `shared_kv`).
+    pub values: Array2<F>,
+    /// Pooled keys before post-processing (`sum_i a_i (.) C h_i`): `[n, d_h]`.
+    pub pooled_k: Array2<F>,
+    /// Pooled values before post-processing: `[n, d_h]`.
+    pub pooled_v: Array2<F>,
+    /// Key gate weights `[n, W, c]` with `c = max(d_g, 1)`; empty slots weigh 0.
+    pub gate_k: Array3<F>,
+    /// Value gate weights `[n, W, c]`.
+    pub gate_v: Array3<F>,
+    /// The position each entry carries.
+    pub positions: Vec<usize>,
+}
+
+impl<F: Clone> Compressed<F> {
+    /// The first `n` entries (what a prefix of the sequence produced).
+    pub fn take(&self, n: usize) -> Self {
+        use ndarray::s;
+        Compressed {
+            keys: self.keys.slice(s![..n, ..]).to_owned(),
+            values: self.values.slice(s![..n, ..]).to_owned(),
+            pooled_k: self.pooled_k.slice(s![..n, ..]).to_owned(),
+            pooled_v: self.pooled_v.slice(s![..n, ..]).to_owned(),
+            gate_k: self.gate_k.slice(s![..n, .., ..]).to_owned(),
+            gate_v: self.gate_v.slice(s![..n, .., ..]).to_owned(),
+            positions: self.positions[..n].to_vec(),
+        }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty()
+    }
+}

@@ -1,0 +1,262 @@
+//! Parameters of one kernel head, stored in the layout of the equations:
+//! `Z: [G, d_g, d]`, `b: [W, d_g]`, `C: [G, d_h, d]`, `gamma: [d_h]`.
+//!
+//! A flat parameter vector ([`KernelParams::from_flat`] / [`KernelParams::to_flat`]) is the
+//! canonical order used by property-test strategies and by dumps: gate K (Z then b), gate V,
+//! projection K, projection V, gamma; absent pieces are skipped.
+
+use super::spec::{KernelDims, KernelSpec};
+use crate::{Error, Result};
+use ndarray::{Array1, Array2, Array3};
+use num_traits::Float;
+
+/// Gate parameters of one branch: logits `s_{j,i} = Z_{g(i)} h_{j,i} + b_i`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GateParams<F> {
+    /// `Z`: `[G, d_g, d]`.
+    pub z: Array3<F>,
+    /// `b`: `[W, d_g]`, always per offset.
+    pub b: Array2<F>,
+}
+
+/// All parameters of one kernel head.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelParams<F> {
+    /// Key gate (`None` for uniform gates).
+    pub gate_k: Option<GateParams<F>>,
+    /// Value gate (`None` when tied, shared_kv or uniform).
+    pub gate_v: Option<GateParams<F>>,
+    /// Key projection `C^K`: `[G, d_h, d]`.
+    pub proj_k: Array3<F>,
+    /// Value projection `C^V` (`None` when shared_kv).
+    pub proj_v: Option<Array3<F>>,
+    /// RMSNorm weight `gamma` (`Some` iff the spec has `rms_norm`).
+    pub gamma: Option<Array1<F>>,
+}
+
+/// Shapes of every parameter piece, in flat order, for a spec and dims.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamLayout {
+    /// `(name, shape)` in flat order.
+    pub pieces: Vec<(&'static str, Vec<usize>)>,
+}
+
+impl ParamLayout {
+    /// The layout of a spec at the given dims.
+    pub fn of(spec: &KernelSpec, dims: KernelDims) -> Self {
+        let (g, w) = (spec.num_groups(), spec.geometry.window());
+        let (d, dh) = (dims.d_model, dims.d_head);
+        let dg = spec.gate_width(dh);
+        let mut pieces = Vec::new();
+        if dg > 0 {
+            pieces.push(("gate_k.z", vec![g, dg, d]));
+            pieces.push(("gate_k.b", vec![w, dg]));
+            if spec.has_value_gate() {
+                pieces.push(("gate_v.z", vec![g, dg, d]));
+                pieces.push(("gate_v.b", vec![w, dg]));
+            }
+        }
+        pieces.push(("proj_k", vec![g, dh, d]));
+        if !spec.shared_kv {
+            pieces.push(("proj_v", vec![g, dh, d]));
+        }
+        if spec.rms_norm {
+            pieces.push(("gamma", vec![dh]));
+        }
+        ParamLayout { pieces }
+    }
+
+    /// Total number of scalars.
+    pub fn len(&self) -> usize {
+        self.pieces.iter().map(|(_, s)| s.iter().product::<usize>()).sum()
+    }
+
+    /// Whether there are no parameters at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<F: Float> KernelParams<F> {
+    /// Builds parameters from a flat vector in [`ParamLayout`] order.
+    pub fn from_flat(spec: &KernelSpec, dims: KernelDims, flat: &[F]) -> Result<Self> {
+        let layout = ParamLayout::of(spec, dims);
+        if flat.len() != layout.len() {
+            return Err(Error::shape("kernel parameters", format!("{} scalars", layout.len()), format!("{}", flat.len())));
+        }
+        let mut at = 0;
+        let mut take = |shape: &[usize]| -> Vec<F> {
+            let n: usize = shape.iter().product();
+            let v = flat[at..at + n].to_vec();
+            at += n;
+            v
+        };
+        let mut gate_k = None;
+        let mut gate_v = None;
+        let mut proj_k = None;
+        let mut proj_v = None;
+        let mut gamma = None;
+        let mut pending_z: Option<Array3<F>> = None;
+        for (name, shape) in &layout.pieces {
+            let v = take(shape);
+            match *name {
+                "gate_k.z" | "gate_v.z" => pending_z = Some(to3(shape, v)),
+                "gate_k.b" | "gate_v.b" => {
+                    let gp = GateParams { z: pending_z.take().expect("z precedes b"), b: to2(shape, v) };
+                    if *name == "gate_k.b" {
+                        gate_k = Some(gp);
+                    } else {
+                        gate_v = Some(gp);
+                    }
+                }
+                "proj_k" => proj_k = Some(to3(shape, v)),
+                "proj_v" => proj_v = Some(to3(shape, v)),
+                "gamma" => gamma = Some(Array1::from_vec(v)),
+                _ => unreachable!("layout names are fixed"),
+            }
+        }
+        Ok(KernelParams { gate_k, gate_v, proj_k: proj_k.expect("proj_k is always present"), proj_v, gamma })
+    }
+
+    /// The flat vector in [`ParamLayout`] order.
+    pub fn to_flat(&self) -> Vec<F> {
+        let mut out = Vec::new();
+        for g in [&self.gate_k, &self.gate_v].into_iter().flatten() {
+            out.extend(g.z.iter().copied());
+            out.extend(g.b.iter().copied());
+        }
+        out.extend(self.proj_k.iter().copied());
+        if let Some(p) = &self.proj_v {
+            out.extend(p.iter().copied());
+        }
+        if let Some(g) = &self.gamma {
+            out.extend(g.iter().copied());
+        }
+        out
+    }
+
+    /// Checks every shape against the spec and dims, and that every value is finite.
+    pub fn validate(&self, spec: &KernelSpec, dims: KernelDims) -> Result<()> {
+        let layout = ParamLayout::of(spec, dims);
+        let mut got: Vec<(&str, Vec<usize>)> = Vec::new();
+        let mut push_gate = |name_z: &'static str, name_b: &'static str, g: &Option<GateParams<F>>| {
+            if let Some(g) = g {
+                got.push((name_z, g.z.shape().to_vec()));
+                got.push((name_b, g.b.shape().to_vec()));
+            }
+        };
+        push_gate("gate_k.z", "gate_k.b", &self.gate_k);
+        push_gate("gate_v.z", "gate_v.b", &self.gate_v);
+        got.push(("proj_k", self.proj_k.shape().to_vec()));
+        if let Some(p) = &self.proj_v {
+            got.push(("proj_v", p.shape().to_vec()));
+        }
+        if let Some(g) = &self.gamma {
+            got.push(("gamma", g.shape().to_vec()));
+        }
+        for (want, have) in layout.pieces.iter().zip(&got) {
+            if want.0 != have.0 {
+                return Err(Error::shape("kernel parameters", format!("piece {}", want.0), format!("piece {}", have.0)));
+            }
+            if want.1 != have.1 {
+                return Err(Error::shape(format!("parameter {}", want.0), format!("{:?}", want.1), format!("{:?}", have.1)));
+            }
+        }
+        if layout.pieces.len() != got.len() {
+            let names = |v: &[(&str, Vec<usize>)]| v.iter().map(|p| p.0).collect::<Vec<_>>().join(", ");
+            return Err(Error::shape("kernel parameters", names(&layout.pieces), names(&got)));
+        }
+        if self.to_flat().iter().any(|v| !v.is_finite()) {
+            return Err(Error::invalid("kernel parameters", "contain NaN or infinity"));
+        }
+        Ok(())
+    }
+
+    /// Converts every value to another float type (e.g. rounding f64 parameters to f16).
+    pub fn cast<G: Float>(&self) -> KernelParams<G> {
+        let c = |v: &F| G::from(*v).expect("float cast");
+        KernelParams {
+            gate_k: self.gate_k.as_ref().map(|g| GateParams { z: g.z.map(c), b: g.b.map(c) }),
+            gate_v: self.gate_v.as_ref().map(|g| GateParams { z: g.z.map(c), b: g.b.map(c) }),
+            proj_k: self.proj_k.map(c),
+            proj_v: self.proj_v.as_ref().map(|p| p.map(c)),
+            gamma: self.gamma.as_ref().map(|g| g.map(c)),
+        }
+    }
+
+    /// Sets every gate's content weights `Z` to zero, so gate weights depend on the offset
+    /// biases only (content-free gates; used by K4, K7).
+    pub fn zero_gate_content(&mut self) {
+        for g in [&mut self.gate_k, &mut self.gate_v].into_iter().flatten() {
+            g.z.fill(F::zero());
+        }
+    }
+
+    /// Sets every bias `b_i` to the value of offset 0 (equal biases; used by K7, K9).
+    pub fn equalize_biases(&mut self) {
+        for g in [&mut self.gate_k, &mut self.gate_v].into_iter().flatten() {
+            let row0 = g.b.row(0).to_owned();
+            for mut row in g.b.rows_mut() {
+                row.assign(&row0);
+            }
+        }
+    }
+
+    /// Copies group 0's `Z` and `C` into every group (shared parameters; used by K9).
+    pub fn share_groups(&mut self) {
+        fn share<F: Float>(a: &mut Array3<F>) {
+            let g0 = a.index_axis(ndarray::Axis(0), 0).to_owned();
+            for mut g in a.outer_iter_mut() {
+                g.assign(&g0);
+            }
+        }
+        for g in [&mut self.gate_k, &mut self.gate_v].into_iter().flatten() {
+            share(&mut g.z);
+        }
+        share(&mut self.proj_k);
+        if let Some(p) = &mut self.proj_v {
+            share(p);
+        }
+    }
+}
+
+fn to3<F: Float>(shape: &[usize], v: Vec<F>) -> Array3<F> {
+    Array3::from_shape_vec((shape[0], shape[1], shape[2]), v).expect("layout shape")
+}
+
+fn to2<F: Float>(shape: &[usize], v: Vec<F>) -> Array2<F> {
+    Array2::from_shape_vec((shape[0], shape[1]), v).expect("layout shape")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flat_round_trip_and_shape_errors() {
+        for name in ["w8s4", "w8s4-tied", "w8s4-uniform", "w8s6-scalar", "dsv4-csa", "full"] {
+            let spec = KernelSpec::preset(name).unwrap();
+            let dims = KernelDims::new(3, 2).unwrap();
+            let n = ParamLayout::of(&spec, dims).len();
+            let flat: Vec<f64> = (0..n).map(|k| k as f64 * 0.01).collect();
+            let p = KernelParams::from_flat(&spec, dims, &flat).unwrap();
+            p.validate(&spec, dims).unwrap();
+            assert_eq!(p.to_flat(), flat, "{name}");
+            let e = KernelParams::<f64>::from_flat(&spec, dims, &flat[1..]).unwrap_err().to_string();
+            assert!(e.contains("shape mismatch"), "{e}");
+            let other = KernelDims::new(4, 2).unwrap();
+            assert!(p.validate(&spec, other).is_err());
+        }
+    }
+
+    #[test]
+    fn nan_parameters_are_rejected() {
+        let spec = KernelSpec::preset("w4s4").unwrap();
+        let dims = KernelDims::new(2, 2).unwrap();
+        let n = ParamLayout::of(&spec, dims).len();
+        let mut flat = vec![0.1; n];
+        flat[3] = f64::NAN;
+        let p = KernelParams::from_flat(&spec, dims, &flat).unwrap();
+        assert!(p.validate(&spec, dims).unwrap_err().to_string().contains("NaN"));
+    }
+}

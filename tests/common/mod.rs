@@ -1,0 +1,3 @@
+//! Shared test support: strategies and the preset runner.
+#![allow(dead_code)]
+pub mod strategies;

@@ -1,0 +1,99 @@
+//! The invariant catalogue K1-K13 (`spec/kernels.md` §4) on every preset, for the f64 reference
+//! and for the candle implementation on every available device (CPU always; CUDA with the
+//! `cuda` feature and a GPU). K13 runs the candle kernel in f32, f16 and bf16.
+
+mod common;
+
+use candle_core::{DType, Device};
+use common::strategies::check_every_preset;
+use phasekv::kernel::harness::subjects::{ReferenceSubject, TensorSubject};
+use phasekv::kernel::harness::{Invariant, KernelUnderTest};
+
+/// Cases per preset and invariant (each test covers all 28 presets).
+const REFERENCE_CASES: u32 = 12;
+const TENSOR_CASES: u32 = 6;
+
+/// Runs a test body on every available device (candle's habit): CPU always, CUDA when built
+/// with `--features cuda` and a GPU is present.
+macro_rules! test_device {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn cpu() {
+                ($body)(&Device::Cpu)
+            }
+            #[cfg(feature = "cuda")]
+            #[test]
+            fn cuda() {
+                match Device::new_cuda(0) {
+                    Ok(dev) => ($body)(&dev),
+                    Err(e) => eprintln!("no CUDA device, skipping: {e}"),
+                }
+            }
+        }
+    };
+}
+
+fn reference(spec: &phasekv::kernel::KernelSpec) -> Box<dyn KernelUnderTest> {
+    Box::new(ReferenceSubject::new(spec))
+}
+
+/// Asserts the invariant was really exercised (not vacuous) on most presets.
+fn assert_exercised(inv: Invariant, reports: &[(String, phasekv::kernel::harness::InvariantReport)]) {
+    let exercised = reports.iter().filter(|(_, r)| r.cases_passed > 0).count();
+    let applicable = match inv {
+        // uniform presets and `full` have no gate for these
+        Invariant::K7UniformLimit | Invariant::K8OneHotLimit | Invariant::K10TiedScalar => reports.len() - 6,
+        _ => reports.len(),
+    };
+    assert!(exercised >= applicable, "{}: only {exercised} of {applicable} presets exercised: {reports:#?}", inv.id());
+}
+
+macro_rules! invariant_tests {
+    ($($test:ident => $inv:expr),* $(,)?) => {
+        $(
+            mod $test {
+                use super::*;
+                #[test]
+                fn reference_f64() {
+                    let reports = check_every_preset($inv, REFERENCE_CASES, &reference);
+                    assert_exercised($inv, &reports);
+                }
+                test_device!(candle_f32, |dev: &Device| {
+                    let dev = dev.clone();
+                    let reports = check_every_preset($inv, TENSOR_CASES, &move |spec| Box::new(TensorSubject::new(spec, DType::F32, &dev)));
+                    assert_exercised($inv, &reports);
+                });
+            }
+        )*
+    };
+}
+
+invariant_tests! {
+    k01_count => Invariant::K1Count,
+    k02_locality => Invariant::K2Locality,
+    k03_stride_shift => Invariant::K3StrideShift,
+    k04_phase_not_window => Invariant::K4PhaseNotWindow,
+    k05_normalisation => Invariant::K5Normalisation,
+    k06_convexity => Invariant::K6Convexity,
+    k07_uniform_limit => Invariant::K7UniformLimit,
+    k08_one_hot_limit => Invariant::K8OneHotLimit,
+    k09_permutation => Invariant::K9Permutation,
+    k10_tied_scalar => Invariant::K10TiedScalar,
+    k11_streaming => Invariant::K11Streaming,
+    k12_causality => Invariant::K12Causality,
+    k13_reference_agreement => Invariant::K13ReferenceAgreement,
+}
+
+mod k13_low_precision {
+    use super::*;
+    test_device!(candle_f16, |dev: &Device| {
+        let dev = dev.clone();
+        check_every_preset(Invariant::K13ReferenceAgreement, TENSOR_CASES, &move |spec| Box::new(TensorSubject::new(spec, DType::F16, &dev)));
+    });
+    test_device!(candle_bf16, |dev: &Device| {
+        let dev = dev.clone();
+        check_every_preset(Invariant::K13ReferenceAgreement, TENSOR_CASES, &move |spec| Box::new(TensorSubject::new(spec, DType::BF16, &dev)));
+    });
+}
