@@ -10,8 +10,8 @@ use phasekv::kernel::harness::subjects::{ReferenceSubject, TensorSubject};
 use phasekv::kernel::harness::{Invariant, KernelUnderTest};
 
 /// Cases per preset and invariant (each test covers all 28 presets).
-const REFERENCE_CASES: u32 = 12;
-const TENSOR_CASES: u32 = 6;
+const REFERENCE_CASES: u32 = 48;
+const TENSOR_CASES: u32 = 16;
 
 /// Runs a test body on every available device (candle's habit): CPU always, CUDA when built
 /// with `--features cuda` and a GPU is present.

@@ -182,20 +182,21 @@ fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> 
         return Ok(Verdict::NotApplicable("empty sequence".into()));
     }
     // (a) The support of dB_j/dh_t is exactly the windows holding t (any parameters).
+    // Entries outside the window are bit-for-bit unchanged (K2 holds exactly for every
+    // implementation here), so "depends on" is exact too: any change at all.
     let a = s.compress(case.dims, &case.params, case.x.view())?;
     let b = s.compress(case.dims, &case.params, perturbed(case).view())?;
-    let bound = same_bound(s, false, terms(s, case), magnitude(&a));
     for j in 0..a.len() {
         let d = entry_diff(&a, j, &b, j, true);
         let inside = in_window(spec, j, case.token);
-        if inside && d <= bound {
+        if inside && d == 0.0 {
             return Ok(Verdict::Fail(format!(
                 "token {} lies in window {j} = {:?} but perturbing it moved entry {j} by only {d:.3e}",
                 case.token,
                 window_span(spec, j)
             )));
         }
-        if !inside && d > bound {
+        if !inside && d != 0.0 {
             return Ok(Verdict::Fail(format!("token {} lies outside window {j} but moved it by {d:.3e}", case.token)));
         }
     }
@@ -546,31 +547,57 @@ fn k12_causality(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
     Ok(Verdict::pass(0.0, 0.0))
 }
 
+/// K13 in two well-conditioned stages. (1) Pooling and gates: the two-references rule against
+/// the f64 reference and the reference computed in the implementation's dtype. (2) Post-processing
+/// (RMSNorm, RoPE): the implementation's entries against the f64 post-processing of *its own*
+/// pooled entries, with the dtype's post-processing of the same input as the low reference.
+/// Comparing post-processed outputs end to end is ill-conditioned: RMSNorm of a short vector
+/// near zero amplifies any pooling difference (by ~1000x for `d_h = 1`), so both references
+/// would differ wildly and the rule would measure noise.
 fn k13_reference(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
     let spec = s.spec();
-    let (dims, x) = (case.dims, &case.x);
-    let ref64 = reference::compress(spec, dims, &case.params, x.view())?;
-    let low: Compressed<f64> = match s.dtype() {
-        DType::F64 => ref64.clone(),
-        DType::F32 => widen(reference::compress::<f32>(spec, dims, &case.params.cast(), x.mapv(|v| v as f32).view())?),
-        DType::F16 => widen(reference::compress::<half::f16>(spec, dims, &case.params.cast(), x.mapv(half::f16::from_f64).view())?),
-        DType::BF16 => widen(reference::compress::<half::bf16>(spec, dims, &case.params.cast(), x.mapv(half::bf16::from_f64).view())?),
-        other => return Ok(Verdict::NotApplicable(format!("no low-precision reference for {other:?}"))),
+    let dims = case.dims;
+    // The rule compares maxima over many outputs; three sequences instead of one keep the
+    // maxima from being decided by a single rounding.
+    let xs = [case.x.clone(), case.other.clone(), perturbed_or_same(case)];
+    let got_all = s.compress_many(dims, &case.params, &xs)?;
+    let n_terms = terms(s, case);
+    // (err, err_low, magnitude) per compared output
+    let mut errs = [(0.0f64, 0.0f64, 0.0f64); 6];
+    let mut fold = |k: usize, err: f64, err_low: f64, mag: f64| {
+        errs[k].0 = errs[k].0.max(err);
+        errs[k].1 = errs[k].1.max(err_low);
+        errs[k].2 = errs[k].2.max(mag);
     };
-    let got = s.compress(dims, &case.params, x.view())?;
-    if got.len() != ref64.len() {
-        return Ok(Verdict::Fail(format!("{} entries, the reference has {}", got.len(), ref64.len())));
+    for (x, got) in xs.iter().zip(&got_all) {
+        let ref64 = reference::compress(spec, dims, &case.params, x.view())?;
+        let low = match low_reference(s.dtype(), spec, dims, &case.params, x)? {
+            Some(l) => l,
+            None => return Ok(Verdict::NotApplicable(format!("no low-precision reference for {:?}", s.dtype()))),
+        };
+        if got.len() != ref64.len() {
+            return Ok(Verdict::Fail(format!("{} entries, the reference has {}", got.len(), ref64.len())));
+        }
+        fold(0, max_abs_diff(&got.pooled_k, &ref64.pooled_k), max_abs_diff(&low.pooled_k, &ref64.pooled_k), max_abs(&ref64.pooled_k));
+        fold(1, max_abs_diff(&got.pooled_v, &ref64.pooled_v), max_abs_diff(&low.pooled_v, &ref64.pooled_v), max_abs(&ref64.pooled_v));
+        fold(2, max_abs_diff(&got.gate_k, &ref64.gate_k), max_abs_diff(&low.gate_k, &ref64.gate_k), 1.0);
+        fold(3, max_abs_diff(&got.gate_v, &ref64.gate_v), max_abs_diff(&low.gate_v, &ref64.gate_v), 1.0);
+        for (k, (out, pooled)) in [(&got.keys, &got.pooled_k), (&got.values, &got.pooled_v)].into_iter().enumerate() {
+            let post64 = post_rows::<f64>(spec, &case.params, pooled, &got.positions);
+            let post_low = match s.dtype() {
+                DType::F64 => post64.clone(),
+                DType::F32 => post_rows::<f32>(spec, &case.params, pooled, &got.positions),
+                DType::F16 => post_rows::<half::f16>(spec, &case.params, pooled, &got.positions),
+                DType::BF16 => post_rows::<half::bf16>(spec, &case.params, pooled, &got.positions),
+                _ => unreachable!("handled above"),
+            };
+            fold(4 + k, max_abs_diff(out, &post64), max_abs_diff(&post_low, &post64), max_abs(&post64));
+        }
     }
+    let names = ["pooled keys", "pooled values", "key gate", "value gate", "keys (post)", "values (post)"];
     let mut worst = (0.0f64, 0.0f64, 0.0f64);
-    for (name, g, r, l) in [
-        ("keys", &got.keys, &ref64.keys, &low.keys),
-        ("values", &got.values, &ref64.values, &low.values),
-        ("pooled keys", &got.pooled_k, &ref64.pooled_k, &low.pooled_k),
-        ("pooled values", &got.pooled_v, &ref64.pooled_v, &low.pooled_v),
-    ] {
-        let err = max_abs_diff(g, r);
-        let err_low = max_abs_diff(l, r);
-        let bound = tolerance::two_reference_bound(err_low, s.dtype(), max_abs(r));
+    for (name, (err, err_low, mag)) in names.iter().zip(errs) {
+        let bound = tolerance::two_reference_bound(err_low, s.dtype(), mag, n_terms);
         if err > bound {
             return Ok(Verdict::Fail(format!(
                 "{name}: max|impl - ref64| = {err:.3e} > 2 * max|low - ref64| ({err_low:.3e}) + floor = {bound:.3e}"
@@ -581,14 +608,46 @@ fn k13_reference(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
             worst = (ratio, err, bound);
         }
     }
-    for (name, g, r, l) in [("key gate", &got.gate_k, &ref64.gate_k, &low.gate_k), ("value gate", &got.gate_v, &ref64.gate_v, &low.gate_v)] {
-        let err = max_abs_diff(g, r);
-        let bound = tolerance::two_reference_bound(max_abs_diff(l, r), s.dtype(), 1.0);
-        if err > bound {
-            return Ok(Verdict::Fail(format!("{name}: max|impl - ref64| = {err:.3e} > bound {bound:.3e}")));
+    Ok(Verdict::pass(worst.1, worst.2))
+}
+
+/// The reference computed in `dtype` on inputs rounded to it (`None` for unsupported dtypes).
+fn low_reference(
+    dtype: DType,
+    spec: &KernelSpec,
+    dims: crate::kernel::KernelDims,
+    params: &KernelParams<f64>,
+    x: &Array2<f64>,
+) -> Result<Option<Compressed<f64>>> {
+    Ok(Some(match dtype {
+        DType::F64 => reference::compress(spec, dims, params, x.view())?,
+        DType::F32 => widen(reference::compress::<f32>(spec, dims, &params.cast(), x.mapv(|v| v as f32).view())?),
+        DType::F16 => widen(reference::compress::<half::f16>(spec, dims, &params.cast(), x.mapv(half::f16::from_f64).view())?),
+        DType::BF16 => widen(reference::compress::<half::bf16>(spec, dims, &params.cast(), x.mapv(half::bf16::from_f64).view())?),
+        _ => return Ok(None),
+    }))
+}
+
+/// The spec's post-processing of every row of `pooled`, computed in `F` (inputs rounded to it).
+fn post_rows<F: num_traits::Float>(spec: &KernelSpec, params: &KernelParams<f64>, pooled: &Array2<f64>, positions: &[usize]) -> Array2<f64> {
+    let gamma: Option<Vec<F>> = params.gamma.as_ref().map(|g| g.iter().map(|&v| F::from(v).expect("cast")).collect());
+    let mut out = pooled.clone();
+    for (j, mut row) in out.rows_mut().into_iter().enumerate() {
+        let mut v: Vec<F> = row.iter().map(|&x| F::from(x).expect("cast")).collect();
+        crate::kernel::post::apply(spec, &mut v, gamma.as_deref(), positions[j]);
+        for (o, x) in row.iter_mut().zip(v) {
+            *o = x.to_f64().expect("finite");
         }
     }
-    Ok(Verdict::pass(worst.1, worst.2))
+    out
+}
+
+fn perturbed_or_same(case: &Case) -> Array2<f64> {
+    if case.x.nrows() == 0 {
+        case.x.clone()
+    } else {
+        perturbed(case)
+    }
 }
 
 fn widen<F: num_traits::Float>(c: Compressed<F>) -> Compressed<f64> {
