@@ -4,7 +4,9 @@ use anyhow::bail;
 use candle_core::{DType, Device};
 use clap::{Subcommand, ValueEnum};
 use phasekv::kernel::harness::subjects::{ReferenceSubject, TensorSubject};
-use phasekv::kernel::harness::{run_invariant, seeded_runner, Invariant, InvariantReport, KernelUnderTest};
+use phasekv::kernel::harness::{
+    run_invariant, seeded_runner, Invariant, InvariantReport, KernelUnderTest,
+};
 use phasekv::kernel::reference::Mutation;
 use phasekv::kernel::spec::preset_names;
 use phasekv::kernel::KernelSpec;
@@ -84,17 +86,31 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
             println!("(any w{{W}}s{{S}} with 1 <= S <= W is accepted, with the same suffixes)");
             Ok(ExitCode::SUCCESS)
         }
-        KernelCmd::Check { preset, r#impl, dtype, cases, seed, mutant } => {
+        KernelCmd::Check {
+            preset,
+            r#impl,
+            dtype,
+            cases,
+            seed,
+            mutant,
+        } => {
             let spec = KernelSpec::preset(&preset)?;
             let mut subjects: Vec<Box<dyn KernelUnderTest>> = Vec::new();
             if let Some(name) = mutant {
-                subjects.push(Box::new(ReferenceSubject::mutant(&spec, Mutation::from_name(&name)?)));
+                subjects.push(Box::new(ReferenceSubject::mutant(
+                    &spec,
+                    Mutation::from_name(&name)?,
+                )));
             } else {
                 if matches!(r#impl, Impl::Reference | Impl::Both) {
                     subjects.push(Box::new(ReferenceSubject::new(&spec)));
                 }
                 if matches!(r#impl, Impl::Candle | Impl::Both) {
-                    subjects.push(Box::new(TensorSubject::new(&spec, dtype.candle(), &device())));
+                    subjects.push(Box::new(TensorSubject::new(
+                        &spec,
+                        dtype.candle(),
+                        &device(),
+                    )));
                 }
             }
             if subjects.is_empty() {
@@ -106,7 +122,10 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
             for subject in &subjects {
                 println!();
                 println!("== {} ==", subject.label());
-                println!("{:<4} {:<20} {:<5} {:>7} {:>5} {:>11} {:>11}  note", "id", "invariant", "", "passed", "n/a", "max error", "bound");
+                println!(
+                    "{:<4} {:<20} {:<5} {:>7} {:>5} {:>11} {:>11}  note",
+                    "id", "invariant", "", "passed", "n/a", "max error", "bound"
+                );
                 for inv in Invariant::ALL {
                     let start = Instant::now();
                     let r = run_invariant(subject.as_ref(), inv, &mut seeded_runner(cases, seed));

@@ -22,13 +22,19 @@ pub struct ReferenceSubject {
 impl ReferenceSubject {
     /// The correct reference for a spec.
     pub fn new(spec: &KernelSpec) -> Self {
-        ReferenceSubject { spec: spec.clone(), mutation: Mutation::None }
+        ReferenceSubject {
+            spec: spec.clone(),
+            mutation: Mutation::None,
+        }
     }
 
     /// A deliberately broken reference (harness self-test).
     #[doc(hidden)]
     pub fn mutant(spec: &KernelSpec, mutation: Mutation) -> Self {
-        ReferenceSubject { spec: spec.clone(), mutation }
+        ReferenceSubject {
+            spec: spec.clone(),
+            mutation,
+        }
     }
 }
 
@@ -49,14 +55,27 @@ impl KernelUnderTest for ReferenceSubject {
     }
 
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest> {
-        Box::new(ReferenceSubject { spec, mutation: self.mutation })
+        Box::new(ReferenceSubject {
+            spec,
+            mutation: self.mutation,
+        })
     }
 
-    fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>> {
+    fn compress(
+        &self,
+        dims: KernelDims,
+        params: &KernelParams<f64>,
+        x: ArrayView2<f64>,
+    ) -> Result<Compressed<f64>> {
         reference::compress_mutated(&self.spec, dims, params, x, self.mutation)
     }
 
-    fn stream(&self, dims: KernelDims, params: &KernelParams<f64>, seqs: &[(ArrayView2<f64>, Vec<usize>)]) -> Result<Vec<Compressed<f64>>> {
+    fn stream(
+        &self,
+        dims: KernelDims,
+        params: &KernelParams<f64>,
+        seqs: &[(ArrayView2<f64>, Vec<usize>)],
+    ) -> Result<Vec<Compressed<f64>>> {
         if self.mutation == Mutation::None {
             let mut stream = reference::ReferenceStream::new(&self.spec, dims, params)?;
             let mut all = Vec::new();
@@ -87,9 +106,22 @@ impl KernelUnderTest for ReferenceSubject {
             .collect()
     }
 
-    fn attend(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>, inputs: &AttentionInputs<f64>) -> Result<AttentionOut<f64>> {
+    fn attend(
+        &self,
+        dims: KernelDims,
+        params: &KernelParams<f64>,
+        x: ArrayView2<f64>,
+        inputs: &AttentionInputs<f64>,
+    ) -> Result<AttentionOut<f64>> {
         let c = self.compress(dims, params, x)?;
-        compressed_attention_mutated(&self.spec.geometry, self.spec.visibility, c.keys.view(), c.values.view(), inputs, self.mutation)
+        compressed_attention_mutated(
+            &self.spec.geometry,
+            self.spec.visibility,
+            c.keys.view(),
+            c.values.view(),
+            inputs,
+            self.mutation,
+        )
     }
 }
 
@@ -119,7 +151,11 @@ fn slice_entries(c: &Compressed<f64>, from: usize, to: usize) -> Compressed<f64>
     }
 }
 
-fn concat_entries(spec: &KernelSpec, dims: KernelDims, parts: &[Compressed<f64>]) -> Compressed<f64> {
+fn concat_entries(
+    spec: &KernelSpec,
+    dims: KernelDims,
+    parts: &[Compressed<f64>],
+) -> Compressed<f64> {
     use ndarray::{concatenate, Axis};
     let c = spec.gate_width(dims.d_head).max(1);
     let w = spec.geometry.window();
@@ -146,7 +182,10 @@ fn concat_entries(spec: &KernelSpec, dims: KernelDims, parts: &[Compressed<f64>]
         pooled_v: cat2(&|p| p.pooled_v.view()),
         gate_k: cat3(&|p| p.gate_k.view()),
         gate_v: cat3(&|p| p.gate_v.view()),
-        positions: parts.iter().flat_map(|p| p.positions.iter().copied()).collect(),
+        positions: parts
+            .iter()
+            .flat_map(|p| p.positions.iter().copied())
+            .collect(),
     }
 }
 
@@ -161,12 +200,26 @@ pub struct TensorSubject {
 impl TensorSubject {
     /// The candle kernel for a spec, in `dtype` on `device`.
     pub fn new(spec: &KernelSpec, dtype: DType, device: &Device) -> Self {
-        TensorSubject { spec: spec.clone(), dtype, device: device.clone() }
+        TensorSubject {
+            spec: spec.clone(),
+            dtype,
+            device: device.clone(),
+        }
     }
 
-    fn kernel(&self, dims: KernelDims, params: &KernelParams<f64>) -> Result<(TensorKernel, TensorParams)> {
+    fn kernel(
+        &self,
+        dims: KernelDims,
+        params: &KernelParams<f64>,
+    ) -> Result<(TensorKernel, TensorParams)> {
         let k = TensorKernel::new(&self.spec, dims, 1, &self.device, self.dtype)?;
-        let p = TensorParams::from_heads(&self.spec, dims, std::slice::from_ref(params), &self.device, self.dtype)?;
+        let p = TensorParams::from_heads(
+            &self.spec,
+            dims,
+            std::slice::from_ref(params),
+            &self.device,
+            self.dtype,
+        )?;
         Ok((k, p))
     }
 
@@ -178,7 +231,12 @@ impl TensorSubject {
 
     fn tensor2(&self, a: &Array2<f64>) -> Result<Tensor> {
         let (r, c) = a.dim();
-        Ok(Tensor::from_vec(a.iter().copied().collect::<Vec<_>>(), (1, 1, r, c), &self.device)?.to_dtype(self.dtype)?)
+        Ok(Tensor::from_vec(
+            a.iter().copied().collect::<Vec<_>>(),
+            (1, 1, r, c),
+            &self.device,
+        )?
+        .to_dtype(self.dtype)?)
     }
 }
 
@@ -190,7 +248,11 @@ fn tensor_to_array2(t: &Tensor) -> Result<Array2<f64>> {
 
 impl KernelUnderTest for TensorSubject {
     fn label(&self) -> String {
-        format!("candle-{}-{}", format!("{:?}", self.dtype).to_lowercase(), if self.device.is_cpu() { "cpu" } else { "gpu" })
+        format!(
+            "candle-{}-{}",
+            format!("{:?}", self.dtype).to_lowercase(),
+            if self.device.is_cpu() { "cpu" } else { "gpu" }
+        )
     }
 
     fn spec(&self) -> &KernelSpec {
@@ -202,22 +264,46 @@ impl KernelUnderTest for TensorSubject {
     }
 
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest> {
-        Box::new(TensorSubject { spec, dtype: self.dtype, device: self.device.clone() })
+        Box::new(TensorSubject {
+            spec,
+            dtype: self.dtype,
+            device: self.device.clone(),
+        })
     }
 
-    fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>> {
+    fn compress(
+        &self,
+        dims: KernelDims,
+        params: &KernelParams<f64>,
+        x: ArrayView2<f64>,
+    ) -> Result<Compressed<f64>> {
         Ok(self.compress_many(dims, params, &[x.to_owned()])?.remove(0))
     }
 
-    fn compress_many(&self, dims: KernelDims, params: &KernelParams<f64>, xs: &[Array2<f64>]) -> Result<Vec<Compressed<f64>>> {
-        reference::check_input(dims, xs.first().map(|x| x.view()).unwrap_or(Array2::zeros((0, dims.d_model)).view()))?;
+    fn compress_many(
+        &self,
+        dims: KernelDims,
+        params: &KernelParams<f64>,
+        xs: &[Array2<f64>],
+    ) -> Result<Vec<Compressed<f64>>> {
+        reference::check_input(
+            dims,
+            xs.first()
+                .map(|x| x.view())
+                .unwrap_or(Array2::zeros((0, dims.d_model)).view()),
+        )?;
         let (k, p) = self.kernel(dims, params)?;
         let views: Vec<_> = xs.iter().map(|x| x.view()).collect();
         let out = k.compress(&p, &self.tensor(&views, dims.d_model)?)?;
         (0..xs.len()).map(|b| out.to_compressed(b, 0)).collect()
     }
 
-    fn stream(&self, dims: KernelDims, params: &KernelParams<f64>, seqs: &[(ArrayView2<f64>, Vec<usize>)]) -> Result<Vec<Compressed<f64>>> {
+    fn stream(
+        &self,
+        dims: KernelDims,
+        params: &KernelParams<f64>,
+        seqs: &[(ArrayView2<f64>, Vec<usize>)],
+    ) -> Result<Vec<Compressed<f64>>> {
         let (k, p) = self.kernel(dims, params)?;
         let mut stream = TensorStream::new(&k, &p);
         let mut all = Vec::new();
@@ -237,7 +323,13 @@ impl KernelUnderTest for TensorSubject {
         Ok(all)
     }
 
-    fn attend(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>, inputs: &AttentionInputs<f64>) -> Result<AttentionOut<f64>> {
+    fn attend(
+        &self,
+        dims: KernelDims,
+        params: &KernelParams<f64>,
+        x: ArrayView2<f64>,
+        inputs: &AttentionInputs<f64>,
+    ) -> Result<AttentionOut<f64>> {
         let (k, p) = self.kernel(dims, params)?;
         let c = k.compress(&p, &self.tensor(&[x], dims.d_model)?)?;
         let att = tensor::compressed_attention(
