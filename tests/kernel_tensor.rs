@@ -274,3 +274,25 @@ fn tensor_attention_matches_reference() {
         .unwrap();
     }
 }
+
+/// Parameters created through a `VarBuilder` are all registered as trainable variables with the
+/// layout `from_heads` produces.
+#[test]
+fn varbuilder_init_registers_every_parameter() {
+    use candle_nn::{VarBuilder, VarMap};
+    let dev = Device::Cpu;
+    for name in ["w8s4", "w8s4-tied", "w8s4-uniform", "dsv4-csa", "full"] {
+        let spec = KernelSpec::preset(name).unwrap();
+        let dims = phasekv::kernel::KernelDims::new(6, 4).unwrap();
+        let map = VarMap::new();
+        let vb = VarBuilder::from_varmap(&map, DType::F32, &dev);
+        let p = TensorParams::init(&spec, dims, 2, &vb).unwrap();
+        let n_params = phasekv::kernel::ParamLayout::of(&spec, dims).len() * 2;
+        let n_vars: usize = map.all_vars().iter().map(|v| v.elem_count()).sum();
+        assert_eq!(n_vars, n_params, "{name}");
+        let kernel = TensorKernel::new(&spec, dims, 2, &dev, DType::F32).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (1, 20, 6), &dev).unwrap();
+        let out = kernel.compress(&p, &x).unwrap();
+        assert_eq!(out.keys.dims(), &[1, 2, spec.geometry.num_windows(20), 4]);
+    }
+}

@@ -39,6 +39,31 @@ pub enum KernelCmd {
         #[arg(long, hide = true)]
         mutant: Option<String>,
     },
+    /// Time one forward pass of the reference and the candle kernel side by side, with the
+    /// sgemm throughput of this machine measured in the same run.
+    Bench {
+        /// Preset name.
+        #[arg(long, default_value = "w8s4")]
+        preset: String,
+        /// Sequence lengths (comma separated).
+        #[arg(long, value_delimiter = ',', default_values_t = vec![4096usize, 65536])]
+        tokens: Vec<usize>,
+        /// Hidden width `d`.
+        #[arg(long, default_value_t = 128)]
+        d_model: usize,
+        /// Head width `d_h`.
+        #[arg(long, default_value_t = 64)]
+        d_head: usize,
+        /// Which implementation(s) to time.
+        #[arg(long, value_enum, default_value_t = Impl::Both)]
+        r#impl: Impl,
+        /// Seconds of timed runs per row (after one warm-up run).
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Print the rows as JSON lines too.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -86,6 +111,15 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
             println!("(any w{{W}}s{{S}} with 1 <= S <= W is accepted, with the same suffixes)");
             Ok(ExitCode::SUCCESS)
         }
+        KernelCmd::Bench {
+            preset,
+            tokens,
+            d_model,
+            d_head,
+            r#impl,
+            seconds,
+            json,
+        } => bench(&preset, &tokens, d_model, d_head, r#impl, seconds, json),
         KernelCmd::Check {
             preset,
             r#impl,
@@ -143,6 +177,117 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
             }
         }
     }
+}
+
+/// Runs `f` once to warm up, then repeatedly for at least `seconds` (at least 3 times unless a
+/// single run takes longer than `seconds`); returns the median seconds per run.
+fn time_median(seconds: f64, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    f()?;
+    let mut runs = Vec::new();
+    let start = Instant::now();
+    while runs.len() < 3 || start.elapsed().as_secs_f64() < seconds {
+        let t = Instant::now();
+        f()?;
+        runs.push(t.elapsed().as_secs_f64());
+        if start.elapsed().as_secs_f64() > seconds && runs.len() >= 1 && runs[0] > seconds {
+            break;
+        }
+    }
+    runs.sort_by(|a, b| a.total_cmp(b));
+    Ok(runs[runs.len() / 2])
+}
+
+/// Best sgemm FLOP/s of candle (f32, CPU) over shapes like the kernel's and a square one.
+fn sgemm_flops(seconds: f64) -> anyhow::Result<f64> {
+    let dev = Device::Cpu;
+    let mut best = 0f64;
+    for (m, k, n) in [(4096usize, 128usize, 512usize), (1024, 1024, 1024)] {
+        let a = candle_core::Tensor::randn(0f32, 1.0, (m, k), &dev)?;
+        let b = candle_core::Tensor::randn(0f32, 1.0, (k, n), &dev)?;
+        let secs = time_median(seconds / 2.0, || {
+            a.matmul(&b)?;
+            Ok(())
+        })?;
+        best = best.max(2.0 * (m * k * n) as f64 / secs);
+    }
+    Ok(best)
+}
+
+fn bench(
+    preset: &str,
+    tokens: &[usize],
+    d_model: usize,
+    d_head: usize,
+    which: Impl,
+    seconds: f64,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use phasekv::kernel::tensor::{TensorKernel, TensorParams};
+    use phasekv::kernel::{forward_flops, random_input, KernelDims, KernelParams};
+    let spec = KernelSpec::preset(preset)?;
+    let dims = KernelDims::new(d_model, d_head)?;
+    if let Some(&t) = tokens.iter().find(|&&t| t == 0) {
+        bail!("invalid --tokens: every length must be at least 1, got {t}");
+    }
+    let threads = rayon::current_num_threads();
+    let peak = sgemm_flops(seconds)?;
+    println!("preset {preset}: {}", spec.describe());
+    println!("d = {d_model}, d_h = {d_head}, f32, {threads} thread(s); candle sgemm on this machine: {:.1} GFLOP/s", peak / 1e9);
+    println!(
+        "{:<14} {:>8} {:>11} {:>13} {:>9} {:>8}",
+        "impl", "T", "ms/forward", "tokens/s", "GFLOP/s", "% sgemm"
+    );
+    let params = KernelParams::random(&spec, dims, 0);
+    let dev = Device::Cpu;
+    for &t in tokens {
+        let x = random_input(t, d_model, 1);
+        let flops = forward_flops(&spec, dims, t);
+        let mut rows: Vec<(&str, f64)> = Vec::new();
+        if matches!(which, Impl::Reference | Impl::Both) {
+            let secs = time_median(seconds, || {
+                phasekv::kernel::reference::compress(&spec, dims, &params, x.view())?;
+                Ok(())
+            })?;
+            rows.push(("reference-f64", secs));
+        }
+        if matches!(which, Impl::Candle | Impl::Both) {
+            let kernel = TensorKernel::new(&spec, dims, 1, &dev, DType::F32)?;
+            let tp = TensorParams::from_heads(
+                &spec,
+                dims,
+                std::slice::from_ref(&params),
+                &dev,
+                DType::F32,
+            )?;
+            let xt = candle_core::Tensor::from_vec(
+                x.iter().map(|&v| v as f32).collect::<Vec<_>>(),
+                (1, t, d_model),
+                &dev,
+            )?;
+            let secs = time_median(seconds, || {
+                kernel.compress(&tp, &xt)?;
+                Ok(())
+            })?;
+            rows.push(("candle-f32", secs));
+        }
+        for (name, secs) in rows {
+            let gflops = flops / secs / 1e9;
+            println!(
+                "{name:<14} {t:>8} {:>11.3} {:>13.0} {gflops:>9.2} {:>7.1}%",
+                secs * 1e3,
+                t as f64 / secs,
+                100.0 * flops / secs / peak
+            );
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"impl": name, "preset": preset, "tokens": t, "d_model": d_model, "d_head": d_head,
+                        "seconds": secs, "tokens_per_s": t as f64 / secs, "gflops": gflops, "sgemm_gflops": peak / 1e9, "threads": threads})
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_row(r: &InvariantReport, secs: f64) {

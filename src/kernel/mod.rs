@@ -67,3 +67,29 @@ impl<F: Clone> Compressed<F> {
         self.positions.is_empty()
     }
 }
+
+/// Floating-point operations of one forward pass over `t_len` tokens, counting the per-slot
+/// projections (`2 d d_h` for `C`, `2 d d_g` for `Z`, per branch) and the weighted sums
+/// (`2 d_h` per slot and branch); softmax and post-processing are lower order and not counted.
+pub fn forward_flops(spec: &KernelSpec, dims: KernelDims, t_len: usize) -> f64 {
+    let g = &spec.geometry;
+    let slots: usize = (0..g.num_windows(t_len)).map(|j| g.valid_slots(j)).sum();
+    let (d, dh) = (dims.d_model as f64, dims.d_head as f64);
+    let dg = spec.gate_width(dims.d_head) as f64;
+    let branches = if spec.shared_kv { 1.0 } else { 2.0 };
+    let gates = if spec.has_value_gate() {
+        2.0
+    } else if dg > 0.0 {
+        1.0
+    } else {
+        0.0
+    };
+    slots as f64 * (branches * (2.0 * d * dh + 2.0 * dh) + gates * 2.0 * d * dg)
+}
+
+/// Seeded random input `[t_len, d]`, uniform in `[-1, 1]` (benchmarks and demos).
+pub fn random_input(t_len: usize, d_model: usize, seed: u64) -> ndarray::Array2<f64> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    ndarray::Array2::from_shape_simple_fn((t_len, d_model), || rng.random_range(-1.0..1.0))
+}

@@ -312,3 +312,28 @@ mod tests {
             .contains("NaN"));
     }
 }
+
+impl KernelParams<f64> {
+    /// Seeded random parameters for benchmarks and demos: weights uniform in `[-1, 1]/sqrt(d)`,
+    /// biases uniform in `[-1, 1]`, RMSNorm weights 1. (Property tests draw from proptest
+    /// strategies instead.)
+    pub fn random(spec: &KernelSpec, dims: KernelDims, seed: u64) -> Self {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let n = ParamLayout::of(spec, dims).len();
+        let flat: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let mut p = KernelParams::from_flat(spec, dims, &flat).expect("layout length");
+        let scale = 1.0 / (dims.d_model as f64).sqrt();
+        for g in [&mut p.gate_k, &mut p.gate_v].into_iter().flatten() {
+            g.z.mapv_inplace(|v| v * scale);
+        }
+        p.proj_k.mapv_inplace(|v| v * scale);
+        if let Some(pv) = &mut p.proj_v {
+            pv.mapv_inplace(|v| v * scale);
+        }
+        if let Some(g) = &mut p.gamma {
+            g.fill(1.0);
+        }
+        p
+    }
+}

@@ -78,6 +78,51 @@ fn stack_bias(per_head: &[&Array2<f64>], device: &Device, dtype: DType) -> Resul
 }
 
 impl TensorParams {
+    /// Trainable parameters for `heads` heads from a candle-nn `VarBuilder` (names `gate_k.z`,
+    /// `gate_k.b`, `gate_v.z`, `gate_v.b`, `proj_k`, `proj_v`, `gamma`): projections and gate
+    /// weights `N(0, 1/d)`, biases 0 (every offset starts equal), RMSNorm weights 1.
+    pub fn init(
+        spec: &KernelSpec,
+        dims: KernelDims,
+        heads: usize,
+        vb: &candle_nn::VarBuilder,
+    ) -> Result<Self> {
+        use candle_nn::Init;
+        spec.validate()?;
+        let (g, w) = (spec.num_groups(), spec.geometry.window());
+        let (d, dh) = (dims.d_model, dims.d_head);
+        let dg = spec.gate_width(dh);
+        let weights = Init::Randn {
+            mean: 0.0,
+            stdev: 1.0 / (d as f64).sqrt(),
+        };
+        let gate = |name: &str| -> Result<TensorGate> {
+            Ok(TensorGate {
+                z: vb.get_with_hints((g, d, heads * dg), &format!("{name}.z"), weights)?,
+                b: vb.get_with_hints((w, heads * dg), &format!("{name}.b"), Init::Const(0.0))?,
+            })
+        };
+        Ok(TensorParams {
+            gate_k: if dg > 0 { Some(gate("gate_k")?) } else { None },
+            gate_v: if spec.has_value_gate() {
+                Some(gate("gate_v")?)
+            } else {
+                None
+            },
+            proj_k: vb.get_with_hints((g, d, heads * dh), "proj_k", weights)?,
+            proj_v: if spec.shared_kv {
+                None
+            } else {
+                Some(vb.get_with_hints((g, d, heads * dh), "proj_v", weights)?)
+            },
+            gamma: if spec.rms_norm {
+                Some(vb.get_with_hints((heads, dh), "gamma", Init::Const(1.0))?)
+            } else {
+                None
+            },
+        })
+    }
+
     /// Stacks per-head f64 parameters (all validated against the same spec and dims).
     pub fn from_heads(
         spec: &KernelSpec,
