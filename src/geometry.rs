@@ -73,14 +73,12 @@ impl Geometry {
         if stride > window {
             return Err(Error::invalid(
                 "stride",
-                format!("must be at most the window ({window}), got {stride}: a stride larger than the window skips tokens"),
+                format!(
+                    "must be at most the window ({window}), got {stride}: a stride larger than the window skips tokens"
+                ),
             ));
         }
-        Ok(Geometry {
-            window,
-            stride,
-            alignment,
-        })
+        Ok(Geometry { window, stride, alignment })
     }
 
     /// The window size `W`.
@@ -154,17 +152,12 @@ impl Geometry {
     /// Every `(window, offset)` pair at which token `t` appears among the windows of a sequence
     /// of `t_len` tokens, in increasing window order.
     pub fn occurrences(&self, t: usize, t_len: usize) -> Vec<(usize, usize)> {
-        (0..self.num_windows(t_len))
-            .filter_map(|j| self.offset_of(t, j).map(|i| (j, i)))
-            .collect()
+        (0..self.num_windows(t_len)).filter_map(|j| self.offset_of(t, j).map(|i| (j, i))).collect()
     }
 
     /// The windows whose entries depend on token `t` (for `t_len` tokens).
     pub fn windows_containing(&self, t: usize, t_len: usize) -> Vec<usize> {
-        self.occurrences(t, t_len)
-            .into_iter()
-            .map(|(j, _)| j)
-            .collect()
+        self.occurrences(t, t_len).into_iter().map(|(j, _)| j).collect()
     }
 
     /// The phase `t mod S` of token `t`.
@@ -248,17 +241,9 @@ mod tests {
 
     #[test]
     fn rejects_impossible_geometry() {
-        assert!(Geometry::new(0, 1, Alignment::Start)
-            .unwrap_err()
-            .to_string()
-            .contains("window"));
-        assert!(Geometry::new(4, 0, Alignment::Start)
-            .unwrap_err()
-            .to_string()
-            .contains("stride"));
-        let e = Geometry::new(4, 8, Alignment::Start)
-            .unwrap_err()
-            .to_string();
+        assert!(Geometry::new(0, 1, Alignment::Start).unwrap_err().to_string().contains("window"));
+        assert!(Geometry::new(4, 0, Alignment::Start).unwrap_err().to_string().contains("stride"));
+        let e = Geometry::new(4, 8, Alignment::Start).unwrap_err().to_string();
         assert!(e.contains("stride") && e.contains("at most"), "{e}");
     }
 
@@ -287,10 +272,7 @@ mod tests {
         let g = Geometry::new(8, 6, Alignment::Start).unwrap();
         assert_eq!(g.interior_offsets(1), vec![1, 7]);
         assert_eq!(g.interior_offsets(3), vec![3]);
-        assert_eq!(
-            (0..6).map(|p| g.multiplicity(p)).collect::<Vec<_>>(),
-            vec![2, 2, 1, 1, 1, 1]
-        );
+        assert_eq!((0..6).map(|p| g.multiplicity(p)).collect::<Vec<_>>(), vec![2, 2, 1, 1, 1, 1]);
         assert_eq!(g.num_windows(7), 0);
         assert_eq!(g.num_windows(8), 1);
         assert_eq!(g.num_windows(13), 1);

@@ -3,10 +3,7 @@
 use std::process::Command;
 
 fn phasekv(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_phasekv"))
-        .args(args)
-        .output()
-        .expect("run phasekv");
+    let out = Command::new(env!("CARGO_BIN_EXE_phasekv")).args(args).output().expect("run phasekv");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into(),
@@ -19,10 +16,7 @@ fn list_shows_every_preset_with_its_knobs() {
     let (code, out, _) = phasekv(&["kernel", "list"]);
     assert_eq!(code, 0);
     for name in phasekv::kernel::spec::preset_names() {
-        assert!(
-            out.lines().any(|l| l.starts_with(&format!("{name} "))),
-            "{name} missing:\n{out}"
-        );
+        assert!(out.lines().any(|l| l.starts_with(&format!("{name} "))), "{name} missing:\n{out}");
     }
     assert!(out.contains("pad_left") && out.contains("shared_kv"));
 }
@@ -32,29 +26,15 @@ fn check_passes_on_dsv4_csa_with_every_invariant_listed() {
     let (code, out, err) = phasekv(&["kernel", "check", "--preset", "dsv4-csa", "--cases", "16"]);
     assert_eq!(code, 0, "{out}\n{err}");
     for id in ["K1 ", "K2 ", "K7 ", "K12 ", "K13 "] {
-        assert_eq!(
-            out.lines()
-                .filter(|l| l.starts_with(id) && l.contains("PASS"))
-                .count(),
-            2,
-            "{id}:\n{out}"
-        );
+        assert_eq!(out.lines().filter(|l| l.starts_with(id) && l.contains("PASS")).count(), 2, "{id}:\n{out}");
     }
     assert!(out.contains("verdict: every invariant holds"));
 }
 
 #[test]
 fn a_mutant_fails_and_the_catching_invariant_is_named() {
-    let (code, out, _) = phasekv(&[
-        "kernel",
-        "check",
-        "--preset",
-        "w8s4",
-        "--mutant",
-        "attention-look-ahead",
-        "--cases",
-        "32",
-    ]);
+    let (code, out, _) =
+        phasekv(&["kernel", "check", "--preset", "w8s4", "--mutant", "attention-look-ahead", "--cases", "32"]);
     assert_eq!(code, 1, "{out}");
     let failing: Vec<&str> = out.lines().filter(|l| l.contains(" FAIL ")).collect();
     assert!(failing.iter().any(|l| l.starts_with("K12 ")), "{out}");

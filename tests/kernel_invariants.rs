@@ -40,23 +40,14 @@ fn reference(spec: &phasekv::kernel::KernelSpec) -> Box<dyn KernelUnderTest> {
 }
 
 /// Asserts the invariant was really exercised (not vacuous) on most presets.
-fn assert_exercised(
-    inv: Invariant,
-    reports: &[(String, phasekv::kernel::harness::InvariantReport)],
-) {
+fn assert_exercised(inv: Invariant, reports: &[(String, phasekv::kernel::harness::InvariantReport)]) {
     let exercised = reports.iter().filter(|(_, r)| r.cases_passed > 0).count();
     let applicable = match inv {
         // uniform presets and `full` have no gate for these
-        Invariant::K7UniformLimit | Invariant::K8OneHotLimit | Invariant::K10TiedScalar => {
-            reports.len() - 6
-        }
+        Invariant::K7UniformLimit | Invariant::K8OneHotLimit | Invariant::K10TiedScalar => reports.len() - 6,
         _ => reports.len(),
     };
-    assert!(
-        exercised >= applicable,
-        "{}: only {exercised} of {applicable} presets exercised: {reports:#?}",
-        inv.id()
-    );
+    assert!(exercised >= applicable, "{}: only {exercised} of {applicable} presets exercised: {reports:#?}", inv.id());
 }
 
 macro_rules! invariant_tests {
@@ -72,6 +63,13 @@ macro_rules! invariant_tests {
                 test_device!(candle_f32, |dev: &Device| {
                     let dev = dev.clone();
                     let reports = check_every_preset($inv, TENSOR_CASES, &move |spec| Box::new(TensorSubject::new(spec, DType::F32, &dev)));
+                    assert_exercised($inv, &reports);
+                });
+                // The primitive-op path (the one training differentiates through); on the CPU
+                // the default f32 path above is the fused forward.
+                test_device!(candle_f32_primitive, |dev: &Device| {
+                    let dev = dev.clone();
+                    let reports = check_every_preset($inv, TENSOR_CASES, &move |spec| Box::new(TensorSubject::new(spec, DType::F32, &dev).primitive()));
                     assert_exercised($inv, &reports);
                 });
             }
@@ -99,18 +97,14 @@ mod k13_low_precision {
     use super::*;
     test_device!(candle_f16, |dev: &Device| {
         let dev = dev.clone();
-        check_every_preset(
-            Invariant::K13ReferenceAgreement,
-            TENSOR_CASES,
-            &move |spec| Box::new(TensorSubject::new(spec, DType::F16, &dev)),
-        );
+        check_every_preset(Invariant::K13ReferenceAgreement, TENSOR_CASES, &move |spec| {
+            Box::new(TensorSubject::new(spec, DType::F16, &dev))
+        });
     });
     test_device!(candle_bf16, |dev: &Device| {
         let dev = dev.clone();
-        check_every_preset(
-            Invariant::K13ReferenceAgreement,
-            TENSOR_CASES,
-            &move |spec| Box::new(TensorSubject::new(spec, DType::BF16, &dev)),
-        );
+        check_every_preset(Invariant::K13ReferenceAgreement, TENSOR_CASES, &move |spec| {
+            Box::new(TensorSubject::new(spec, DType::BF16, &dev))
+        });
     });
 }

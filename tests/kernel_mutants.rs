@@ -19,18 +19,10 @@ fn caught_by(mutation: Mutation, preset: &str) -> Vec<Invariant> {
     let mut caught = Vec::new();
     for inv in Invariant::ALL {
         // Mutant failures are expected: no regression file, or every run would replay them.
-        let mut r = runner(
-            &format!("mutant-{mutation:?}-{preset}-{}", inv.id()),
-            CASES,
-            None,
-        );
+        let mut r = runner(&format!("mutant-{mutation:?}-{preset}-{}", inv.id()), CASES, None);
         let report = run_invariant(&subject, inv, &mut r);
         if report.failure.is_some() {
-            println!(
-                "{preset:<10} {mutation:<24?} {:<4} {}",
-                inv.id(),
-                report.failure.unwrap()
-            );
+            println!("{preset:<10} {mutation:<24?} {:<4} {}", inv.id(), report.failure.unwrap());
             caught.push(inv);
         }
     }
@@ -42,11 +34,7 @@ fn assert_caught(mutation: Mutation, preset: &str, expected: &[Invariant]) {
     let ids: Vec<_> = caught.iter().map(|i| i.id()).collect();
     println!("{mutation:?} on {preset}: caught by {}", ids.join(", "));
     for inv in expected {
-        assert!(
-            caught.contains(inv),
-            "{mutation:?} on {preset}: expected {} to fail, caught by {ids:?}",
-            inv.id()
-        );
+        assert!(caught.contains(inv), "{mutation:?} on {preset}: expected {} to fail, caught by {ids:?}", inv.id());
     }
 }
 
@@ -62,11 +50,7 @@ fn off_by_one_window_start() {
     assert_caught(
         Mutation::WindowStartOffByOne,
         "w8s4",
-        &[
-            Invariant::K2Locality,
-            Invariant::K11Streaming,
-            Invariant::K13ReferenceAgreement,
-        ],
+        &[Invariant::K2Locality, Invariant::K11Streaming, Invariant::K13ReferenceAgreement],
     );
     assert_caught(
         Mutation::WindowStartOffByOne,
@@ -77,55 +61,27 @@ fn off_by_one_window_start() {
 
 #[test]
 fn softmax_over_channels() {
-    assert_caught(
-        Mutation::SoftmaxOverChannels,
-        "w8s4",
-        &[Invariant::K5Normalisation, Invariant::K6Convexity],
-    );
+    assert_caught(Mutation::SoftmaxOverChannels, "w8s4", &[Invariant::K5Normalisation, Invariant::K6Convexity]);
 }
 
 #[test]
 fn bias_indexed_by_window() {
-    assert_caught(
-        Mutation::BiasByWindow,
-        "w8s4",
-        &[Invariant::K3StrideShift, Invariant::K13ReferenceAgreement],
-    );
+    assert_caught(Mutation::BiasByWindow, "w8s4", &[Invariant::K3StrideShift, Invariant::K13ReferenceAgreement]);
 }
 
 #[test]
 fn padded_slots_keep_weight() {
-    assert_caught(
-        Mutation::PaddedSlotsKeepWeight,
-        "dsv4-csa",
-        &[Invariant::K5Normalisation],
-    );
+    assert_caught(Mutation::PaddedSlotsKeepWeight, "dsv4-csa", &[Invariant::K5Normalisation]);
 }
 
 #[test]
 fn stride_used_for_window() {
-    assert_caught(
-        Mutation::StrideForWindow,
-        "w8s4",
-        &[Invariant::K4PhaseNotWindow],
-    );
-    assert_caught(
-        Mutation::StrideForWindow,
-        "w8s6",
-        &[Invariant::K4PhaseNotWindow],
-    );
+    assert_caught(Mutation::StrideForWindow, "w8s4", &[Invariant::K4PhaseNotWindow]);
+    assert_caught(Mutation::StrideForWindow, "w8s6", &[Invariant::K4PhaseNotWindow]);
 }
 
 #[test]
 fn missing_causal_mask() {
-    assert_caught(
-        Mutation::AttentionLookAhead,
-        "w8s4",
-        &[Invariant::K12Causality],
-    );
-    assert_caught(
-        Mutation::AttentionLookAhead,
-        "dsv4-csa",
-        &[Invariant::K12Causality],
-    );
+    assert_caught(Mutation::AttentionLookAhead, "w8s4", &[Invariant::K12Causality]);
+    assert_caught(Mutation::AttentionLookAhead, "dsv4-csa", &[Invariant::K12Causality]);
 }

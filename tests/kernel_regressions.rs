@@ -10,18 +10,10 @@ use phasekv::kernel::harness::subjects::TensorSubject;
 use phasekv::kernel::harness::{Case, Invariant, Verdict};
 use phasekv::kernel::{KernelDims, KernelSpec, ParamLayout};
 
-fn case(
-    spec: &KernelSpec,
-    dims: KernelDims,
-    x: Array2<f64>,
-    token: usize,
-    params_value: f64,
-) -> Case {
+fn case(spec: &KernelSpec, dims: KernelDims, x: Array2<f64>, token: usize, params_value: f64) -> Case {
     let t = x.nrows();
     let n = ParamLayout::of(spec, dims).len();
-    let draw: Vec<f64> = (0..n)
-        .map(|k| params_value * if k % 3 == 0 { -1.0 } else { 1.0 })
-        .collect();
+    let draw: Vec<f64> = (0..n).map(|k| params_value * if k % 3 == 0 { -1.0 } else { 1.0 }).collect();
     Case {
         dims,
         params: params_from_draw(spec, dims, &draw),
@@ -53,9 +45,7 @@ fn assert_pass(v: Verdict) {
 fn k4_one_token_of_a_128_slot_window_still_counts() {
     let spec = KernelSpec::preset("dsv4-hca").unwrap();
     let dims = KernelDims::new(2, 1).unwrap();
-    let x = Array2::from_shape_fn((128, 2), |(t, k)| {
-        ((t * 7 + k * 3) % 11) as f64 / 11.0 - 0.5
-    });
+    let x = Array2::from_shape_fn((128, 2), |(t, k)| ((t * 7 + k * 3) % 11) as f64 / 11.0 - 0.5);
     let c = case(&spec, dims, x, 13, 0.5);
     let subject = TensorSubject::new(&spec, DType::F32, &Device::Cpu);
     assert_pass(check(Invariant::K4PhaseNotWindow, &subject, &c).unwrap());
@@ -70,21 +60,13 @@ fn k13_rms_norm_of_a_single_channel_near_zero() {
     let spec = KernelSpec::preset("dsv4-csa").unwrap();
     let dims = KernelDims::new(2, 1).unwrap();
     // Rows whose projections nearly cancel: pooled entries of order 1e-3.
-    let x = Array2::from_shape_fn(
-        (14, 2),
-        |(t, k)| if k == 0 { 0.5 + 1e-3 * t as f64 } else { 0.5 },
-    );
+    let x = Array2::from_shape_fn((14, 2), |(t, k)| if k == 0 { 0.5 + 1e-3 * t as f64 } else { 0.5 });
     let mut c = case(&spec, dims, x, 5, 0.7);
     for mut g in c.params.proj_k.outer_iter_mut() {
         g.assign(&ndarray::arr2(&[[1.0, -1.0]]));
     }
-    let pooled = phasekv::kernel::reference::compress(&spec, dims, &c.params, c.x.view())
-        .unwrap()
-        .pooled_k;
-    assert!(
-        pooled.iter().all(|v| v.abs() < 2e-2),
-        "the case must sit where RMSNorm is steep: {pooled}"
-    );
+    let pooled = phasekv::kernel::reference::compress(&spec, dims, &c.params, c.x.view()).unwrap().pooled_k;
+    assert!(pooled.iter().all(|v| v.abs() < 2e-2), "the case must sit where RMSNorm is steep: {pooled}");
     for dtype in [DType::F32, DType::BF16, DType::F16] {
         let subject = TensorSubject::new(&spec, dtype, &Device::Cpu);
         assert_pass(check(Invariant::K13ReferenceAgreement, &subject, &c).unwrap());

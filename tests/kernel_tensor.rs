@@ -23,10 +23,7 @@ fn as_vars(p: &TensorParams) -> (TensorParams, Vec<(String, Var)>) {
         v.as_tensor().clone()
     };
     let mut gate = |name: &str, g: &Option<TensorGate>| {
-        g.as_ref().map(|g| TensorGate {
-            z: var(&format!("{name}.z"), &g.z),
-            b: var(&format!("{name}.b"), &g.b),
-        })
+        g.as_ref().map(|g| TensorGate { z: var(&format!("{name}.z"), &g.z), b: var(&format!("{name}.b"), &g.b) })
     };
     let gate_k = gate("gate_k", &p.gate_k);
     let gate_v = gate("gate_v", &p.gate_v);
@@ -38,16 +35,7 @@ fn as_vars(p: &TensorParams) -> (TensorParams, Vec<(String, Var)>) {
     let proj_k = var("proj_k", &p.proj_k);
     let proj_v = p.proj_v.as_ref().map(|t| var("proj_v", t));
     let gamma = p.gamma.as_ref().map(|t| var("gamma", t));
-    (
-        TensorParams {
-            gate_k,
-            gate_v,
-            proj_k,
-            proj_v,
-            gamma,
-        },
-        vars,
-    )
+    (TensorParams { gate_k, gate_v, proj_k, proj_v, gamma }, vars)
 }
 
 fn f64_tensor(a: &ndarray::Array2<f64>, dev: &Device) -> Tensor {
@@ -60,28 +48,14 @@ fn f64_tensor(a: &ndarray::Array2<f64>, dev: &Device) -> Tensor {
 #[test]
 fn every_parameter_receives_a_correct_gradient() {
     let dev = Device::Cpu;
-    for name in [
-        "w8s4",
-        "w8s6-scalar",
-        "w8s4-tied",
-        "w8s4-uniform",
-        "w4s4-norope",
-        "dsv4-csa",
-        "full",
-    ] {
+    for name in ["w8s4", "w8s6-scalar", "w8s4-tied", "w8s4-uniform", "w4s4-norope", "dsv4-csa", "full"] {
         let spec = KernelSpec::preset(name).unwrap();
         let mut r = runner(&format!("grad-{name}"), 4, None);
         r.run(&case_strategy(&spec), |case| {
             prop_assume!(case.x.nrows() >= spec.geometry.window() + spec.geometry.stride());
             let kernel = TensorKernel::new(&spec, case.dims, 1, &dev, DType::F64).unwrap();
-            let base = TensorParams::from_heads(
-                &spec,
-                case.dims,
-                std::slice::from_ref(&case.params),
-                &dev,
-                DType::F64,
-            )
-            .unwrap();
+            let base = TensorParams::from_heads(&spec, case.dims, std::slice::from_ref(&case.params), &dev, DType::F64)
+                .unwrap();
             let (params, vars) = as_vars(&base);
             let x = f64_tensor(&case.x, &dev);
             let out = kernel.compress(&params, &x).unwrap();
@@ -98,28 +72,15 @@ fn every_parameter_receives_a_correct_gradient() {
             .unwrap();
             let grads = loss.backward().unwrap();
             for (pname, v) in &vars {
-                let g = grads
-                    .get(v.as_tensor())
-                    .unwrap_or_else(|| panic!("{name}: no gradient reaches {pname}"));
-                let norm = g
-                    .sqr()
-                    .unwrap()
-                    .sum_all()
-                    .unwrap()
-                    .to_scalar::<f64>()
-                    .unwrap();
-                prop_assert!(
-                    norm > 0.0 && norm.is_finite(),
-                    "{name}: gradient of {pname} has norm {norm}"
-                );
+                let g = grads.get(v.as_tensor()).unwrap_or_else(|| panic!("{name}: no gradient reaches {pname}"));
+                let norm = g.sqr().unwrap().sum_all().unwrap().to_scalar::<f64>().unwrap();
+                prop_assert!(norm > 0.0 && norm.is_finite(), "{name}: gradient of {pname} has norm {norm}");
             }
             // Finite difference on the first coordinate of proj_k, through the f64 reference.
             let loss_of = |p: &KernelParams<f64>| -> f64 {
                 let c = reference::compress(&spec, case.dims, p, case.x.view()).unwrap();
                 let wk: Vec<f64> = (0..c.keys.len()).map(|k| (k as f64).sin()).collect();
-                let wv: Vec<f64> = (0..c.values.len())
-                    .map(|k| (k as f64).sin().cos())
-                    .collect();
+                let wv: Vec<f64> = (0..c.values.len()).map(|k| (k as f64).sin().cos()).collect();
                 c.keys.iter().zip(&wk).map(|(a, b)| a * b).sum::<f64>()
                     + c.values.iter().zip(&wv).map(|(a, b)| a * b).sum::<f64>()
             };
@@ -156,11 +117,7 @@ fn heads_and_sequences_batch_without_mixing() {
     for name in ["w8s4", "dsv4-csa", "w8s6-scalar"] {
         let spec = KernelSpec::preset(name).unwrap();
         let mut r = runner(&format!("batch-{name}"), 8, None);
-        let strat = (
-            case_strategy(&spec),
-            case_strategy(&spec),
-            case_strategy(&spec),
-        );
+        let strat = (case_strategy(&spec), case_strategy(&spec), case_strategy(&spec));
         r.run(&strat, |(a, b, c)| {
             // Use a's dims and sequence length for all three heads/sequences.
             let dims = a.dims;
@@ -168,14 +125,7 @@ fn heads_and_sequences_batch_without_mixing() {
             let heads: Vec<KernelParams<f64>> = [&a, &b, &c]
                 .iter()
                 .map(|k| {
-                    let flat: Vec<f64> = k
-                        .params
-                        .to_flat()
-                        .iter()
-                        .copied()
-                        .cycle()
-                        .take(layout_len)
-                        .collect();
+                    let flat: Vec<f64> = k.params.to_flat().iter().copied().cycle().take(layout_len).collect();
                     KernelParams::from_flat(&spec, dims, &flat).unwrap()
                 })
                 .collect();
@@ -183,9 +133,7 @@ fn heads_and_sequences_batch_without_mixing() {
             let kernel = TensorKernel::new(&spec, dims, 3, &dev, DType::F64).unwrap();
             let params = TensorParams::from_heads(&spec, dims, &heads, &dev, DType::F64).unwrap();
             let x = Tensor::from_vec(
-                seqs.iter()
-                    .flat_map(|s| s.iter().copied())
-                    .collect::<Vec<_>>(),
+                seqs.iter().flat_map(|s| s.iter().copied()).collect::<Vec<_>>(),
                 (2, a.x.nrows(), dims.d_model),
                 &dev,
             )
@@ -195,8 +143,7 @@ fn heads_and_sequences_batch_without_mixing() {
                 for (bi, s) in seqs.iter().enumerate() {
                     let want = reference::compress(&spec, dims, hp, s.view()).unwrap();
                     let got = out.to_compressed(bi, h).unwrap();
-                    let d = max_abs_diff(&got.keys, &want.keys)
-                        .max(max_abs_diff(&got.values, &want.values));
+                    let d = max_abs_diff(&got.keys, &want.keys).max(max_abs_diff(&got.values, &want.values));
                     prop_assert!(d <= 1e-12, "{name}: head {h}, sequence {bi} differs by {d}");
                 }
             }
@@ -220,19 +167,12 @@ fn tensor_attention_matches_reference() {
             let c = reference::compress(&spec, a.dims, &a.params, a.x.view()).unwrap();
             // Two query heads share the one KV head (GQA group of 2); the second head's queries
             // come from case b (cycled to the right shape).
-            let q2: Vec<f64> =
-                b.x.iter()
-                    .copied()
-                    .chain(std::iter::repeat(0.3))
-                    .take(t * dh)
-                    .collect();
+            let q2: Vec<f64> = b.x.iter().copied().chain(std::iter::repeat(0.3)).take(t * dh).collect();
             let q2 = ndarray::Array2::from_shape_vec((t, dh), q2).unwrap();
             let to4 = |arrs: &[&ndarray::Array2<f64>]| {
                 let (r, cc) = arrs[0].dim();
                 Tensor::from_vec(
-                    arrs.iter()
-                        .flat_map(|a| a.iter().copied())
-                        .collect::<Vec<_>>(),
+                    arrs.iter().flat_map(|a| a.iter().copied()).collect::<Vec<_>>(),
                     (1, arrs.len(), r, cc),
                     &dev,
                 )
@@ -252,20 +192,13 @@ fn tensor_attention_matches_reference() {
             for (h, q) in [&a.attention.queries, &q2].into_iter().enumerate() {
                 let mut inputs = a.attention.clone();
                 inputs.queries = q.clone();
-                let want = reference_attention(
-                    &spec.geometry,
-                    spec.visibility,
-                    c.keys.view(),
-                    c.values.view(),
-                    &inputs,
-                )
-                .unwrap();
+                let want =
+                    reference_attention(&spec.geometry, spec.visibility, c.keys.view(), c.values.view(), &inputs)
+                        .unwrap();
                 let got = out.output.get(0).unwrap().get(h).unwrap();
-                let got = ndarray::Array2::from_shape_vec(
-                    (t, dh),
-                    got.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
-                )
-                .unwrap();
+                let got =
+                    ndarray::Array2::from_shape_vec((t, dh), got.flatten_all().unwrap().to_vec1::<f64>().unwrap())
+                        .unwrap();
                 let d = max_abs_diff(&got, &want.output);
                 prop_assert!(d <= 1e-12, "{name}: query head {h} differs by {d}");
             }

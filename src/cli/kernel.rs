@@ -4,9 +4,7 @@ use anyhow::bail;
 use candle_core::{DType, Device};
 use clap::{Subcommand, ValueEnum};
 use phasekv::kernel::harness::subjects::{ReferenceSubject, TensorSubject};
-use phasekv::kernel::harness::{
-    run_invariant, seeded_runner, Invariant, InvariantReport, KernelUnderTest,
-};
+use phasekv::kernel::harness::{run_invariant, seeded_runner, Invariant, InvariantReport, KernelUnderTest};
 use phasekv::kernel::reference::Mutation;
 use phasekv::kernel::spec::preset_names;
 use phasekv::kernel::KernelSpec;
@@ -111,40 +109,20 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
             println!("(any w{{W}}s{{S}} with 1 <= S <= W is accepted, with the same suffixes)");
             Ok(ExitCode::SUCCESS)
         }
-        KernelCmd::Bench {
-            preset,
-            tokens,
-            d_model,
-            d_head,
-            r#impl,
-            seconds,
-            json,
-        } => bench(&preset, &tokens, d_model, d_head, r#impl, seconds, json),
-        KernelCmd::Check {
-            preset,
-            r#impl,
-            dtype,
-            cases,
-            seed,
-            mutant,
-        } => {
+        KernelCmd::Bench { preset, tokens, d_model, d_head, r#impl, seconds, json } => {
+            bench(&preset, &tokens, d_model, d_head, r#impl, seconds, json)
+        }
+        KernelCmd::Check { preset, r#impl, dtype, cases, seed, mutant } => {
             let spec = KernelSpec::preset(&preset)?;
             let mut subjects: Vec<Box<dyn KernelUnderTest>> = Vec::new();
             if let Some(name) = mutant {
-                subjects.push(Box::new(ReferenceSubject::mutant(
-                    &spec,
-                    Mutation::from_name(&name)?,
-                )));
+                subjects.push(Box::new(ReferenceSubject::mutant(&spec, Mutation::from_name(&name)?)));
             } else {
                 if matches!(r#impl, Impl::Reference | Impl::Both) {
                     subjects.push(Box::new(ReferenceSubject::new(&spec)));
                 }
                 if matches!(r#impl, Impl::Candle | Impl::Both) {
-                    subjects.push(Box::new(TensorSubject::new(
-                        &spec,
-                        dtype.candle(),
-                        &device(),
-                    )));
+                    subjects.push(Box::new(TensorSubject::new(&spec, dtype.candle(), &device())));
                 }
             }
             if subjects.is_empty() {
@@ -232,11 +210,11 @@ fn bench(
     let threads = rayon::current_num_threads();
     let peak = sgemm_flops(seconds)?;
     println!("preset {preset}: {}", spec.describe());
-    println!("d = {d_model}, d_h = {d_head}, f32, {threads} thread(s); candle sgemm on this machine: {:.1} GFLOP/s", peak / 1e9);
     println!(
-        "{:<14} {:>8} {:>11} {:>13} {:>9} {:>8}",
-        "impl", "T", "ms/forward", "tokens/s", "GFLOP/s", "% sgemm"
+        "d = {d_model}, d_h = {d_head}, f32, {threads} thread(s); candle sgemm on this machine: {:.1} GFLOP/s",
+        peak / 1e9
     );
+    println!("{:<14} {:>8} {:>11} {:>13} {:>9} {:>8}", "impl", "T", "ms/forward", "tokens/s", "GFLOP/s", "% sgemm");
     let params = KernelParams::random(&spec, dims, 0);
     let dev = Device::Cpu;
     for &t in tokens {
@@ -252,18 +230,9 @@ fn bench(
         }
         if matches!(which, Impl::Candle | Impl::Both) {
             let kernel = TensorKernel::new(&spec, dims, 1, &dev, DType::F32)?;
-            let tp = TensorParams::from_heads(
-                &spec,
-                dims,
-                std::slice::from_ref(&params),
-                &dev,
-                DType::F32,
-            )?;
-            let xt = candle_core::Tensor::from_vec(
-                x.iter().map(|&v| v as f32).collect::<Vec<_>>(),
-                (1, t, d_model),
-                &dev,
-            )?;
+            let tp = TensorParams::from_heads(&spec, dims, std::slice::from_ref(&params), &dev, DType::F32)?;
+            let xt =
+                candle_core::Tensor::from_vec(x.iter().map(|&v| v as f32).collect::<Vec<_>>(), (1, t, d_model), &dev)?;
             let secs = time_median(seconds, || {
                 kernel.compress(&tp, &xt)?;
                 Ok(())

@@ -41,14 +41,7 @@ pub fn compressed_attention<F: Float>(
     entry_values: ArrayView2<F>,
     inputs: &AttentionInputs<F>,
 ) -> Result<AttentionOut<F>> {
-    compressed_attention_mutated(
-        geometry,
-        visibility,
-        entry_keys,
-        entry_values,
-        inputs,
-        Mutation::None,
-    )
+    compressed_attention_mutated(geometry, visibility, entry_keys, entry_values, inputs, Mutation::None)
 }
 
 /// [`compressed_attention`] with a deliberate bug (for the harness's mutant tests).
@@ -63,30 +56,16 @@ pub fn compressed_attention_mutated<F: Float>(
 ) -> Result<AttentionOut<F>> {
     let (t_len, dh) = inputs.queries.dim();
     if inputs.local_window == 0 {
-        return Err(Error::invalid(
-            "local_window",
-            "must be at least 1 (the query's own token), got 0",
-        ));
+        return Err(Error::invalid("local_window", "must be at least 1 (the query's own token), got 0"));
     }
-    for (what, a) in [
-        ("raw_keys", &inputs.raw_keys),
-        ("raw_values", &inputs.raw_values),
-    ] {
+    for (what, a) in [("raw_keys", &inputs.raw_keys), ("raw_values", &inputs.raw_values)] {
         if a.dim() != (t_len, dh) {
-            return Err(Error::shape(
-                what,
-                format!("[{t_len}, {dh}]"),
-                format!("{:?}", a.shape()),
-            ));
+            return Err(Error::shape(what, format!("[{t_len}, {dh}]"), format!("{:?}", a.shape())));
         }
     }
     let n = entry_keys.nrows();
     if entry_keys.ncols() != dh || entry_values.dim() != (n, dh) {
-        return Err(Error::shape(
-            "entries",
-            format!("[{n}, {dh}]"),
-            format!("{:?}", entry_values.shape()),
-        ));
+        return Err(Error::shape("entries", format!("[{n}, {dh}]"), format!("{:?}", entry_values.shape())));
     }
     let scale = F::one() / F::from(dh).expect("dh").sqrt();
     let mut output = Array2::zeros((t_len, dh));
@@ -100,26 +79,16 @@ pub fn compressed_attention_mutated<F: Float>(
             scores.push((dot(qv, inputs.raw_keys.row(t)) * scale, false, t));
         }
         for j in 0..n {
-            let horizon = if mutation == Mutation::AttentionLookAhead {
-                q + 1
-            } else {
-                q
-            };
+            let horizon = if mutation == Mutation::AttentionLookAhead { q + 1 } else { q };
             if geometry.is_visible(j, horizon, visibility) {
                 scores.push((dot(qv, entry_keys.row(j)) * scale, true, j));
             }
         }
         let m = scores.iter().map(|s| s.0).fold(F::neg_infinity(), F::max);
-        let z = scores
-            .iter()
-            .fold(F::zero(), |acc, s| acc + (s.0 - m).exp());
+        let z = scores.iter().fold(F::zero(), |acc, s| acc + (s.0 - m).exp());
         for &(s, is_entry, idx) in &scores {
             let a = (s - m).exp() / z;
-            let v = if is_entry {
-                entry_values.row(idx)
-            } else {
-                inputs.raw_values.row(idx)
-            };
+            let v = if is_entry { entry_values.row(idx) } else { inputs.raw_values.row(idx) };
             for e in 0..dh {
                 output[[q, e]] = output[[q, e]] + a * v[e];
             }
@@ -128,14 +97,9 @@ pub fn compressed_attention_mutated<F: Float>(
             }
         }
     }
-    Ok(AttentionOut {
-        output,
-        entry_weights,
-    })
+    Ok(AttentionOut { output, entry_weights })
 }
 
 fn dot<F: Float>(a: ndarray::ArrayView1<F>, b: ndarray::ArrayView1<F>) -> F {
-    a.iter()
-        .zip(b.iter())
-        .fold(F::zero(), |acc, (&x, &y)| acc + x * y)
+    a.iter().zip(b.iter()).fold(F::zero(), |acc, (&x, &y)| acc + x * y)
 }

@@ -7,10 +7,11 @@
 //! | [`reference`] | the f64 (any float) reference: plain loops, one-shot and streaming |
 //! | [`post`] | RMSNorm and partial RoPE of entries (the angle formula) |
 //! | [`attention`] | compressed attention (local raw window + visible entries), reference |
-//! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming |
+//! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; a fused CPU f32 forward (`fused.rs`) when no gradient is needed |
 //! | [`harness`] | the invariant catalogue K1-K13, strategies, tolerance rule, mutants |
 
 pub mod attention;
+mod fused;
 pub mod harness;
 pub mod params;
 pub mod post;

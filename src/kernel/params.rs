@@ -68,10 +68,7 @@ impl ParamLayout {
 
     /// Total number of scalars.
     pub fn len(&self) -> usize {
-        self.pieces
-            .iter()
-            .map(|(_, s)| s.iter().product::<usize>())
-            .sum()
+        self.pieces.iter().map(|(_, s)| s.iter().product::<usize>()).sum()
     }
 
     /// Whether there are no parameters at all.
@@ -109,10 +106,7 @@ impl<F: Float> KernelParams<F> {
             match *name {
                 "gate_k.z" | "gate_v.z" => pending_z = Some(to3(shape, v)),
                 "gate_k.b" | "gate_v.b" => {
-                    let gp = GateParams {
-                        z: pending_z.take().expect("z precedes b"),
-                        b: to2(shape, v),
-                    };
+                    let gp = GateParams { z: pending_z.take().expect("z precedes b"), b: to2(shape, v) };
                     if *name == "gate_k.b" {
                         gate_k = Some(gp);
                     } else {
@@ -125,13 +119,7 @@ impl<F: Float> KernelParams<F> {
                 _ => unreachable!("layout names are fixed"),
             }
         }
-        Ok(KernelParams {
-            gate_k,
-            gate_v,
-            proj_k: proj_k.expect("proj_k is always present"),
-            proj_v,
-            gamma,
-        })
+        Ok(KernelParams { gate_k, gate_v, proj_k: proj_k.expect("proj_k is always present"), proj_v, gamma })
     }
 
     /// The flat vector in [`ParamLayout`] order.
@@ -155,13 +143,12 @@ impl<F: Float> KernelParams<F> {
     pub fn validate(&self, spec: &KernelSpec, dims: KernelDims) -> Result<()> {
         let layout = ParamLayout::of(spec, dims);
         let mut got: Vec<(&str, Vec<usize>)> = Vec::new();
-        let mut push_gate =
-            |name_z: &'static str, name_b: &'static str, g: &Option<GateParams<F>>| {
-                if let Some(g) = g {
-                    got.push((name_z, g.z.shape().to_vec()));
-                    got.push((name_b, g.b.shape().to_vec()));
-                }
-            };
+        let mut push_gate = |name_z: &'static str, name_b: &'static str, g: &Option<GateParams<F>>| {
+            if let Some(g) = g {
+                got.push((name_z, g.z.shape().to_vec()));
+                got.push((name_b, g.b.shape().to_vec()));
+            }
+        };
         push_gate("gate_k.z", "gate_k.b", &self.gate_k);
         push_gate("gate_v.z", "gate_v.b", &self.gate_v);
         got.push(("proj_k", self.proj_k.shape().to_vec()));
@@ -188,19 +175,11 @@ impl<F: Float> KernelParams<F> {
             }
         }
         if layout.pieces.len() != got.len() {
-            let names =
-                |v: &[(&str, Vec<usize>)]| v.iter().map(|p| p.0).collect::<Vec<_>>().join(", ");
-            return Err(Error::shape(
-                "kernel parameters",
-                names(&layout.pieces),
-                names(&got),
-            ));
+            let names = |v: &[(&str, Vec<usize>)]| v.iter().map(|p| p.0).collect::<Vec<_>>().join(", ");
+            return Err(Error::shape("kernel parameters", names(&layout.pieces), names(&got)));
         }
         if self.to_flat().iter().any(|v| !v.is_finite()) {
-            return Err(Error::invalid(
-                "kernel parameters",
-                "contain NaN or infinity",
-            ));
+            return Err(Error::invalid("kernel parameters", "contain NaN or infinity"));
         }
         Ok(())
     }
@@ -209,14 +188,8 @@ impl<F: Float> KernelParams<F> {
     pub fn cast<G: Float>(&self) -> KernelParams<G> {
         let c = |v: &F| G::from(*v).expect("float cast");
         KernelParams {
-            gate_k: self.gate_k.as_ref().map(|g| GateParams {
-                z: g.z.map(c),
-                b: g.b.map(c),
-            }),
-            gate_v: self.gate_v.as_ref().map(|g| GateParams {
-                z: g.z.map(c),
-                b: g.b.map(c),
-            }),
+            gate_k: self.gate_k.as_ref().map(|g| GateParams { z: g.z.map(c), b: g.b.map(c) }),
+            gate_v: self.gate_v.as_ref().map(|g| GateParams { z: g.z.map(c), b: g.b.map(c) }),
             proj_k: self.proj_k.map(c),
             proj_v: self.proj_v.as_ref().map(|p| p.map(c)),
             gamma: self.gamma.as_ref().map(|g| g.map(c)),
@@ -273,14 +246,7 @@ mod tests {
 
     #[test]
     fn flat_round_trip_and_shape_errors() {
-        for name in [
-            "w8s4",
-            "w8s4-tied",
-            "w8s4-uniform",
-            "w8s6-scalar",
-            "dsv4-csa",
-            "full",
-        ] {
+        for name in ["w8s4", "w8s4-tied", "w8s4-uniform", "w8s6-scalar", "dsv4-csa", "full"] {
             let spec = KernelSpec::preset(name).unwrap();
             let dims = KernelDims::new(3, 2).unwrap();
             let n = ParamLayout::of(&spec, dims).len();
@@ -288,9 +254,7 @@ mod tests {
             let p = KernelParams::from_flat(&spec, dims, &flat).unwrap();
             p.validate(&spec, dims).unwrap();
             assert_eq!(p.to_flat(), flat, "{name}");
-            let e = KernelParams::<f64>::from_flat(&spec, dims, &flat[1..])
-                .unwrap_err()
-                .to_string();
+            let e = KernelParams::<f64>::from_flat(&spec, dims, &flat[1..]).unwrap_err().to_string();
             assert!(e.contains("shape mismatch"), "{e}");
             let other = KernelDims::new(4, 2).unwrap();
             assert!(p.validate(&spec, other).is_err());
@@ -305,11 +269,7 @@ mod tests {
         let mut flat = vec![0.1; n];
         flat[3] = f64::NAN;
         let p = KernelParams::from_flat(&spec, dims, &flat).unwrap();
-        assert!(p
-            .validate(&spec, dims)
-            .unwrap_err()
-            .to_string()
-            .contains("NaN"));
+        assert!(p.validate(&spec, dims).unwrap_err().to_string().contains("NaN"));
     }
 }
 

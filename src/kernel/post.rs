@@ -25,10 +25,7 @@ pub fn rope<F: Float>(u: &mut [F], r: usize, pos: usize, theta: f64) {
     let off = u.len() - r;
     for k in 0..r / 2 {
         let angle = rope_angle(pos, k, r, theta);
-        let (c, s) = (
-            F::from(angle.cos()).expect("cos"),
-            F::from(angle.sin()).expect("sin"),
-        );
+        let (c, s) = (F::from(angle.cos()).expect("cos"), F::from(angle.sin()).expect("sin"));
         let (a, b) = (u[off + 2 * k], u[off + 2 * k + 1]);
         u[off + 2 * k] = a * c - b * s;
         u[off + 2 * k + 1] = a * s + b * c;

@@ -61,20 +61,10 @@ impl Mutation {
 
     /// The mutant with this short name.
     pub fn from_name(name: &str) -> Result<Self> {
-        Mutation::all()
-            .iter()
-            .find(|(_, n)| *n == name)
-            .map(|(m, _)| *m)
-            .ok_or_else(|| {
-                let names: Vec<_> = Mutation::all().iter().map(|(_, n)| *n).collect();
-                Error::invalid(
-                    "mutant",
-                    format!(
-                        "unknown mutant '{name}'; expected one of {}",
-                        names.join(", ")
-                    ),
-                )
-            })
+        Mutation::all().iter().find(|(_, n)| *n == name).map(|(m, _)| *m).ok_or_else(|| {
+            let names: Vec<_> = Mutation::all().iter().map(|(_, n)| *n).collect();
+            Error::invalid("mutant", format!("unknown mutant '{name}'; expected one of {}", names.join(", ")))
+        })
     }
 }
 
@@ -100,11 +90,7 @@ pub struct WindowOut<F> {
 /// Checks the input shape and values.
 pub fn check_input<F: Float>(dims: KernelDims, x: ArrayView2<F>) -> Result<()> {
     if x.ncols() != dims.d_model {
-        return Err(Error::shape(
-            "kernel input",
-            format!("[T, {}]", dims.d_model),
-            format!("{:?}", x.shape()),
-        ));
+        return Err(Error::shape("kernel input", format!("[T, {}]", dims.d_model), format!("{:?}", x.shape())));
     }
     if x.iter().any(|v| !v.is_finite()) {
         return Err(Error::invalid("kernel input", "contains NaN or infinity"));
@@ -139,9 +125,8 @@ pub fn compress_mutated<F: Float>(
     let n = g.num_windows(t_len);
     let outs: Vec<WindowOut<F>> = (0..n)
         .map(|j| {
-            let rows: Vec<Option<ArrayView1<F>>> = (0..g.window())
-                .map(|i| slot_token(spec, j, i, t_len, mutation).map(|t| x.row(t)))
-                .collect();
+            let rows: Vec<Option<ArrayView1<F>>> =
+                (0..g.window()).map(|i| slot_token(spec, j, i, t_len, mutation).map(|t| x.row(t))).collect();
             compress_window(spec, dims, params, j, &rows, mutation)
         })
         .collect();
@@ -149,13 +134,7 @@ pub fn compress_mutated<F: Float>(
 }
 
 /// The token in slot `i` of window `j` (with the geometry mutations applied).
-fn slot_token(
-    spec: &KernelSpec,
-    j: usize,
-    i: usize,
-    t_len: usize,
-    mutation: Mutation,
-) -> Option<usize> {
+fn slot_token(spec: &KernelSpec, j: usize, i: usize, t_len: usize, mutation: Mutation) -> Option<usize> {
     let g = &spec.geometry;
     match mutation {
         Mutation::WindowStartOffByOne => g.token_at(j, i).map(|t| t + 1).filter(|&t| t < t_len),
@@ -165,11 +144,7 @@ fn slot_token(
 }
 
 /// Stacks per-window outputs into a [`Compressed`].
-pub(crate) fn assemble<F: Float>(
-    spec: &KernelSpec,
-    dims: KernelDims,
-    outs: Vec<WindowOut<F>>,
-) -> Compressed<F> {
+pub(crate) fn assemble<F: Float>(spec: &KernelSpec, dims: KernelDims, outs: Vec<WindowOut<F>>) -> Compressed<F> {
     let n = outs.len();
     let (w, dh) = (spec.geometry.window(), dims.d_head);
     let c = spec.gate_width(dh).max(1);
@@ -218,23 +193,11 @@ pub fn compress_window<F: Float>(
         Some(pv) => pool(spec, dims, pv, &gate_v, rows),
         None => pooled_k.clone(),
     };
-    let position = spec.geometry.entry_position(
-        j,
-        spec.rope
-            .map(|r| r.position)
-            .unwrap_or(crate::geometry::EntryPosition::First),
-    );
-    let gamma = params
-        .gamma
-        .as_ref()
-        .map(|g| g.as_slice().expect("contiguous gamma"));
+    let position =
+        spec.geometry.entry_position(j, spec.rope.map(|r| r.position).unwrap_or(crate::geometry::EntryPosition::First));
+    let gamma = params.gamma.as_ref().map(|g| g.as_slice().expect("contiguous gamma"));
     let mut key = pooled_k.clone();
-    post::apply(
-        spec,
-        key.as_slice_mut().expect("contiguous"),
-        gamma,
-        position,
-    );
+    post::apply(spec, key.as_slice_mut().expect("contiguous"), gamma, position);
     let value = if spec.shared_kv {
         key.clone()
     } else {
@@ -242,15 +205,7 @@ pub fn compress_window<F: Float>(
         post::apply(spec, v.as_slice_mut().expect("contiguous"), gamma, position);
         v
     };
-    WindowOut {
-        key,
-        value,
-        pooled_k,
-        pooled_v,
-        gate_k,
-        gate_v,
-        position,
-    }
+    WindowOut { key, value, pooled_k, pooled_v, gate_k, gate_v, position }
 }
 
 /// Gate weights `[W, c]` of one window.
@@ -278,19 +233,11 @@ fn gate_weights<F: Float>(
         (_, Some(g)) => g,
     };
     // Slots that take part in the softmax.
-    let slots: Vec<usize> = if mutation == Mutation::PaddedSlotsKeepWeight {
-        (0..w).collect()
-    } else {
-        valid
-    };
+    let slots: Vec<usize> = if mutation == Mutation::PaddedSlotsKeepWeight { (0..w).collect() } else { valid };
     let mut s = Array2::<F>::zeros((w, c));
     for &i in &slots {
         let grp = spec.group_of(i);
-        let brow = if mutation == Mutation::BiasByWindow {
-            j % w
-        } else {
-            i
-        };
+        let brow = if mutation == Mutation::BiasByWindow { j % w } else { i };
         for ch in 0..c {
             let mut acc = gate.b[[brow, ch]];
             if let Some(h) = rows[i] {
@@ -312,13 +259,8 @@ fn gate_weights<F: Float>(
         return a;
     }
     for ch in 0..c {
-        let m = slots
-            .iter()
-            .map(|&i| s[[i, ch]])
-            .fold(F::neg_infinity(), F::max);
-        let z = slots
-            .iter()
-            .fold(F::zero(), |acc, &i| acc + (s[[i, ch]] - m).exp());
+        let m = slots.iter().map(|&i| s[[i, ch]]).fold(F::neg_infinity(), F::max);
+        let z = slots.iter().fold(F::zero(), |acc, &i| acc + (s[[i, ch]] - m).exp());
         for &i in &slots {
             a[[i, ch]] = (s[[i, ch]] - m).exp() / z;
         }
@@ -406,14 +348,7 @@ impl<F: Float> ReferenceStream<F> {
                         })
                     })
                     .collect();
-                out.push(compress_window(
-                    &self.spec,
-                    self.dims,
-                    &self.params,
-                    j,
-                    &rows,
-                    Mutation::None,
-                ));
+                out.push(compress_window(&self.spec, self.dims, &self.params, j, &rows, Mutation::None));
                 self.next_window += 1;
             }
             // Keep only tokens that a future window can still use.

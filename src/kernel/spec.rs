@@ -221,11 +221,7 @@ impl KernelSpec {
             tied: false,
             shared_kv: false,
             rms_norm: false,
-            rope: Some(RopeSpec {
-                channels: RopeChannels::All,
-                position: EntryPosition::First,
-                theta: ROPE_THETA,
-            }),
+            rope: Some(RopeSpec { channels: RopeChannels::All, position: EntryPosition::First, theta: ROPE_THETA }),
             visibility: Visibility::Inclusive,
             nope_model: false,
         }
@@ -238,40 +234,26 @@ impl KernelSpec {
             if map.len() != w {
                 return Err(Error::invalid(
                     "groups",
-                    format!(
-                        "an explicit group map needs one entry per offset ({w}), got {}",
-                        map.len()
-                    ),
+                    format!("an explicit group map needs one entry per offset ({w}), got {}", map.len()),
                 ));
             }
             let g = map.iter().copied().max().unwrap_or(0) + 1;
             if let Some(missing) = (0..g).find(|k| !map.contains(k)) {
                 return Err(Error::invalid(
                     "groups",
-                    format!(
-                        "group indices must cover 0..{g} without gaps; group {missing} is unused"
-                    ),
+                    format!("group indices must cover 0..{g} without gaps; group {missing} is unused"),
                 ));
             }
         }
         if self.tied && self.shared_kv {
-            return Err(Error::invalid(
-                "tied",
-                "tied gates need separate K/V branches; shared_kv has only one",
-            ));
+            return Err(Error::invalid("tied", "tied gates need separate K/V branches; shared_kv has only one"));
         }
         if let Some(rope) = &self.rope {
             if !(rope.theta > 0.0 && rope.theta.is_finite()) {
-                return Err(Error::invalid(
-                    "rope.theta",
-                    format!("must be positive and finite, got {}", rope.theta),
-                ));
+                return Err(Error::invalid("rope.theta", format!("must be positive and finite, got {}", rope.theta)));
             }
             if let RopeChannels::Fraction(0) = rope.channels {
-                return Err(Error::invalid(
-                    "rope.channels",
-                    "a fraction needs a positive denominator",
-                ));
+                return Err(Error::invalid("rope.channels", "a fraction needs a positive denominator"));
             }
         }
         Ok(())
@@ -311,10 +293,7 @@ impl KernelSpec {
 
     /// A copy with a different gate kind (used by the harness for K7 and K10).
     pub fn with_gate(&self, gate: GateKind) -> Self {
-        KernelSpec {
-            gate,
-            ..self.clone()
-        }
+        KernelSpec { gate, ..self.clone() }
     }
 
     /// One line describing the knobs, for `phasekv kernel list`.
@@ -355,11 +334,7 @@ impl KernelSpec {
             g.window(),
             g.stride(),
             if self.tied { "tied" } else { "untied" },
-            if self.shared_kv {
-                "shared_kv"
-            } else {
-                "separate_kv"
-            },
+            if self.shared_kv { "shared_kv" } else { "separate_kv" },
             if self.rms_norm { "rms" } else { "none" },
         )
     }
@@ -409,10 +384,7 @@ mod tests {
     fn dsv4_presets_follow_the_reference() {
         let csa = KernelSpec::preset("dsv4-csa").unwrap();
         assert_eq!(csa.num_groups(), 2);
-        assert_eq!(
-            (0..8).map(|i| csa.group_of(i)).collect::<Vec<_>>(),
-            [0, 0, 0, 0, 1, 1, 1, 1]
-        );
+        assert_eq!((0..8).map(|i| csa.group_of(i)).collect::<Vec<_>>(), [0, 0, 0, 0, 1, 1, 1, 1]);
         assert_eq!(csa.rope.unwrap().rotated_channels(512), 64);
         assert!(csa.shared_kv && csa.rms_norm && !csa.has_value_gate());
         let hca = KernelSpec::preset("dsv4-hca").unwrap();
@@ -426,10 +398,6 @@ mod tests {
         spec.groups = ParamGroups::Map(vec![0, 2, 2, 0]);
         assert!(spec.validate().unwrap_err().to_string().contains("group 1"));
         spec.groups = ParamGroups::Map(vec![0, 1]);
-        assert!(spec
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("one entry per offset"));
+        assert!(spec.validate().unwrap_err().to_string().contains("one entry per offset"));
     }
 }

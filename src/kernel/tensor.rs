@@ -81,21 +81,13 @@ impl TensorParams {
     /// Trainable parameters for `heads` heads from a candle-nn `VarBuilder` (names `gate_k.z`,
     /// `gate_k.b`, `gate_v.z`, `gate_v.b`, `proj_k`, `proj_v`, `gamma`): projections and gate
     /// weights `N(0, 1/d)`, biases 0 (every offset starts equal), RMSNorm weights 1.
-    pub fn init(
-        spec: &KernelSpec,
-        dims: KernelDims,
-        heads: usize,
-        vb: &candle_nn::VarBuilder,
-    ) -> Result<Self> {
+    pub fn init(spec: &KernelSpec, dims: KernelDims, heads: usize, vb: &candle_nn::VarBuilder) -> Result<Self> {
         use candle_nn::Init;
         spec.validate()?;
         let (g, w) = (spec.num_groups(), spec.geometry.window());
         let (d, dh) = (dims.d_model, dims.d_head);
         let dg = spec.gate_width(dh);
-        let weights = Init::Randn {
-            mean: 0.0,
-            stdev: 1.0 / (d as f64).sqrt(),
-        };
+        let weights = Init::Randn { mean: 0.0, stdev: 1.0 / (d as f64).sqrt() };
         let gate = |name: &str| -> Result<TensorGate> {
             Ok(TensorGate {
                 z: vb.get_with_hints((g, d, heads * dg), &format!("{name}.z"), weights)?,
@@ -104,22 +96,14 @@ impl TensorParams {
         };
         Ok(TensorParams {
             gate_k: if dg > 0 { Some(gate("gate_k")?) } else { None },
-            gate_v: if spec.has_value_gate() {
-                Some(gate("gate_v")?)
-            } else {
-                None
-            },
+            gate_v: if spec.has_value_gate() { Some(gate("gate_v")?) } else { None },
             proj_k: vb.get_with_hints((g, d, heads * dh), "proj_k", weights)?,
             proj_v: if spec.shared_kv {
                 None
             } else {
                 Some(vb.get_with_hints((g, d, heads * dh), "proj_v", weights)?)
             },
-            gamma: if spec.rms_norm {
-                Some(vb.get_with_hints((heads, dh), "gamma", Init::Const(1.0))?)
-            } else {
-                None
-            },
+            gamma: if spec.rms_norm { Some(vb.get_with_hints((heads, dh), "gamma", Init::Const(1.0))?) } else { None },
         })
     }
 
@@ -137,26 +121,20 @@ impl TensorParams {
         for p in heads {
             p.validate(spec, dims)?;
         }
-        let gate = |pick: &dyn Fn(&KernelParams<f64>) -> Option<&super::GateParams<f64>>| -> Result<Option<TensorGate>> {
-            if pick(&heads[0]).is_none() {
-                return Ok(None);
-            }
-            let zs: Vec<&Array3<f64>> = heads.iter().map(|p| &pick(p).expect("validated").z).collect();
-            let bs: Vec<&Array2<f64>> = heads.iter().map(|p| &pick(p).expect("validated").b).collect();
-            Ok(Some(TensorGate { z: stack_heads(&zs, device, dtype)?, b: stack_bias(&bs, device, dtype)? }))
-        };
-        let proj_k = stack_heads(
-            &heads.iter().map(|p| &p.proj_k).collect::<Vec<_>>(),
-            device,
-            dtype,
-        )?;
+        let gate =
+            |pick: &dyn Fn(&KernelParams<f64>) -> Option<&super::GateParams<f64>>| -> Result<Option<TensorGate>> {
+                if pick(&heads[0]).is_none() {
+                    return Ok(None);
+                }
+                let zs: Vec<&Array3<f64>> = heads.iter().map(|p| &pick(p).expect("validated").z).collect();
+                let bs: Vec<&Array2<f64>> = heads.iter().map(|p| &pick(p).expect("validated").b).collect();
+                Ok(Some(TensorGate { z: stack_heads(&zs, device, dtype)?, b: stack_bias(&bs, device, dtype)? }))
+            };
+        let proj_k = stack_heads(&heads.iter().map(|p| &p.proj_k).collect::<Vec<_>>(), device, dtype)?;
         let proj_v = match &heads[0].proj_v {
             None => None,
             Some(_) => Some(stack_heads(
-                &heads
-                    .iter()
-                    .map(|p| p.proj_v.as_ref().expect("validated"))
-                    .collect::<Vec<_>>(),
+                &heads.iter().map(|p| p.proj_v.as_ref().expect("validated")).collect::<Vec<_>>(),
                 device,
                 dtype,
             )?),
@@ -164,10 +142,8 @@ impl TensorParams {
         let gamma = match &heads[0].gamma {
             None => None,
             Some(_) => {
-                let v: Vec<f64> = heads
-                    .iter()
-                    .flat_map(|p| p.gamma.as_ref().expect("validated").iter().copied())
-                    .collect();
+                let v: Vec<f64> =
+                    heads.iter().flat_map(|p| p.gamma.as_ref().expect("validated").iter().copied()).collect();
                 Some(Tensor::from_vec(v, (heads.len(), dims.d_head), device)?.to_dtype(dtype)?)
             }
         };
@@ -221,10 +197,7 @@ impl TensorCompressed {
         let three = |t: &Tensor| -> Result<Array3<f64>> {
             let t = t.get(b)?.get(h)?.to_dtype(DType::F64)?;
             let (n, w, c) = t.dims3()?;
-            Ok(
-                Array3::from_shape_vec((n, w, c), t.flatten_all()?.to_vec1::<f64>()?)
-                    .expect("shape"),
-            )
+            Ok(Array3::from_shape_vec((n, w, c), t.flatten_all()?.to_vec1::<f64>()?).expect("shape"))
         };
         Ok(Compressed {
             keys: two(&self.keys)?,
@@ -248,10 +221,7 @@ impl TensorCompressed {
             pooled_v: cat(&|p| &p.pooled_v)?,
             gate_k: cat(&|p| &p.gate_k)?,
             gate_v: cat(&|p| &p.gate_v)?,
-            positions: parts
-                .iter()
-                .flat_map(|p| p.positions.iter().copied())
-                .collect(),
+            positions: parts.iter().flat_map(|p| p.positions.iter().copied()).collect(),
         })
     }
 }
@@ -265,38 +235,47 @@ pub struct TensorKernel {
     device: Device,
     dtype: DType,
     group_index: Tensor,
+    fused: bool,
+}
+
+impl TensorParams {
+    /// Whether any parameter takes part in automatic differentiation.
+    pub fn requires_grad(&self) -> bool {
+        let gate = |g: &Option<TensorGate>| g.as_ref().is_some_and(|g| g.z.track_op() || g.b.track_op());
+        gate(&self.gate_k)
+            || gate(&self.gate_v)
+            || self.proj_k.track_op()
+            || self.proj_v.as_ref().is_some_and(|t| t.track_op())
+            || self.gamma.as_ref().is_some_and(|t| t.track_op())
+    }
 }
 
 impl TensorKernel {
     /// A kernel for `heads` heads on `device` in `dtype` (f32, f16, bf16 or f64).
-    pub fn new(
-        spec: &KernelSpec,
-        dims: KernelDims,
-        heads: usize,
-        device: &Device,
-        dtype: DType,
-    ) -> Result<Self> {
+    pub fn new(spec: &KernelSpec, dims: KernelDims, heads: usize, device: &Device, dtype: DType) -> Result<Self> {
         spec.validate()?;
         if heads == 0 {
             return Err(Error::invalid("heads", "must be at least 1, got 0"));
         }
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
-            return Err(Error::invalid(
-                "dtype",
-                format!("must be f32, f16, bf16 or f64, got {dtype:?}"),
-            ));
+            return Err(Error::invalid("dtype", format!("must be f32, f16, bf16 or f64, got {dtype:?}")));
         }
         let w = spec.geometry.window();
         let gi: Vec<u32> = (0..w).map(|i| spec.group_of(i) as u32).collect();
         let group_index = Tensor::from_vec(gi, w, device)?;
-        Ok(TensorKernel {
-            spec: spec.clone(),
-            dims,
-            heads,
-            device: device.clone(),
-            dtype,
-            group_index,
-        })
+        Ok(TensorKernel { spec: spec.clone(), dims, heads, device: device.clone(), dtype, group_index, fused: true })
+    }
+
+    /// Enables or disables the fused CPU forward ([`super::fused`]), used by default for f32
+    /// on the CPU when nothing requires a gradient. Disabling it forces the primitive-op path.
+    pub fn with_fused(mut self, fused: bool) -> Self {
+        self.fused = fused;
+        self
+    }
+
+    /// Whether a call with these inputs takes the fused CPU path.
+    pub fn uses_fused(&self, params: &TensorParams, x: &Tensor) -> bool {
+        self.fused && self.device.is_cpu() && self.dtype == DType::F32 && !x.track_op() && !params.requires_grad()
     }
 
     /// The spec.
@@ -321,22 +300,19 @@ impl TensorKernel {
         let n = g.num_windows(t_len);
         let slots = g.slot_tokens(t_len);
         let positions = (0..n).map(|j| self.entry_position(j)).collect();
+        if self.uses_fused(params, x) {
+            return super::fused::compress(&self.spec, self.heads, self.dims.d_head, params, x, positions);
+        }
         self.compress_slots(params, x, &slots, positions)
     }
 
     fn entry_position(&self, j: usize) -> usize {
-        let which = self
-            .spec
-            .rope
-            .map(|r| r.position)
-            .unwrap_or(crate::geometry::EntryPosition::First);
+        let which = self.spec.rope.map(|r| r.position).unwrap_or(crate::geometry::EntryPosition::First);
         self.spec.geometry.entry_position(j, which)
     }
 
     fn check_x(&self, x: &Tensor) -> Result<(usize, usize, usize)> {
-        let (b, t, d) = x
-            .dims3()
-            .map_err(|_| Error::shape("kernel input", "[B, T, d]", format!("{:?}", x.dims())))?;
+        let (b, t, d) = x.dims3().map_err(|_| Error::shape("kernel input", "[B, T, d]", format!("{:?}", x.dims())))?;
         if d != self.dims.d_model {
             return Err(Error::shape(
                 "kernel input",
@@ -383,12 +359,11 @@ impl TensorKernel {
         let xp = Tensor::cat(&[x, &Tensor::zeros((b, 1, d), self.dtype, dev)?], 1)?;
         let idx: Vec<u32> = slots.iter().map(|s| s.unwrap_or(l) as u32).collect();
         let idx = Tensor::from_vec(idx, n * w, dev)?;
-        let xw = xp
-            .index_select(&idx, 1)?
-            .reshape((b, n, w, d))?
-            .permute((2, 0, 1, 3))?
-            .contiguous()?
-            .reshape((w, b * n, d))?;
+        let xw = xp.index_select(&idx, 1)?.reshape((b, n, w, d))?.permute((2, 0, 1, 3))?.contiguous()?.reshape((
+            w,
+            b * n,
+            d,
+        ))?;
         // Validity per (slot, window), replicated over the batch: [W, B*n, 1].
         let mut valid = vec![0f32; w * b * n];
         let mut counts = vec![0f32; n];
@@ -411,15 +386,7 @@ impl TensorKernel {
         let valid_t = Tensor::from_vec(valid.clone(), (w, b * n, 1), dev)?;
         // 2-3. gates
         let uniform = || -> Result<Tensor> {
-            let u: Vec<f32> = (0..w * b * n)
-                .map(|k| {
-                    if valid[k] > 0.0 {
-                        1.0 / counts[k % n]
-                    } else {
-                        0.0
-                    }
-                })
-                .collect();
+            let u: Vec<f32> = (0..w * b * n).map(|k| if valid[k] > 0.0 { 1.0 / counts[k % n] } else { 0.0 }).collect();
             Ok(Tensor::from_vec(u, (w, b * n, 1), dev)?
                 .to_dtype(self.dtype)?
                 .broadcast_as((w, b * n, h))?
@@ -449,15 +416,9 @@ impl TensorKernel {
             let vals = xw.matmul(&p)?; // [W, B*n, H*dh]
             let pooled = match self.spec.gate {
                 GateKind::Vector => (a * vals)?.sum(0)?,
-                _ => a
-                    .reshape((w, b * n, h, 1))?
-                    .broadcast_mul(&vals.reshape((w, b * n, h, dh))?)?
-                    .sum(0)?,
+                _ => a.reshape((w, b * n, h, 1))?.broadcast_mul(&vals.reshape((w, b * n, h, dh))?)?.sum(0)?,
             };
-            Ok(pooled
-                .reshape((b, n, h, dh))?
-                .permute((0, 2, 1, 3))?
-                .contiguous()?)
+            Ok(pooled.reshape((b, n, h, dh))?.permute((0, 2, 1, 3))?.contiguous()?)
         };
         let pooled_k = pool(&params.proj_k, &gate_k)?;
         let pooled_v = match &params.proj_v {
@@ -465,16 +426,9 @@ impl TensorKernel {
             None => pooled_k.clone(),
         };
         let keys = self.post(params, &pooled_k, &positions)?;
-        let values = if self.spec.shared_kv {
-            keys.clone()
-        } else {
-            self.post(params, &pooled_v, &positions)?
-        };
-        let gates_out = |a: &Tensor| -> Result<Tensor> {
-            Ok(a.reshape((w, b, n, h, c))?
-                .permute((1, 3, 2, 0, 4))?
-                .contiguous()?)
-        };
+        let values = if self.spec.shared_kv { keys.clone() } else { self.post(params, &pooled_v, &positions)? };
+        let gates_out =
+            |a: &Tensor| -> Result<Tensor> { Ok(a.reshape((w, b, n, h, c))?.permute((1, 3, 2, 0, 4))?.contiguous()?) };
         Ok(TensorCompressed {
             keys,
             values,
@@ -493,9 +447,7 @@ impl TensorKernel {
         if let (true, Some(gamma)) = (self.spec.rms_norm, &params.gamma) {
             let ms = u.sqr()?.mean_keepdim(D::Minus1)?;
             let inv = (ms + RMS_NORM_EPS)?.sqrt()?.recip()?;
-            u = u
-                .broadcast_mul(&inv)?
-                .broadcast_mul(&gamma.reshape((1, h, 1, dh))?)?;
+            u = u.broadcast_mul(&inv)?.broadcast_mul(&gamma.reshape((1, h, 1, dh))?)?;
         }
         if let Some(rs) = &self.spec.rope {
             let r = rs.rotated_channels(dh);
@@ -509,13 +461,7 @@ impl TensorKernel {
 
 /// Interleaved-pair RoPE on the last `r` channels of `u: [B, H, n, d_h]`, entry `j` at
 /// `positions[j]` (angles from [`rope_angle`]).
-pub fn rope_tensor(
-    u: &Tensor,
-    r: usize,
-    positions: &[usize],
-    theta: f64,
-    device: &Device,
-) -> Result<Tensor> {
+pub fn rope_tensor(u: &Tensor, r: usize, positions: &[usize], theta: f64, device: &Device) -> Result<Tensor> {
     let (b, h, n, dh) = u.dims4()?;
     let half = r / 2;
     let mut cos = Vec::with_capacity(n * half);
@@ -557,14 +503,7 @@ pub struct TensorStream<'a> {
 impl<'a> TensorStream<'a> {
     /// A stream at the start of a sequence.
     pub fn new(kernel: &'a TensorKernel, params: &'a TensorParams) -> Self {
-        TensorStream {
-            kernel,
-            params,
-            buffer: None,
-            buffer_start: 0,
-            next_pos: 0,
-            next_window: 0,
-        }
+        TensorStream { kernel, params, buffer: None, buffer_start: 0, next_pos: 0, next_window: 0 }
     }
 
     /// Starts a new sequence.
@@ -594,9 +533,7 @@ impl<'a> TensorStream<'a> {
             positions.push(self.kernel.entry_position(j));
             self.next_window += 1;
         }
-        let out = self
-            .kernel
-            .compress_slots(self.params, &ext, &slots, positions)?;
+        let out = self.kernel.compress_slots(self.params, &ext, &slots, positions)?;
         self.next_pos = end_pos;
         let keep_from = (g.start(self.next_window).max(0) as usize).min(end_pos);
         let drop = keep_from - self.buffer_start;
@@ -608,9 +545,7 @@ impl<'a> TensorStream<'a> {
     /// Streams `x: [B, T, d]` in chunks of the given sizes (the last chunk takes the rest).
     pub fn run(mut self, x: &Tensor, chunks: &[usize]) -> Result<TensorCompressed> {
         let (_, t_len, _) = self.kernel.check_x(x)?;
-        let mut parts = vec![self
-            .kernel
-            .compress_slots(self.params, x, &[], Vec::new())?];
+        let mut parts = vec![self.kernel.compress_slots(self.params, x, &[], Vec::new())?];
         let mut at = 0;
         let mut sizes = chunks.iter().copied().filter(|&c| c > 0);
         while at < t_len {
@@ -630,15 +565,8 @@ fn additive_mask(
     device: &Device,
     dtype: DType,
 ) -> Result<Tensor> {
-    let v: Vec<f32> = (0..rows * cols)
-        .map(|k| {
-            if allowed(k / cols, k % cols) {
-                0.0
-            } else {
-                f32::NEG_INFINITY
-            }
-        })
-        .collect();
+    let v: Vec<f32> =
+        (0..rows * cols).map(|k| if allowed(k / cols, k % cols) { 0.0 } else { f32::NEG_INFINITY }).collect();
     Ok(Tensor::from_vec(v, (rows, cols), device)?.to_dtype(dtype)?)
 }
 
@@ -656,10 +584,7 @@ pub fn repeat_kv(x: &Tensor, groups: usize) -> Result<Tensor> {
         return Ok(x.clone());
     }
     let (b, h, l, d) = x.dims4()?;
-    Ok(x.unsqueeze(2)?
-        .broadcast_as((b, h, groups, l, d))?
-        .contiguous()?
-        .reshape((b, h * groups, l, d))?)
+    Ok(x.unsqueeze(2)?.broadcast_as((b, h, groups, l, d))?.contiguous()?.reshape((b, h * groups, l, d))?)
 }
 
 /// Output of [`compressed_attention`]: `[B, Hq, T, d_h]` and entry weights `[B, Hq, T, n]`.
@@ -690,29 +615,17 @@ pub fn compressed_attention(
     let (_, hkv, _, _) = raw_k.dims4()?;
     let n = entry_k.dim(2)?;
     if local_window == 0 {
-        return Err(Error::invalid(
-            "local_window",
-            "must be at least 1 (the query's own token), got 0",
-        ));
+        return Err(Error::invalid("local_window", "must be at least 1 (the query's own token), got 0"));
     }
     if hkv == 0 || hq % hkv != 0 {
-        return Err(Error::invalid(
-            "heads",
-            format!("query heads ({hq}) must be a multiple of KV heads ({hkv})"),
-        ));
+        return Err(Error::invalid("heads", format!("query heads ({hq}) must be a multiple of KV heads ({hkv})")));
     }
     let groups = hq / hkv;
     let (dev, dtype) = (q.device(), q.dtype());
     let scale = 1.0 / (dh as f64).sqrt();
     let k = repeat_kv(raw_k, groups)?;
     let v = repeat_kv(raw_v, groups)?;
-    let local = additive_mask(
-        t_len,
-        t_len,
-        |qq, t| t <= qq && t + local_window > qq,
-        dev,
-        dtype,
-    )?;
+    let local = additive_mask(t_len, t_len, |qq, t| t <= qq && t + local_window > qq, dev, dtype)?;
     let s_raw = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&local)?;
     if n == 0 {
         let w = softmax_last(&s_raw)?;
@@ -724,20 +637,11 @@ pub fn compressed_attention(
     }
     let ek = repeat_kv(entry_k, groups)?;
     let ev = repeat_kv(entry_v, groups)?;
-    let vis = additive_mask(
-        t_len,
-        n,
-        |qq, j| geometry.is_visible(j, qq, visibility),
-        dev,
-        dtype,
-    )?;
+    let vis = additive_mask(t_len, n, |qq, j| geometry.is_visible(j, qq, visibility), dev, dtype)?;
     let s_ent = (q.matmul(&ek.t()?)? * scale)?.broadcast_add(&vis)?;
     let w = softmax_last(&Tensor::cat(&[&s_raw, &s_ent], 3)?)?;
     let w_raw = w.narrow(3, 0, t_len)?;
     let w_ent = w.narrow(3, t_len, n)?;
     let output = (w_raw.matmul(&v)? + w_ent.matmul(&ev)?)?;
-    Ok(TensorAttention {
-        output,
-        entry_weights: w_ent,
-    })
+    Ok(TensorAttention { output, entry_weights: w_ent })
 }

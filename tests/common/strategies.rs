@@ -13,10 +13,7 @@ pub use phasekv::kernel::harness::strategies::*;
 /// The seed for a test: `PHASEKV_TEST_SEED` if set (to explore), else a fixed value (so CI is
 /// reproducible); mixed with a label so tests draw different cases.
 pub fn seed_for(label: &str) -> [u8; 32] {
-    let base: u64 = std::env::var("PHASEKV_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5EED_0001);
+    let base: u64 = std::env::var("PHASEKV_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5EED_0001);
     let mut h: u64 = 0xcbf29ce484222325 ^ base;
     for b in label.bytes() {
         h = (h ^ b as u64).wrapping_mul(0x100000001b3);
@@ -36,18 +33,12 @@ pub fn runner(label: &str, cases: u32, regressions: Option<&'static str>) -> Tes
         max_shrink_iters: 512,
         ..Config::default()
     };
-    TestRunner::new_with_rng(
-        config,
-        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_for(label)),
-    )
+    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed_for(label)))
 }
 
 /// Every preset, as specs.
 pub fn all_presets() -> Vec<KernelSpec> {
-    preset_names()
-        .iter()
-        .map(|n| KernelSpec::preset(n).expect("listed preset"))
-        .collect()
+    preset_names().iter().map(|n| KernelSpec::preset(n).expect("listed preset")).collect()
 }
 
 /// Runs `invariant` on every preset with `make(spec)`; returns the reports. Panics listing every
@@ -62,26 +53,13 @@ pub fn check_every_preset(
     for spec in all_presets() {
         let subject = make(&spec);
         let label = format!("{}-{}-{}", invariant.id(), subject.label(), spec.name);
-        let mut r = runner(
-            &label,
-            cases,
-            Some("proptest-regressions/kernel_invariants.txt"),
-        );
+        let mut r = runner(&label, cases, Some("proptest-regressions/kernel_invariants.txt"));
         let report = run_invariant(subject.as_ref(), invariant, &mut r);
         if let Some(f) = &report.failure {
-            failures.push(format!(
-                "{} on {} ({}): {f}",
-                invariant.id(),
-                spec.name,
-                subject.label()
-            ));
+            failures.push(format!("{} on {} ({}): {f}", invariant.id(), spec.name, subject.label()));
         }
         reports.push((spec.name.clone(), report));
     }
-    assert!(
-        failures.is_empty(),
-        "invariant failures:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "invariant failures:\n{}", failures.join("\n"));
     reports
 }

@@ -36,12 +36,7 @@ pub trait KernelUnderTest {
     /// The same implementation for another spec (used by K7 and K10, which compare two specs).
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest>;
     /// Compresses one sequence `x: [T, d]`.
-    fn compress(
-        &self,
-        dims: KernelDims,
-        params: &KernelParams<f64>,
-        x: ArrayView2<f64>,
-    ) -> Result<Compressed<f64>>;
+    fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>>;
     /// Compresses several sequences of the same length (implementations may batch).
     fn compress_many(
         &self,
@@ -49,9 +44,7 @@ pub trait KernelUnderTest {
         params: &KernelParams<f64>,
         xs: &[Array2<f64>],
     ) -> Result<Vec<Compressed<f64>>> {
-        xs.iter()
-            .map(|x| self.compress(dims, params, x.view()))
-            .collect()
+        xs.iter().map(|x| self.compress(dims, params, x.view())).collect()
     }
     /// Streams the sequences one after another through one stream, resetting between them;
     /// each sequence is fed in chunks of the given sizes. Returns the entries of each sequence.
@@ -122,9 +115,7 @@ impl Invariant {
 
     /// The catalogue id, `K1` .. `K13`.
     pub fn id(&self) -> &'static str {
-        [
-            "K1", "K2", "K3", "K4", "K5", "K6", "K7", "K8", "K9", "K10", "K11", "K12", "K13",
-        ][*self as usize]
+        ["K1", "K2", "K3", "K4", "K5", "K6", "K7", "K8", "K9", "K10", "K11", "K12", "K13"][*self as usize]
     }
 
     /// A short name.
@@ -190,33 +181,26 @@ pub struct InvariantReport {
 }
 
 /// Runs one invariant over cases drawn by `runner` (proptest: failures shrink to a minimal case).
-pub fn run_invariant(
-    subject: &dyn KernelUnderTest,
-    invariant: Invariant,
-    runner: &mut TestRunner,
-) -> InvariantReport {
+pub fn run_invariant(subject: &dyn KernelUnderTest, invariant: Invariant, runner: &mut TestRunner) -> InvariantReport {
     let spec = subject.spec().clone();
     let stats = RefCell::new((0usize, 0usize, 0.0f64, 0.0f64));
-    let result = runner.run(
-        &strategies::case_strategy(&spec),
-        |case| match checks::check(invariant, subject, &case) {
-            Ok(Verdict::Pass { error, bound }) => {
-                let mut s = stats.borrow_mut();
-                s.0 += 1;
-                if error >= s.2 {
-                    s.2 = error;
-                    s.3 = bound;
-                }
-                Ok(())
+    let result = runner.run(&strategies::case_strategy(&spec), |case| match checks::check(invariant, subject, &case) {
+        Ok(Verdict::Pass { error, bound }) => {
+            let mut s = stats.borrow_mut();
+            s.0 += 1;
+            if error >= s.2 {
+                s.2 = error;
+                s.3 = bound;
             }
-            Ok(Verdict::NotApplicable(_)) => {
-                stats.borrow_mut().1 += 1;
-                Ok(())
-            }
-            Ok(Verdict::Fail(msg)) => Err(TestCaseError::fail(msg)),
-            Err(e) => Err(TestCaseError::fail(format!("error: {e}"))),
-        },
-    );
+            Ok(())
+        }
+        Ok(Verdict::NotApplicable(_)) => {
+            stats.borrow_mut().1 += 1;
+            Ok(())
+        }
+        Ok(Verdict::Fail(msg)) => Err(TestCaseError::fail(msg)),
+        Err(e) => Err(TestCaseError::fail(format!("error: {e}"))),
+    });
     let (passed, na, worst, bound) = *stats.borrow();
     let failure = match result {
         Ok(()) => None,
@@ -249,22 +233,11 @@ pub fn run_invariant(
 pub fn seeded_runner(cases: u32, seed: u64) -> TestRunner {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        max_shrink_iters: 256,
-        ..Config::default()
-    };
-    TestRunner::new_with_rng(
-        config,
-        TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &bytes),
-    )
+    let config = Config { cases, failure_persistence: None, max_shrink_iters: 256, ..Config::default() };
+    TestRunner::new_with_rng(config, TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &bytes))
 }
 
 /// Runs every invariant on a subject.
 pub fn run_all(subject: &dyn KernelUnderTest, cases: u32, seed: u64) -> Vec<InvariantReport> {
-    Invariant::ALL
-        .iter()
-        .map(|&inv| run_invariant(subject, inv, &mut seeded_runner(cases, seed)))
-        .collect()
+    Invariant::ALL.iter().map(|&inv| run_invariant(subject, inv, &mut seeded_runner(cases, seed))).collect()
 }

@@ -86,10 +86,7 @@ pub fn case_strategy(spec: &KernelSpec) -> BoxedStrategy<Case> {
     let (w, s) = (spec.geometry.window(), spec.geometry.stride());
     (1usize..=4, 1usize..=4, seq_len(&spec))
         .prop_flat_map(move |(d, dh, t)| {
-            let dims = KernelDims {
-                d_model: d,
-                d_head: dh,
-            };
+            let dims = KernelDims { d_model: d, d_head: dh };
             let np = ParamLayout::of(&spec, dims).len();
             let spec = spec.clone();
             (
@@ -109,30 +106,28 @@ pub fn case_strategy(spec: &KernelSpec) -> BoxedStrategy<Case> {
                     1usize..=4,
                 ),
             )
-                .prop_map(
-                    move |((pd, xd, pre, token, pert, dir), (chunks, other, perm, att, local))| {
-                        let x = Array2::from_shape_vec((t, d), xd).expect("shape");
-                        let att = Array2::from_shape_vec((3 * t, dh), att).expect("shape");
-                        Case {
-                            dims,
-                            params: params_from_draw(&spec, dims, &pd),
-                            x,
-                            prefix: Array2::from_shape_vec((s, d), pre).expect("shape"),
-                            token,
-                            perturb: Array1::from_vec(pert),
-                            direction: Array1::from_vec(dir),
-                            chunks,
-                            other: Array2::from_shape_vec((t, d), other).expect("shape"),
-                            permutation: perm,
-                            attention: AttentionInputs {
-                                queries: att.slice(ndarray::s![0..t, ..]).to_owned(),
-                                raw_keys: att.slice(ndarray::s![t..2 * t, ..]).to_owned(),
-                                raw_values: att.slice(ndarray::s![2 * t..3 * t, ..]).to_owned(),
-                                local_window: local,
-                            },
-                        }
-                    },
-                )
+                .prop_map(move |((pd, xd, pre, token, pert, dir), (chunks, other, perm, att, local))| {
+                    let x = Array2::from_shape_vec((t, d), xd).expect("shape");
+                    let att = Array2::from_shape_vec((3 * t, dh), att).expect("shape");
+                    Case {
+                        dims,
+                        params: params_from_draw(&spec, dims, &pd),
+                        x,
+                        prefix: Array2::from_shape_vec((s, d), pre).expect("shape"),
+                        token,
+                        perturb: Array1::from_vec(pert),
+                        direction: Array1::from_vec(dir),
+                        chunks,
+                        other: Array2::from_shape_vec((t, d), other).expect("shape"),
+                        permutation: perm,
+                        attention: AttentionInputs {
+                            queries: att.slice(ndarray::s![0..t, ..]).to_owned(),
+                            raw_keys: att.slice(ndarray::s![t..2 * t, ..]).to_owned(),
+                            raw_values: att.slice(ndarray::s![2 * t..3 * t, ..]).to_owned(),
+                            local_window: local,
+                        },
+                    }
+                })
         })
         .boxed()
 }

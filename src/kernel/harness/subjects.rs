@@ -22,19 +22,13 @@ pub struct ReferenceSubject {
 impl ReferenceSubject {
     /// The correct reference for a spec.
     pub fn new(spec: &KernelSpec) -> Self {
-        ReferenceSubject {
-            spec: spec.clone(),
-            mutation: Mutation::None,
-        }
+        ReferenceSubject { spec: spec.clone(), mutation: Mutation::None }
     }
 
     /// A deliberately broken reference (harness self-test).
     #[doc(hidden)]
     pub fn mutant(spec: &KernelSpec, mutation: Mutation) -> Self {
-        ReferenceSubject {
-            spec: spec.clone(),
-            mutation,
-        }
+        ReferenceSubject { spec: spec.clone(), mutation }
     }
 }
 
@@ -55,18 +49,10 @@ impl KernelUnderTest for ReferenceSubject {
     }
 
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest> {
-        Box::new(ReferenceSubject {
-            spec,
-            mutation: self.mutation,
-        })
+        Box::new(ReferenceSubject { spec, mutation: self.mutation })
     }
 
-    fn compress(
-        &self,
-        dims: KernelDims,
-        params: &KernelParams<f64>,
-        x: ArrayView2<f64>,
-    ) -> Result<Compressed<f64>> {
+    fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>> {
         reference::compress_mutated(&self.spec, dims, params, x, self.mutation)
     }
 
@@ -151,11 +137,7 @@ fn slice_entries(c: &Compressed<f64>, from: usize, to: usize) -> Compressed<f64>
     }
 }
 
-fn concat_entries(
-    spec: &KernelSpec,
-    dims: KernelDims,
-    parts: &[Compressed<f64>],
-) -> Compressed<f64> {
+fn concat_entries(spec: &KernelSpec, dims: KernelDims, parts: &[Compressed<f64>]) -> Compressed<f64> {
     use ndarray::{concatenate, Axis};
     let c = spec.gate_width(dims.d_head).max(1);
     let w = spec.geometry.window();
@@ -182,10 +164,7 @@ fn concat_entries(
         pooled_v: cat2(&|p| p.pooled_v.view()),
         gate_k: cat3(&|p| p.gate_k.view()),
         gate_v: cat3(&|p| p.gate_v.view()),
-        positions: parts
-            .iter()
-            .flat_map(|p| p.positions.iter().copied())
-            .collect(),
+        positions: parts.iter().flat_map(|p| p.positions.iter().copied()).collect(),
     }
 }
 
@@ -195,31 +174,24 @@ pub struct TensorSubject {
     spec: KernelSpec,
     dtype: DType,
     device: Device,
+    fused: bool,
 }
 
 impl TensorSubject {
     /// The candle kernel for a spec, in `dtype` on `device`.
     pub fn new(spec: &KernelSpec, dtype: DType, device: &Device) -> Self {
-        TensorSubject {
-            spec: spec.clone(),
-            dtype,
-            device: device.clone(),
-        }
+        TensorSubject { spec: spec.clone(), dtype, device: device.clone(), fused: true }
     }
 
-    fn kernel(
-        &self,
-        dims: KernelDims,
-        params: &KernelParams<f64>,
-    ) -> Result<(TensorKernel, TensorParams)> {
-        let k = TensorKernel::new(&self.spec, dims, 1, &self.device, self.dtype)?;
-        let p = TensorParams::from_heads(
-            &self.spec,
-            dims,
-            std::slice::from_ref(params),
-            &self.device,
-            self.dtype,
-        )?;
+    /// The same subject with the fused CPU f32 path disabled (primitive ops only).
+    pub fn primitive(mut self) -> Self {
+        self.fused = false;
+        self
+    }
+
+    fn kernel(&self, dims: KernelDims, params: &KernelParams<f64>) -> Result<(TensorKernel, TensorParams)> {
+        let k = TensorKernel::new(&self.spec, dims, 1, &self.device, self.dtype)?.with_fused(self.fused);
+        let p = TensorParams::from_heads(&self.spec, dims, std::slice::from_ref(params), &self.device, self.dtype)?;
         Ok((k, p))
     }
 
@@ -231,12 +203,7 @@ impl TensorSubject {
 
     fn tensor2(&self, a: &Array2<f64>) -> Result<Tensor> {
         let (r, c) = a.dim();
-        Ok(Tensor::from_vec(
-            a.iter().copied().collect::<Vec<_>>(),
-            (1, 1, r, c),
-            &self.device,
-        )?
-        .to_dtype(self.dtype)?)
+        Ok(Tensor::from_vec(a.iter().copied().collect::<Vec<_>>(), (1, 1, r, c), &self.device)?.to_dtype(self.dtype)?)
     }
 }
 
@@ -248,11 +215,10 @@ fn tensor_to_array2(t: &Tensor) -> Result<Array2<f64>> {
 
 impl KernelUnderTest for TensorSubject {
     fn label(&self) -> String {
-        format!(
-            "candle-{}-{}",
-            format!("{:?}", self.dtype).to_lowercase(),
-            if self.device.is_cpu() { "cpu" } else { "gpu" }
-        )
+        let fused = self.fused && self.device.is_cpu() && self.dtype == DType::F32;
+        let dtype = format!("{:?}", self.dtype).to_lowercase();
+        let device = if self.device.is_cpu() { "cpu" } else { "gpu" };
+        format!("candle-{dtype}-{device}{}", if fused { "-fused" } else { "" })
     }
 
     fn spec(&self) -> &KernelSpec {
@@ -264,19 +230,10 @@ impl KernelUnderTest for TensorSubject {
     }
 
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest> {
-        Box::new(TensorSubject {
-            spec,
-            dtype: self.dtype,
-            device: self.device.clone(),
-        })
+        Box::new(TensorSubject { spec, dtype: self.dtype, device: self.device.clone(), fused: self.fused })
     }
 
-    fn compress(
-        &self,
-        dims: KernelDims,
-        params: &KernelParams<f64>,
-        x: ArrayView2<f64>,
-    ) -> Result<Compressed<f64>> {
+    fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>> {
         Ok(self.compress_many(dims, params, &[x.to_owned()])?.remove(0))
     }
 
@@ -286,12 +243,7 @@ impl KernelUnderTest for TensorSubject {
         params: &KernelParams<f64>,
         xs: &[Array2<f64>],
     ) -> Result<Vec<Compressed<f64>>> {
-        reference::check_input(
-            dims,
-            xs.first()
-                .map(|x| x.view())
-                .unwrap_or(Array2::zeros((0, dims.d_model)).view()),
-        )?;
+        reference::check_input(dims, xs.first().map(|x| x.view()).unwrap_or(Array2::zeros((0, dims.d_model)).view()))?;
         let (k, p) = self.kernel(dims, params)?;
         let views: Vec<_> = xs.iter().map(|x| x.view()).collect();
         let out = k.compress(&p, &self.tensor(&views, dims.d_model)?)?;

@@ -73,3 +73,9 @@ where
 {
     a.iter().fold(0.0, |m, x| m.max(x.abs()))
 }
+
+/// Reassociation bound `4 u n |x|` at an explicit magnitude, without the floor at 1 (for
+/// quantities whose scale is known and may be far below 1, like K4's retention profile).
+pub fn reassociation_at(dtype: DType, terms: usize, magnitude: f64) -> f64 {
+    4.0 * unit_roundoff(dtype) * terms.max(1) as f64 * magnitude
+}
