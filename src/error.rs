@@ -64,17 +64,31 @@ pub enum Error {
 impl Error {
     /// Shorthand for [`Error::Invalid`].
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Error::Invalid { field: field.into(), reason: reason.into() }
+        Error::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
 
     /// Shorthand for [`Error::Shape`].
-    pub fn shape(what: impl Into<String>, expected: impl Into<String>, got: impl Into<String>) -> Self {
-        Error::Shape { what: what.into(), expected: expected.into(), got: got.into() }
+    pub fn shape(
+        what: impl Into<String>,
+        expected: impl Into<String>,
+        got: impl Into<String>,
+    ) -> Self {
+        Error::Shape {
+            what: what.into(),
+            expected: expected.into(),
+            got: got.into(),
+        }
     }
 
     /// Shorthand for [`Error::Io`].
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 }
 

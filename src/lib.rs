@@ -8,9 +8,15 @@
 //! | module | owns |
 //! |---|---|
 //! | [`error`] | the one error enum |
+//! | [`theory`] | the idealized induction task, Theorem 1 (oracle, argmin) and Theorem 2 (gradient flow) |
+//! | [`report`] | plotting helpers (line chart, category grid, scatter; SVG + PNG) |
+//! | [`run_dir`] | run directories: config, results, environment; a finished run is never overwritten |
 
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod report;
+pub mod run_dir;
+pub mod theory;
 
 pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! Plotting helpers (placeholder until plot.rs lands).
