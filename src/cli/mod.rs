@@ -1,6 +1,8 @@
 //! Command-line parsing. Each subcommand lives in its own file and is thin: it parses options,
 //! calls the library, and prints.
 
+mod theory;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -13,12 +15,18 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-enum Command {}
+enum Command {
+    /// The theory engine: Theorem 1 (oracle), Theorem 2 (gradient flow), phase diagram.
+    #[command(subcommand)]
+    Theory(theory::TheoryCommand),
+}
 
 /// Entry point: one-line errors, exit status 2 for bad input.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result: anyhow::Result<ExitCode> = match cli.command {};
+    let result: anyhow::Result<ExitCode> = match cli.command {
+        Command::Theory(cmd) => theory::run(cmd),
+    };
     match result {
         Ok(code) => code,
         Err(err) => {

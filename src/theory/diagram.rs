@@ -117,3 +117,34 @@ pub fn phase_diagram(
         points,
     })
 }
+
+/// The spec's *reference* map (spec §3; from an independent prototype) for `H=2, L=4, S=4,
+/// N=64` on [`spec_grid`]: rows beta, columns gamma. Used only to compare a computed map with
+/// it ([`compare_with_reference`]); never copied into results.
+pub const SPEC_REFERENCE_MAP: [&str; 6] = [
+    "++++kkkk", "++++++++", "+++++++k", "++++++kk", "++++ggkk", "ggggggkk",
+];
+
+/// Cells where a computed diagram on the spec grid differs from [`SPEC_REFERENCE_MAP`]:
+/// `(beta, gamma, computed, reference)`. `None` if the diagram is not on the spec grid.
+pub fn compare_with_reference(d: &PhaseDiagram) -> Option<Vec<(f64, f64, char, char)>> {
+    let (betas, gammas) = spec_grid();
+    let base = TaskParams {
+        beta: d.params.beta,
+        gamma: d.params.gamma,
+        ..TaskParams::default()
+    };
+    if d.betas != betas || d.gammas != gammas || d.params != base {
+        return None;
+    }
+    let mut diff = Vec::new();
+    for (i, row) in SPEC_REFERENCE_MAP.iter().enumerate() {
+        for (j, want) in row.chars().enumerate() {
+            let got = d.points[i * gammas.len() + j].verdict.symbol();
+            if got != want {
+                diff.push((betas[i], gammas[j], got, want));
+            }
+        }
+    }
+    Some(diff)
+}
