@@ -235,6 +235,10 @@ pub struct OracleOptions {
     pub max_iters: u64,
     /// Seed of all restarts.
     pub seed: u64,
+    /// Saddle escapes: a restart that ends unconcentrated is perturbed (logit noise 0.3) and
+    /// re-minimised up to this many times, keeping a lower end point. L-BFGS can stop on the
+    /// symmetric critical points of structured starts; this tells saddles from minima.
+    pub saddle_escapes: usize,
 }
 
 impl Default for OracleOptions {
@@ -247,6 +251,7 @@ impl Default for OracleOptions {
             split_per_pairs: 2,
             max_iters: 600,
             seed: 0,
+            saddle_escapes: 2,
         }
     }
 }
@@ -260,8 +265,10 @@ pub struct Restart {
     pub loss: f64,
     /// `loss - F_1`.
     pub gap: f64,
-    /// L-BFGS iterations used.
+    /// L-BFGS iterations used (all runs of this restart).
     pub iters: u64,
+    /// Saddle escapes that lowered the loss.
+    pub escapes_used: usize,
     /// Structure of the final gates.
     pub structure: Structure,
 }
@@ -451,8 +458,22 @@ pub fn theorem1(
         let mut rng =
             ChaCha8Rng::seed_from_u64(opts.seed.wrapping_mul(1_000_003).wrapping_add(i as u64));
         let init = start_logits(p, &kind, &mut rng);
-        let (theta, loss, iters) = minimise(&problem, init, opts.max_iters)?;
-        let structure = classify(&problem.gates(&theta));
+        let (mut theta, mut loss, mut iters) = minimise(&problem, init, opts.max_iters)?;
+        let mut structure = classify(&problem.gates(&theta));
+        let mut escapes_used = 0;
+        for _ in 0..opts.saddle_escapes {
+            if structure.one_hot {
+                break;
+            }
+            let kicked: Vec<f64> = theta.iter().map(|t| t + 0.3 * gaussian(&mut rng)).collect();
+            let (t2, l2, i2) = minimise(&problem, kicked, opts.max_iters)?;
+            iters += i2;
+            if l2 < loss - BEATEN_TOL {
+                (theta, loss) = (t2, l2);
+                structure = classify(&problem.gates(&theta));
+                escapes_used += 1;
+            }
+        }
         if best.as_ref().is_none_or(|(b, _)| loss < *b) {
             best = Some((loss, theta));
         }
@@ -461,6 +482,7 @@ pub fn theorem1(
             loss,
             gap: loss - f1,
             iters,
+            escapes_used,
             structure,
         });
         progress();
