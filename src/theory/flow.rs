@@ -12,6 +12,8 @@
 //! the vocabulary, so that every token occupies every position equally often and the sample
 //! gradient with respect to `w` vanishes at `w = 0` exactly, as the population gradient does.
 
+#![allow(clippy::needless_range_loop)] // index loops mirror the formulas (T-6g, T-11)
+
 use super::task::{
     population_loss_grad, sample_context, softmax_into, softmax_pullback, static_loss_grad,
     OracleGates, StaticWorkspace, TaskParams,
@@ -252,7 +254,9 @@ impl FlowState {
         let p = self.cfg.params;
         let s = p.stride;
         let hs = p.heads * s;
-        if self.sample.is_none() {
+        if let Some(sample) = &self.sample {
+            content_loss_grad(&p, theta, sample, out)
+        } else {
             for h in 0..p.heads {
                 softmax_into(&theta[h * s..(h + 1) * s], &mut self.pk[h * s..(h + 1) * s]);
                 softmax_into(
@@ -275,8 +279,6 @@ impl FlowState {
             out[..hs].copy_from_slice(&self.gk);
             out[hs..2 * hs].copy_from_slice(&self.gv);
             f
-        } else {
-            content_loss_grad(&p, theta, self.sample.as_ref().expect("checked"), out)
         }
     }
 

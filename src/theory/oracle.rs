@@ -131,6 +131,7 @@ pub struct Structure {
 }
 
 /// Classify gates (argmax offsets, concentration, distinctness).
+#[allow(clippy::needless_range_loop)]
 pub fn classify(g: &OracleGates) -> Structure {
     let s = g.stride;
     let argmax = |v: &[f64]| {
