@@ -7,6 +7,7 @@ mod common;
 use phasekv::theory::oracle::*;
 use phasekv::theory::task::*;
 use proptest::prelude::*;
+use rand::Rng;
 
 /// A loss this far below F_1 is a real improvement, not rounding (spec §3: 1e-9).
 const BELOW: f64 = BEATEN_TOL;
@@ -206,4 +207,69 @@ fn invalid_parameters_are_rejected() {
         ..OracleOptions::default()
     };
     assert!(theorem1(&TaskParams::default(), &empty, || {}).is_err());
+}
+
+mod eps_positive {
+    use super::*;
+    use phasekv::theory::noisy::{theorem1_eps, ContextProblem};
+    use phasekv::theory::vocab::Vocabulary;
+
+    prop_compose! {
+        fn small_params_vocab_context()(p in crate::common::task_params(), dim in 3usize..40, seed in any::<u64>())
+            (context in Just(p).prop_perturb(|p, mut rng| {
+                let mut ids: Vec<usize> = (0..p.vocab).collect();
+                for i in 0..p.chunks * p.stride { let j = rng.random_range(i..p.vocab); ids.swap(i, j); }
+                ids.truncate(p.chunks * p.stride);
+                ids
+            }), p in Just(p), dim in Just(dim), seed in Just(seed), gates in crate::common::prob_blocks(2 * p.heads * p.chunks, p.stride))
+            -> (TaskParams, Vocabulary, Vec<usize>, OracleGates) {
+            let v = Vocabulary::random(p.vocab, p.kappa, dim, seed).unwrap();
+            let n = p.heads * p.chunks * p.stride;
+            let g = OracleGates { heads: p.heads, chunks: p.chunks, stride: p.stride, key: gates[..n].to_vec(), value: gates[n..].to_vec() };
+            (p, v, context, g)
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+        /// The per-context loss (T-12) equals the literal vector model at eps > 0, and its
+        /// gradient (T-12g) matches central finite differences.
+        #[test]
+        fn context_loss_matches_literal_model_and_fd((p, v, ctx, g) in small_params_vocab_context()) {
+            let prob = ContextProblem::new(p, &v, ctx.clone()).unwrap();
+            let (f, gk, gv) = prob.loss_grad(&g, true);
+            let lit = literal_context(&p, &v, &g, &ctx).unwrap();
+            let m = lit.iter().map(|o| o.loss).sum::<f64>() / lit.len() as f64;
+            prop_assert!((f - m).abs() < 1e-10, "context loss {} literal {}", f, m);
+            let h = 1e-6;
+            for i in 0..g.key.len() {
+                for which in 0..2 {
+                    let (mut a, mut b) = (g.clone(), g.clone());
+                    if which == 0 { a.key[i] += h; b.key[i] -= h; } else { a.value[i] += h; b.value[i] -= h; }
+                    let fd = (prob.loss_grad(&a, false).0 - prob.loss_grad(&b, false).0) / (2.0 * h);
+                    let an = if which == 0 { gk[i] } else { gv[i] };
+                    prop_assert!(crate::common::rel_err(an, fd, 1e-3) < 1e-4, "entry {}: {} vs {}", i, an, fd);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2, ..ProptestConfig::default() })]
+
+        /// At small eps (~0.05) the per-context minimiser is a distinct one-hot vertex with
+        /// value = key + 1 in every sampled context, and nothing beats the best distinct vertex.
+        #[test]
+        fn small_eps_keeps_concentration_and_distinctness(seed in any::<u64>()) {
+            let p = TaskParams::default();
+            let v = Vocabulary::random_for_eps(p.vocab, p.kappa, 0.05, seed).unwrap();
+            prop_assert!(v.eps < 0.1, "achieved eps {}", v.eps);
+            let opts = OracleOptions { random_per_scale: 1, near_vertex: 1, split_per_pairs: 1, max_split_pairs: 2, seed, ..OracleOptions::default() };
+            let r = theorem1_eps(&p, &v, 3, &opts, || {}).unwrap();
+            prop_assert_eq!(r.concentrated_fraction, 1.0);
+            prop_assert_eq!(r.distinct_fraction, 1.0);
+            prop_assert_eq!(r.beaten_fraction, 0.0);
+        }
+    }
 }

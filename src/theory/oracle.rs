@@ -376,13 +376,14 @@ pub fn start_logits(p: &TaskParams, kind: &StartKind, rng: &mut ChaCha8Rng) -> V
     theta
 }
 
-/// Run L-BFGS (More-Thuente) from `init` through argmin's `Executor`. Returns the best
-/// logits, their loss and the iteration count.
-pub fn minimise(
-    problem: &OracleProblem,
-    init: Vec<f64>,
-    max_iters: u64,
-) -> Result<(Vec<f64>, f64, u64)> {
+/// Run L-BFGS (More-Thuente) from `init` through argmin's `Executor` on any problem with
+/// `Vec<f64>` parameters. Returns the best logits, their loss and the iteration count.
+pub fn minimise<P>(problem: &P, init: Vec<f64>, max_iters: u64) -> Result<(Vec<f64>, f64, u64)>
+where
+    P: CostFunction<Param = Vec<f64>, Output = f64>
+        + Gradient<Param = Vec<f64>, Gradient = Vec<f64>>
+        + Clone,
+{
     let numerical = |e: argmin::core::Error| Error::Numerical {
         what: "L-BFGS".into(),
         reason: e.to_string(),
