@@ -8,7 +8,12 @@ use phasekv::theory::task::{static_loss_grad, StaticWorkspace, TaskParams};
 use std::hint::black_box;
 
 fn config() -> FlowConfig {
-    FlowConfig { params: TaskParams::secondary(), sigma: 0.01, t_max: 10_000.0, ..FlowConfig::default() }
+    FlowConfig {
+        params: TaskParams::secondary(),
+        sigma: 0.01,
+        t_max: 10_000.0,
+        ..FlowConfig::default()
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -21,11 +26,23 @@ fn bench(c: &mut Criterion) {
         let value = vec![1.0 / 8.0; 24];
         let mut ws = StaticWorkspace::new(3, 8);
         let (mut gk, mut gv) = (vec![0.0; 24], vec![0.0; 24]);
-        b.iter(|| static_loss_grad(black_box(&p), &key, &value, &mut ws, Some((&mut gk, &mut gv))))
+        b.iter(|| {
+            static_loss_grad(
+                black_box(&p),
+                &key,
+                &value,
+                &mut ws,
+                Some((&mut gk, &mut gv)),
+            )
+        })
     });
-    g.bench_function("one run to convergence H3 S8 L4 N256", |b| b.iter(|| run_flow(black_box(&cfg), 7, true).unwrap()));
+    g.bench_function("one run to convergence H3 S8 L4 N256", |b| {
+        b.iter(|| run_flow(black_box(&cfg), 7, true).unwrap())
+    });
     let seeds: Vec<u64> = (0..64).collect();
-    g.bench_function("64 seeds rayon H3 S8 L4 N256", |b| b.iter(|| run_seeds(black_box(&cfg), &seeds, || {}).unwrap()));
+    g.bench_function("64 seeds rayon H3 S8 L4 N256", |b| {
+        b.iter(|| run_seeds(black_box(&cfg), &seeds, || {}).unwrap())
+    });
     g.finish();
 }
 
