@@ -223,12 +223,15 @@ fn t1(a: T1Args) -> Result<ExitCode> {
     dir.write_json("theorem1.json", &report)?;
     // Figure: every restart's gap to F_1, by class of its end point.
     let mut series = vec![
-        Series::markers("concentrated, distinct", vec![], 2),
-        Series::markers("concentrated, collision", vec![], 4),
+        Series::markers("one-hot, distinct, value = key + 1", vec![], 2),
+        Series::markers("one-hot, colliding heads", vec![], 4),
+        Series::markers("one-hot, crossed (value != key + 1)", vec![], 0),
         Series::markers("not concentrated", vec![], 1),
     ];
     for (i, r) in report.restarts.iter().enumerate() {
         let k = if !r.structure.one_hot {
+            3
+        } else if !r.structure.value_follows_key {
             2
         } else if r.structure.distinct_heads {
             0
@@ -247,7 +250,14 @@ fn t1(a: T1Args) -> Result<ExitCode> {
         ),
         x_label: "restart".into(),
         y_label: "loss - F_1".into(),
-        y_range: None,
+        y_range: {
+            let (lo, hi) = report
+                .restarts
+                .iter()
+                .fold((0.0f64, 0.0f64), |(a, b), r| (a.min(r.gap), b.max(r.gap)));
+            let span = (hi - lo).max(1e-6);
+            Some((lo - 0.05 * span, hi + 0.45 * span))
+        },
         series,
     };
     scatter(&dir.file("t1-restarts"), &panel)?;
