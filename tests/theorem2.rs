@@ -238,3 +238,28 @@ fn invalid_flow_config_is_rejected() {
         assert!(err.to_string().contains(field), "{err}");
     }
 }
+
+/// Large beta (8) makes escapes from the split saddle very slow (spec §4): the median
+/// convergence time is more than ten times the one at beta = 2.
+#[test]
+fn large_beta_escapes_slowly() {
+    let median = |beta: f64| {
+        let cfg = FlowConfig {
+            params: TaskParams {
+                beta,
+                ..TaskParams::default()
+            },
+            t_max: 20_000.0,
+            ..FlowConfig::default()
+        };
+        let runs = run_seeds(&cfg, &(200..208).collect::<Vec<u64>>(), || {}).unwrap();
+        summarise(&cfg.params, &runs)
+            .median_t_conv
+            .unwrap_or(f64::INFINITY)
+    };
+    let (slow, fast) = (median(8.0), median(2.0));
+    assert!(
+        slow > 10.0 * fast,
+        "beta=8 median {slow} vs beta=2 median {fast}"
+    );
+}
