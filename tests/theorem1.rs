@@ -7,7 +7,6 @@ mod common;
 use phasekv::theory::oracle::*;
 use phasekv::theory::task::*;
 use proptest::prelude::*;
-use rand::Rng;
 
 /// A loss this far below F_1 is a real improvement, not rounding (spec §3: 1e-9).
 const BELOW: f64 = BEATEN_TOL;

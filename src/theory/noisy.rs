@@ -5,6 +5,8 @@
 //! argmin's L-BFGS minimises it from seeded restarts, and the minimiser is classified
 //! (concentrated? value = key + 1? distinct heads?). Contexts are drawn by Monte Carlo.
 
+#![allow(clippy::needless_range_loop)] // index loops mirror (T-12), (T-12g)
+
 use super::oracle::{classify, minimise, restart_plan, start_logits, OracleOptions, Structure};
 use super::task::{sample_context, softmax_into, softmax_pullback, OracleGates, TaskParams};
 use super::vocab::Vocabulary;
