@@ -44,6 +44,17 @@ proptest! {
         let s = &r.best_structure;
         prop_assert!(s.one_hot && s.value_follows_key && s.distinct_heads, "{:?}", s);
         prop_assert!(r.kkt.holds && r.kkt.min_margin > 0.0, "{:?}", r.kkt);
+        // The best one-hot configuration (enumerated, chunk-uniform) is a distinct
+        // value = key + 1 vertex at F_1, and KKT.
+        if let Some(b) = &r.best_one_hot {
+            prop_assert!((b.loss - r.f1).abs() < 1e-12, "best one-hot {} vs F_1 {}", b.loss, r.f1);
+            prop_assert!(b.key_offsets.iter().zip(&b.value_offsets).all(|(k, v)| v == &(k + 1)), "{:?}", b);
+            let mut keys = b.key_offsets.clone();
+            keys.sort_unstable();
+            keys.dedup();
+            prop_assert_eq!(keys.len(), p.heads);
+            prop_assert!(b.kkt.holds);
+        }
         let concentrated = r.restarts.iter().filter(|x| x.structure.one_hot).count();
         prop_assert!(concentrated * 2 >= r.restarts.len(), "only {concentrated}/{} restarts end concentrated", r.restarts.len());
     }
@@ -107,6 +118,10 @@ fn large_beta_split_head_beats_the_vertex() {
     let r = theorem1(&p, &opts(1), || {}).unwrap();
     assert!(r.kkt.holds, "vertex should be KKT: {:?}", r.kkt);
     assert_eq!(r.verdict, Verdict::Beaten);
+    // The best one-hot configuration is still the distinct vertex at F_1; a non-vertex wins.
+    let b = r.best_one_hot.as_ref().unwrap();
+    assert!((b.loss - r.f1).abs() < 1e-12 && b.kkt.holds);
+    assert!(r.best_loss < b.loss - 1e-4);
     assert!(
         r.best_loss < r.f1 - 1e-4,
         "best {} F_1 {}",

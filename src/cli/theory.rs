@@ -302,6 +302,12 @@ fn t1(a: T1Args) -> Result<ExitCode> {
         if report.kkt.holds { "KKT" } else { "not KKT" },
         report.kkt.worst_move
     );
+    if let Some(b) = &report.best_one_hot {
+        println!(
+            "  best one-hot configuration ({} enumerated): loss {:.12}, key offsets {:?}, value offsets {:?}, KKT margin {:.3e}",
+            b.enumerated, b.loss, b.key_offsets, b.value_offsets, b.kkt.min_margin
+        );
+    }
     let s = &report.best_structure;
     println!("  best minimiser: concentration {:.4}, one-hot {}, value = key + 1 {}, distinct heads {}, key offsets {:?}", s.concentration, s.one_hot, s.value_follows_key, s.distinct_heads, s.key_offsets);
     println!(

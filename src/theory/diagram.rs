@@ -21,6 +21,10 @@ pub struct DiagramPoint {
     pub f1: f64,
     /// Best loss found.
     pub best_loss: f64,
+    /// Loss of the best chunk-uniform one-hot configuration (enumerated; None if too many).
+    pub best_one_hot_loss: Option<f64>,
+    /// Whether that configuration is distinct with value = key + 1.
+    pub best_one_hot_is_distinct_vertex: Option<bool>,
     /// KKT margin of the vertex.
     pub kkt_margin: f64,
     /// Structure of the best minimiser.
@@ -105,6 +109,17 @@ pub fn phase_diagram(
                 verdict: r.verdict,
                 f1: r.f1,
                 best_loss: r.best_loss,
+                best_one_hot_loss: r.best_one_hot.as_ref().map(|b| b.loss),
+                best_one_hot_is_distinct_vertex: r.best_one_hot.as_ref().map(|b| {
+                    let mut k = b.key_offsets.clone();
+                    k.sort_unstable();
+                    k.dedup();
+                    k.len() == b.key_offsets.len()
+                        && b.key_offsets
+                            .iter()
+                            .zip(&b.value_offsets)
+                            .all(|(a, v)| *v == a + 1)
+                }),
                 kkt_margin: r.kkt.min_margin,
                 best_structure: r.best_structure,
             })

@@ -184,15 +184,30 @@ pub struct KktReport {
 pub fn vertex_kkt(p: &TaskParams) -> Result<KktReport> {
     p.validate()?;
     let offsets: Vec<Vec<usize>> = (0..p.heads).map(|h| vec![h; p.chunks]).collect();
-    let g = OracleGates::one_hot(p, &offsets)?;
-    let (_, gk, gv) = population_loss_grad(p, &g)?;
+    kkt_at(p, &OracleGates::one_hot(p, &offsets)?)
+}
+
+/// KKT margins (T-9) of any one-hot gates `g`: in every block the vertex is the argmax entry.
+pub fn kkt_at(p: &TaskParams, g: &OracleGates) -> Result<KktReport> {
+    let (_, gk, gv) = population_loss_grad(p, g)?;
     let s = p.stride;
+    let argmax = |v: &[f64]| {
+        v.iter()
+            .enumerate()
+            .fold(
+                (0, f64::NEG_INFINITY),
+                |acc, (i, &x)| if x > acc.1 { (i, x) } else { acc },
+            )
+            .0
+    };
     let mut min_margin = f64::INFINITY;
     let mut worst = String::new();
     for h in 0..p.heads {
         for l in 0..p.chunks {
             let i = g.idx(h, l, 0);
-            for (name, grad, j) in [("key", &gk, h), ("value", &gv, h + 1)] {
+            let jk = argmax(&g.key[i..i + s]);
+            let jv = argmax(&g.value[i..i + s]);
+            for (name, grad, j) in [("key", &gk, jk), ("value", &gv, jv)] {
                 for r in 0..s {
                     if r == j {
                         continue;
@@ -217,6 +232,78 @@ pub fn vertex_kkt(p: &TaskParams) -> Result<KktReport> {
         holds: min_margin >= -KKT_TOL,
         worst_move: worst,
     })
+}
+
+/// Largest number of chunk-uniform one-hot configurations [`best_one_hot`] enumerates.
+pub const MAX_ONE_HOT: usize = 100_000;
+
+/// The best one-hot configuration among all chunk-uniform ones (every head: any key offset,
+/// any value offset, the same in every chunk).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BestOneHot {
+    /// Its loss (T-4).
+    pub loss: f64,
+    /// Key offset per head (1-based).
+    pub key_offsets: Vec<usize>,
+    /// Value offset per head (1-based).
+    pub value_offsets: Vec<usize>,
+    /// How many configurations were enumerated, `S^(2H)`.
+    pub enumerated: usize,
+    /// KKT margins (T-9) at this vertex.
+    pub kkt: KktReport,
+}
+
+/// Enumerate every chunk-uniform one-hot configuration (`S^(2H)` of them) and return the
+/// best; `None` when there are more than [`MAX_ONE_HOT`].
+pub fn best_one_hot(p: &TaskParams) -> Result<Option<BestOneHot>> {
+    p.validate()?;
+    let s = p.stride;
+    let per_head = s * s;
+    let total = (per_head as f64).powi(p.heads as i32);
+    if total > MAX_ONE_HOT as f64 {
+        return Ok(None);
+    }
+    let total = total as usize;
+    let mut g = OracleGates::uniform(p);
+    let mut best: Option<(f64, usize)> = None;
+    let decode = |mut code: usize| -> Vec<(usize, usize)> {
+        (0..p.heads)
+            .map(|_| {
+                let c = code % per_head;
+                code /= per_head;
+                (c / s, c % s)
+            })
+            .collect()
+    };
+    let set = |g: &mut OracleGates, code: usize| {
+        g.key.iter_mut().for_each(|x| *x = 0.0);
+        g.value.iter_mut().for_each(|x| *x = 0.0);
+        for (h, (rk, rv)) in decode(code).into_iter().enumerate() {
+            for l in 0..p.chunks {
+                let i = g.idx(h, l, 0);
+                g.key[i + rk] = 1.0;
+                g.value[i + rv] = 1.0;
+            }
+        }
+    };
+    for code in 0..total {
+        set(&mut g, code);
+        let f = population_loss(p, &g)?;
+        if best.is_none_or(|(b, _)| f < b - 1e-12) {
+            best = Some((f, code));
+        }
+    }
+    let (loss, code) = best.expect("at least one configuration");
+    set(&mut g, code);
+    let kkt = kkt_at(p, &g)?;
+    let d = decode(code);
+    Ok(Some(BestOneHot {
+        loss,
+        key_offsets: d.iter().map(|x| x.0 + 1).collect(),
+        value_offsets: d.iter().map(|x| x.1 + 1).collect(),
+        enumerated: total,
+        kkt,
+    }))
 }
 
 /// Options for [`theorem1`].
@@ -309,8 +396,10 @@ pub struct Theorem1Report {
     pub best_structure: Structure,
     /// The best minimiser's gates.
     pub best_gates: OracleGates,
-    /// KKT at the vertex.
+    /// KKT at the canonical distinct vertex.
     pub kkt: KktReport,
+    /// The best chunk-uniform one-hot configuration, by enumeration (None if too many).
+    pub best_one_hot: Option<BestOneHot>,
     /// Verdict.
     pub verdict: Verdict,
     /// Number of restarts that went below `F_1 - BEATEN_TOL`.
@@ -447,6 +536,7 @@ pub fn theorem1(
     }
     let f1 = one_hot_loss(p)?;
     let kkt = vertex_kkt(p)?;
+    let best_one_hot = best_one_hot(p)?;
     let plan = restart_plan(p, opts);
     if plan.is_empty() {
         return Err(Error::invalid(
@@ -507,6 +597,7 @@ pub fn theorem1(
         best_structure,
         best_gates,
         kkt,
+        best_one_hot,
         verdict,
         restarts_below_f1,
         restarts,
