@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod kernel;
+mod theory;
 
 /// phasekv: phase sensitivity in chunked KV-cache compression.
 #[derive(Parser, Debug)]
@@ -19,6 +20,9 @@ enum Command {
     /// Compression kernels: list presets, check invariants, validate dumps.
     #[command(subcommand)]
     Kernel(kernel::KernelCmd),
+    /// The theory engine: Theorem 1 (oracle), Theorem 2 (gradient flow), phase diagram.
+    #[command(subcommand)]
+    Theory(theory::TheoryCommand),
 }
 
 /// Entry point: one-line errors, exit status 2 for bad input.
@@ -26,6 +30,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: anyhow::Result<ExitCode> = match cli.command {
         Command::Kernel(cmd) => kernel::run(cmd),
+        Command::Theory(cmd) => theory::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -1,3 +1,6 @@
-//! Shared test support: strategies and the preset runner.
-#![allow(dead_code)]
+//! Shared test support: proptest strategies and runners (`strategies`).
+#![allow(dead_code, unused_imports)]
+
 pub mod strategies;
+
+pub use strategies::*;

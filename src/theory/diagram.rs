@@ -1,0 +1,135 @@
+//! The Theorem 1 phase diagram over `(beta, gamma)` (theory/induction-model.md §3.3): at each
+//! grid point, [`super::oracle::theorem1`] decides `+` (concentration optimal), `k` (vertex not
+//! KKT) or `g` (vertex KKT but beaten). Points run in parallel (rayon).
+
+use super::oracle::{theorem1, OracleOptions, Structure, Verdict};
+use super::task::TaskParams;
+use crate::{Error, Result};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// One grid point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiagramPoint {
+    /// `beta`.
+    pub beta: f64,
+    /// `gamma`.
+    pub gamma: f64,
+    /// Verdict.
+    pub verdict: Verdict,
+    /// `F_1`.
+    pub f1: f64,
+    /// Best loss found.
+    pub best_loss: f64,
+    /// Loss of the best chunk-uniform one-hot configuration (enumerated; None if too many).
+    pub best_one_hot_loss: Option<f64>,
+    /// Whether that configuration is distinct with value = key + 1.
+    pub best_one_hot_is_distinct_vertex: Option<bool>,
+    /// KKT margin of the vertex.
+    pub kkt_margin: f64,
+    /// Structure of the best minimiser.
+    pub best_structure: Structure,
+}
+
+/// A phase diagram (rows: beta, columns: gamma).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseDiagram {
+    /// Base parameters (beta and gamma are overridden per point).
+    pub params: TaskParams,
+    /// Row values.
+    pub betas: Vec<f64>,
+    /// Column values.
+    pub gammas: Vec<f64>,
+    /// Row-major points.
+    pub points: Vec<DiagramPoint>,
+}
+
+impl PhaseDiagram {
+    /// The map as text, in the spec's layout (`+`, `k`, `g`).
+    pub fn to_text(&self) -> String {
+        let mut s = String::from("beta\\gamma");
+        for g in &self.gammas {
+            s.push_str(&format!(" {g:>4}"));
+        }
+        s.push('\n');
+        for (i, b) in self.betas.iter().enumerate() {
+            s.push_str(&format!("{b:>10}"));
+            for j in 0..self.gammas.len() {
+                s.push_str(&format!(" {:>4}", self.points[i * self.gammas.len() + j].verdict.symbol()));
+            }
+            s.push('\n');
+        }
+        s
+    }
+}
+
+/// The spec's grid: betas `0.25, 1, 2, 4, 8, 16`, gammas `0.5, 1, 2, ..., 7`.
+pub fn spec_grid() -> (Vec<f64>, Vec<f64>) {
+    (vec![0.25, 1.0, 2.0, 4.0, 8.0, 16.0], vec![0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+}
+
+/// Compute the diagram; `progress` is called once per finished point (from worker threads).
+pub fn phase_diagram(
+    base: &TaskParams,
+    betas: &[f64],
+    gammas: &[f64],
+    opts: &OracleOptions,
+    progress: impl Fn() + Sync,
+) -> Result<PhaseDiagram> {
+    base.validate()?;
+    if betas.is_empty() || gammas.is_empty() {
+        return Err(Error::invalid("grid", "need at least one beta and one gamma"));
+    }
+    let cells: Vec<(f64, f64)> = betas.iter().flat_map(|&b| gammas.iter().map(move |&g| (b, g))).collect();
+    let points = cells
+        .par_iter()
+        .map(|&(beta, gamma)| {
+            let p = TaskParams { beta, gamma, ..*base };
+            let r = theorem1(&p, opts, || {})?;
+            progress();
+            Ok(DiagramPoint {
+                beta,
+                gamma,
+                verdict: r.verdict,
+                f1: r.f1,
+                best_loss: r.best_loss,
+                best_one_hot_loss: r.best_one_hot.as_ref().map(|b| b.loss),
+                best_one_hot_is_distinct_vertex: r.best_one_hot.as_ref().map(|b| {
+                    let mut k = b.key_offsets.clone();
+                    k.sort_unstable();
+                    k.dedup();
+                    k.len() == b.key_offsets.len()
+                        && b.key_offsets.iter().zip(&b.value_offsets).all(|(a, v)| *v == a + 1)
+                }),
+                kkt_margin: r.kkt.min_margin,
+                best_structure: r.best_structure,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(PhaseDiagram { params: *base, betas: betas.to_vec(), gammas: gammas.to_vec(), points })
+}
+
+/// The spec's *reference* map (spec §3; from an independent prototype) for `H=2, L=4, S=4,
+/// N=64` on [`spec_grid`]: rows beta, columns gamma. Used only to compare a computed map with
+/// it ([`compare_with_reference`]); never copied into results.
+pub const SPEC_REFERENCE_MAP: [&str; 6] = ["++++kkkk", "++++++++", "+++++++k", "++++++kk", "++++ggkk", "ggggggkk"];
+
+/// Cells where a computed diagram on the spec grid differs from [`SPEC_REFERENCE_MAP`]:
+/// `(beta, gamma, computed, reference)`. `None` if the diagram is not on the spec grid.
+pub fn compare_with_reference(d: &PhaseDiagram) -> Option<Vec<(f64, f64, char, char)>> {
+    let (betas, gammas) = spec_grid();
+    let base = TaskParams { beta: d.params.beta, gamma: d.params.gamma, ..TaskParams::default() };
+    if d.betas != betas || d.gammas != gammas || d.params != base {
+        return None;
+    }
+    let mut diff = Vec::new();
+    for (i, row) in SPEC_REFERENCE_MAP.iter().enumerate() {
+        for (j, want) in row.chars().enumerate() {
+            let got = d.points[i * gammas.len() + j].verdict.symbol();
+            if got != want {
+                diff.push((betas[i], gammas[j], got, want));
+            }
+        }
+    }
+    Some(diff)
+}

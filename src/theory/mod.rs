@@ -1,0 +1,23 @@
+//! The theory engine: the idealized induction task of the paper, its exact population loss,
+//! and numerical checks of Theorem 1 (oracle class) and Theorem 2 (gradient flow).
+//!
+//! The mathematics, with the equation labels `(T-n)` that comments in these files cite, is in
+//! `theory/induction-model.md`; the contract is `spec/theory-model.md`.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`vocab`] | vocabulary geometry (T-1): exact (`eps = 0`) and random constructions |
+//! | [`task`] | task parameters, gates, closed-form loss and gradient (T-4..T-8), literal Monte Carlo model |
+//! | [`oracle`] | Theorem 1: argmin L-BFGS over the oracle class, classification, KKT (T-9) |
+//! | [`diagram`] | the (beta, gamma) phase diagram of Theorem 1 |
+//! | [`noisy`] | Theorem 1 at eps > 0: per-context L-BFGS on the literal model (T-12) |
+//! | [`flow`] | Theorem 2: gradient flow on static gates (RK4 / Euler), seeds in parallel |
+//! | [`profile`] | retrieval accuracy by query offset of a converged model (T-10) |
+
+pub mod diagram;
+pub mod flow;
+pub mod noisy;
+pub mod oracle;
+pub mod profile;
+pub mod task;
+pub mod vocab;
