@@ -60,6 +60,21 @@ def main():
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    # sgemm yardstick on the same shapes phasekv's bench uses
+    best = 0.0
+    for (mm, kk, nn) in [(4096, 128, 512), (1024, 1024, 1024)]:
+        A, B = torch.randn(mm, kk), torch.randn(kk, nn)
+        A @ B
+        runs = []
+        start = time.perf_counter()
+        while len(runs) < 3 or time.perf_counter() - start < a.seconds / 2:
+            t0 = time.perf_counter()
+            A @ B
+            runs.append(time.perf_counter() - t0)
+        runs.sort()
+        best = max(best, 2 * mm * kk * nn / runs[len(runs) // 2])
+    print(json.dumps({"impl": "pytorch-sgemm", "gflops": best / 1e9, "threads": torch.get_num_threads(),
+                      "cpu_capability": torch.backends.cpu.get_cpu_capability()}))
     m = W8S4(a.d_model, a.d_head)
     for t in [int(s) for s in a.tokens.split(",")]:
         x = torch.rand(1, t, a.d_model) * 2 - 1
