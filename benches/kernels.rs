@@ -43,7 +43,8 @@ fn kernels(c: &mut Criterion) {
                 b.iter(|| black_box(reference::compress(&spec, dims, &params, x.view()).unwrap()))
             });
             let tp = TensorParams::from_heads(&spec, dims, std::slice::from_ref(&params), &dev, DType::F32).unwrap();
-            let xt = Tensor::from_vec(x.iter().map(|&v| v as f32).collect::<Vec<_>>(), (1, t, dims.d_model), &dev).unwrap();
+            let xt =
+                Tensor::from_vec(x.iter().map(|&v| v as f32).collect::<Vec<_>>(), (1, t, dims.d_model), &dev).unwrap();
             for (name, fused) in [("candle-f32-fused", true), ("candle-f32-primitive", false)] {
                 let k = TensorKernel::new(&spec, dims, 1, &dev, DType::F32).unwrap().with_fused(fused);
                 g.bench_function(BenchmarkId::new(name, t), |b| b.iter(|| black_box(k.compress(&tp, &xt).unwrap())));

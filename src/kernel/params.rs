@@ -196,6 +196,18 @@ impl<F: Float> KernelParams<F> {
         }
     }
 
+    /// Multiplies the gate weights `Z` and projections `C` by `scale` (biases and RMSNorm
+    /// weights untouched); `1/sqrt(d)` keeps entries of order 1 for inputs of order 1.
+    pub fn scale_weights(&mut self, scale: F) {
+        for g in [&mut self.gate_k, &mut self.gate_v].into_iter().flatten() {
+            g.z.mapv_inplace(|v| v * scale);
+        }
+        self.proj_k.mapv_inplace(|v| v * scale);
+        if let Some(pv) = &mut self.proj_v {
+            pv.mapv_inplace(|v| v * scale);
+        }
+    }
+
     /// Sets every gate's content weights `Z` to zero, so gate weights depend on the offset
     /// biases only (content-free gates; used by K4, K7).
     pub fn zero_gate_content(&mut self) {
@@ -262,6 +274,18 @@ mod tests {
     }
 
     #[test]
+    fn gate_width_inconsistent_with_d_head_is_rejected() {
+        // A vector gate must have d_g = d_h; parameters built for a scalar gate do not fit.
+        let vector = KernelSpec::preset("w4s4").unwrap();
+        let scalar = KernelSpec::preset("w4s4-scalar").unwrap();
+        let dims = KernelDims::new(3, 4).unwrap();
+        let n = ParamLayout::of(&scalar, dims).len();
+        let p = KernelParams::from_flat(&scalar, dims, &vec![0.1; n]).unwrap();
+        let e = p.validate(&vector, dims).unwrap_err().to_string();
+        assert!(e.contains("gate_k.z") && e.contains("[4, 4, 3]") && e.contains("[4, 1, 3]"), "{e}");
+    }
+
+    #[test]
     fn nan_parameters_are_rejected() {
         let spec = KernelSpec::preset("w4s4").unwrap();
         let dims = KernelDims::new(2, 2).unwrap();
@@ -283,14 +307,7 @@ impl KernelParams<f64> {
         let n = ParamLayout::of(spec, dims).len();
         let flat: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
         let mut p = KernelParams::from_flat(spec, dims, &flat).expect("layout length");
-        let scale = 1.0 / (dims.d_model as f64).sqrt();
-        for g in [&mut p.gate_k, &mut p.gate_v].into_iter().flatten() {
-            g.z.mapv_inplace(|v| v * scale);
-        }
-        p.proj_k.mapv_inplace(|v| v * scale);
-        if let Some(pv) = &mut p.proj_v {
-            pv.mapv_inplace(|v| v * scale);
-        }
+        p.scale_weights(1.0 / (dims.d_model as f64).sqrt());
         if let Some(g) = &mut p.gamma {
             g.fill(1.0);
         }

@@ -136,15 +136,7 @@ impl ContextProblem {
     }
 
     fn gates(&self, theta: &[f64]) -> OracleGates {
-        let p = &self.params;
-        let mut g = OracleGates::uniform(p);
-        let n = g.key.len();
-        let s = p.stride;
-        for b in 0..n / s {
-            softmax_into(&theta[b * s..(b + 1) * s], &mut g.key[b * s..(b + 1) * s]);
-            softmax_into(&theta[n + b * s..n + (b + 1) * s], &mut g.value[b * s..(b + 1) * s]);
-        }
-        g
+        super::oracle::gates_from_logits(&self.params, theta)
     }
 }
 

@@ -47,15 +47,7 @@ impl OracleProblem {
 
     /// Gates from logits (softmax per block).
     pub fn gates(&self, theta: &[f64]) -> OracleGates {
-        let p = &self.params;
-        let mut g = OracleGates::uniform(p);
-        let n = g.key.len();
-        let s = p.stride;
-        for b in 0..n / s {
-            softmax_into(&theta[b * s..(b + 1) * s], &mut g.key[b * s..(b + 1) * s]);
-            softmax_into(&theta[n + b * s..n + (b + 1) * s], &mut g.value[b * s..(b + 1) * s]);
-        }
-        g
+        gates_from_logits(&self.params, theta)
     }
 
     /// Loss and gradient with respect to the logits.
@@ -546,4 +538,17 @@ pub fn theorem1(p: &TaskParams, opts: &OracleOptions, mut progress: impl FnMut()
         restarts_below_f1,
         restarts,
     })
+}
+
+/// Oracle gates from logits `theta = [key logits | value logits]`, a softmax per block of `S`
+/// (the parameterisation of every oracle-class minimisation, eps = 0 and eps > 0).
+pub fn gates_from_logits(p: &TaskParams, theta: &[f64]) -> OracleGates {
+    let mut g = OracleGates::uniform(p);
+    let n = g.key.len();
+    let s = p.stride;
+    for b in 0..n / s {
+        softmax_into(&theta[b * s..(b + 1) * s], &mut g.key[b * s..(b + 1) * s]);
+        softmax_into(&theta[n + b * s..n + (b + 1) * s], &mut g.value[b * s..(b + 1) * s]);
+    }
+    g
 }

@@ -66,14 +66,7 @@ pub fn seq_len(spec: &KernelSpec) -> impl Strategy<Value = usize> {
 /// `1/sqrt(d)`, biases as drawn, RMSNorm weights mapped into `[0.5, 1.5]`.
 pub fn params_from_draw(spec: &KernelSpec, dims: KernelDims, draw: &[f64]) -> KernelParams<f64> {
     let mut p = KernelParams::from_flat(spec, dims, draw).expect("layout length");
-    let scale = 1.0 / (dims.d_model as f64).sqrt();
-    for g in [&mut p.gate_k, &mut p.gate_v].into_iter().flatten() {
-        g.z.mapv_inplace(|v| v * scale);
-    }
-    p.proj_k.mapv_inplace(|v| v * scale);
-    if let Some(pv) = &mut p.proj_v {
-        pv.mapv_inplace(|v| v * scale);
-    }
+    p.scale_weights(1.0 / (dims.d_model as f64).sqrt());
     if let Some(g) = &mut p.gamma {
         g.mapv_inplace(|v| 1.0 + 0.5 * v);
     }
