@@ -10,12 +10,14 @@
 //! | [`error`] | the one error enum |
 //! | [`geometry`] | windows, phases, multiplicity, visibility, entry positions: the only place those formulas live |
 //! | [`kernel`] | kernel specs and presets, the f64 reference, the candle implementation, streaming, compressed attention, the invariant harness K1-K13 |
+//! | [`analysis`] | phase statistics of per-sample results (Wilson intervals, max gap, period estimate, chi-square and permutation tests) |
 //! | [`theory`] | the idealized induction task, Theorem 1 (oracle, argmin) and Theorem 2 (gradient flow) |
 //! | [`report`] | plotting helpers (line chart, category grid, scatter; SVG + PNG) |
 //! | [`run_dir`] | run directories: config, results, environment; a finished run is never overwritten |
 
 #![warn(missing_docs)]
 
+pub mod analysis;
 pub mod error;
 pub mod geometry;
 pub mod kernel;

@@ -1,0 +1,268 @@
+//! Phase statistics of per-sample retrieval results (`spec/phase-eval.md` §3): per residue group
+//! accuracy with Wilson 95 % intervals, the max phase gap, accuracy folded by phase, a period
+//! estimate over the divisors of `M`, a chi-square test of independence between group and
+//! correctness, and a seeded permutation test.
+//!
+//! **Period estimate.** For each proper divisor `p` of `M`, the group accuracies `acc[rho]` are
+//! modelled as a function of `rho mod p` (a one-way layout with `p` folds of `M/p` groups). The
+//! F statistic `F = (SS_between / (p-1)) / (SS_within / (M-p))` has `(p-1, M-p)` degrees of
+//! freedom under "no dependence on `rho mod p`". The estimate is the divisor with the smallest
+//! p-value of that F test; the runner-up is the next smallest; the confidence is the p-value
+//! itself (a period is *declared* only when it is below `alpha`). Smaller divisors of a true
+//! period fit worse, multiples fit as well but spend more degrees of freedom, so the true period
+//! wins. `p = M` is excluded (it always fits perfectly); `p = 1` is the flat model.
+
+use crate::{Error, Result};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use statrs::distribution::{ChiSquared, ContinuousCDF, FisherSnedecor};
+
+/// z for a two-sided 95 % interval.
+const Z95: f64 = 1.959_963_984_540_054;
+
+/// Accuracy of one residue group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupAccuracy {
+    /// Residue group `rho = position mod M`.
+    pub group: usize,
+    /// Samples in the group.
+    pub n: usize,
+    /// Correct samples.
+    pub correct: usize,
+    /// `correct / n` (NaN for an empty group).
+    pub accuracy: f64,
+    /// Wilson 95 % interval, lower end.
+    pub wilson_lo: f64,
+    /// Wilson 95 % interval, upper end.
+    pub wilson_hi: f64,
+}
+
+/// Wilson score interval at 95 % for `k` successes in `n` trials (`(0, 1)` for `n = 0`).
+pub fn wilson95(k: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let (k, n) = (k as f64, n as f64);
+    let p = k / n;
+    let z2 = Z95 * Z95;
+    let denom = 1.0 + z2 / n;
+    let centre = (p + z2 / (2.0 * n)) / denom;
+    let half = Z95 * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denom;
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+/// Per-group accuracies from `(group, correct)` samples; groups must lie in `0..m`.
+pub fn group_accuracies(samples: &[(usize, bool)], m: usize) -> Result<Vec<GroupAccuracy>> {
+    if m == 0 {
+        return Err(Error::invalid("residue modulus M", "must be at least 1, got 0"));
+    }
+    let mut n = vec![0usize; m];
+    let mut k = vec![0usize; m];
+    for (i, &(g, ok)) in samples.iter().enumerate() {
+        if g >= m {
+            return Err(Error::invalid("group", format!("sample {i} has group {g}, allowed 0..{m}")));
+        }
+        n[g] += 1;
+        k[g] += ok as usize;
+    }
+    Ok((0..m)
+        .map(|g| {
+            let (lo, hi) = wilson95(k[g], n[g]);
+            GroupAccuracy {
+                group: g,
+                n: n[g],
+                correct: k[g],
+                accuracy: if n[g] > 0 { k[g] as f64 / n[g] as f64 } else { f64::NAN },
+                wilson_lo: lo,
+                wilson_hi: hi,
+            }
+        })
+        .collect())
+}
+
+/// Max minus min accuracy over non-empty groups, in percentage points.
+pub fn max_gap_pp(groups: &[GroupAccuracy]) -> f64 {
+    let accs: Vec<f64> = groups.iter().filter(|g| g.n > 0).map(|g| g.accuracy).collect();
+    if accs.is_empty() {
+        return f64::NAN;
+    }
+    let (lo, hi) = accs.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+    100.0 * (hi - lo)
+}
+
+/// Accuracy folded by phase `rho mod s` (pooling the samples of the groups of each phase).
+pub fn fold_by_phase(groups: &[GroupAccuracy], s: usize) -> Result<Vec<GroupAccuracy>> {
+    if s == 0 || groups.len() % s != 0 {
+        return Err(Error::invalid("stride", format!("must divide M = {}, got {s}", groups.len())));
+    }
+    let mut n = vec![0usize; s];
+    let mut k = vec![0usize; s];
+    for g in groups {
+        n[g.group % s] += g.n;
+        k[g.group % s] += g.correct;
+    }
+    Ok((0..s)
+        .map(|p| {
+            let (lo, hi) = wilson95(k[p], n[p]);
+            GroupAccuracy {
+                group: p,
+                n: n[p],
+                correct: k[p],
+                accuracy: if n[p] > 0 { k[p] as f64 / n[p] as f64 } else { f64::NAN },
+                wilson_lo: lo,
+                wilson_hi: hi,
+            }
+        })
+        .collect())
+}
+
+/// The F test of one candidate period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeriodFit {
+    /// The candidate period `p` (a proper divisor of `M`, at least 2).
+    pub period: usize,
+    /// Fraction of the between-group variance explained by folding modulo `p`.
+    pub explained: f64,
+    /// The F statistic.
+    pub f: f64,
+    /// Its p-value (small: accuracy depends on `rho mod p`).
+    pub p_value: f64,
+}
+
+/// The period estimate: best and runner-up candidates, and whether the best is significant.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeriodEstimate {
+    /// Every candidate, best first.
+    pub candidates: Vec<PeriodFit>,
+    /// The significance level used to declare a period.
+    pub alpha: f64,
+    /// The estimated period, if the best candidate's p-value is below `alpha`.
+    pub period: Option<usize>,
+}
+
+impl PeriodEstimate {
+    /// The best candidate.
+    pub fn best(&self) -> Option<&PeriodFit> {
+        self.candidates.first()
+    }
+
+    /// The runner-up candidate.
+    pub fn runner_up(&self) -> Option<&PeriodFit> {
+        self.candidates.get(1)
+    }
+}
+
+/// Estimates the period of group accuracies `acc[0..M]` (see the module doc). Needs every
+/// group non-empty and `M >= 4`.
+pub fn estimate_period(groups: &[GroupAccuracy], alpha: f64) -> Result<PeriodEstimate> {
+    let m = groups.len();
+    if m < 4 {
+        return Err(Error::invalid("residue modulus M", format!("needs at least 4 groups, got {m}")));
+    }
+    if let Some(g) = groups.iter().find(|g| g.n == 0) {
+        return Err(Error::invalid("samples", format!("residue group {} has no samples", g.group)));
+    }
+    if !(alpha > 0.0 && alpha < 1.0) {
+        return Err(Error::invalid("alpha", format!("must be in (0, 1), got {alpha}")));
+    }
+    let acc: Vec<f64> = groups.iter().map(|g| g.accuracy).collect();
+    let mean = acc.iter().sum::<f64>() / m as f64;
+    let ss_total: f64 = acc.iter().map(|a| (a - mean).powi(2)).sum();
+    let mut candidates = Vec::new();
+    for p in (2..m).filter(|p| m % p == 0) {
+        let mut fold_mean = vec![0.0; p];
+        for (rho, a) in acc.iter().enumerate() {
+            fold_mean[rho % p] += a / (m / p) as f64;
+        }
+        let ss_within: f64 = acc.iter().enumerate().map(|(rho, a)| (a - fold_mean[rho % p]).powi(2)).sum();
+        let ss_between = ss_total - ss_within;
+        let (df1, df2) = ((p - 1) as f64, (m - p) as f64);
+        let (f, p_value) = if ss_total <= 1e-15 {
+            (0.0, 1.0) // perfectly flat: no period
+        } else if ss_within <= 1e-15 * ss_total {
+            (f64::INFINITY, 0.0)
+        } else {
+            let f = (ss_between / df1) / (ss_within / df2);
+            let dist = FisherSnedecor::new(df1, df2)
+                .map_err(|e| Error::Numerical { what: "F distribution".into(), reason: e.to_string() })?;
+            (f, dist.sf(f))
+        };
+        let explained = if ss_total > 0.0 { ss_between / ss_total } else { 0.0 };
+        candidates.push(PeriodFit { period: p, explained, f, p_value });
+    }
+    // Smallest p-value first; ties (e.g. exact fits) go to the smaller period.
+    candidates.sort_by(|a, b| a.p_value.total_cmp(&b.p_value).then(a.period.cmp(&b.period)));
+    let period = candidates.first().filter(|c| c.p_value < alpha).map(|c| c.period);
+    Ok(PeriodEstimate { candidates, alpha, period })
+}
+
+/// Chi-square test of independence between residue group and correctness (groups with no
+/// samples are dropped). Returns `(statistic, degrees of freedom, p-value)`; a p-value of 1
+/// when every sample is correct or every sample is wrong.
+pub fn chi_square_independence(groups: &[GroupAccuracy]) -> Result<(f64, usize, f64)> {
+    let used: Vec<&GroupAccuracy> = groups.iter().filter(|g| g.n > 0).collect();
+    let total: usize = used.iter().map(|g| g.n).sum();
+    let correct: usize = used.iter().map(|g| g.correct).sum();
+    if used.len() < 2 || correct == 0 || correct == total {
+        return Ok((0.0, used.len().saturating_sub(1), 1.0));
+    }
+    let rate = correct as f64 / total as f64;
+    let mut stat = 0.0;
+    for g in &used {
+        let n = g.n as f64;
+        let (e1, e0) = (n * rate, n * (1.0 - rate));
+        let (o1, o0) = (g.correct as f64, n - g.correct as f64);
+        stat += (o1 - e1).powi(2) / e1 + (o0 - e0).powi(2) / e0;
+    }
+    let df = used.len() - 1;
+    let dist = ChiSquared::new(df as f64)
+        .map_err(|e| Error::Numerical { what: "chi-square distribution".into(), reason: e.to_string() })?;
+    Ok((stat, df, dist.sf(stat)))
+}
+
+/// Permutation test of phase dependence: shuffles correctness across samples (keeping group
+/// sizes) `rounds` times with a seeded RNG and returns the p-value `(1 + #{gap >= observed}) /
+/// (1 + rounds)` for the max phase gap. Exact under the null of no dependence, whatever the
+/// counts, so it is the test to trust when groups are small.
+pub fn permutation_test(samples: &[(usize, bool)], m: usize, rounds: usize, seed: u64) -> Result<f64> {
+    if rounds == 0 {
+        return Err(Error::invalid("rounds", "must be at least 1"));
+    }
+    let observed = max_gap_pp(&group_accuracies(samples, m)?);
+    let groups: Vec<usize> = samples.iter().map(|s| s.0).collect();
+    let mut labels: Vec<bool> = samples.iter().map(|s| s.1).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut at_least = 0usize;
+    for _ in 0..rounds {
+        labels.shuffle(&mut rng);
+        let shuffled: Vec<(usize, bool)> = groups.iter().copied().zip(labels.iter().copied()).collect();
+        if max_gap_pp(&group_accuracies(&shuffled, m)?) >= observed - 1e-12 {
+            at_least += 1;
+        }
+    }
+    Ok((1 + at_least) as f64 / (1 + rounds) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wilson_matches_known_values() {
+        // 8 of 10: Wilson 95 % interval (0.4902, 0.9433) (standard tables).
+        let (lo, hi) = wilson95(8, 10);
+        assert!((lo - 0.4902).abs() < 1e-4 && (hi - 0.9433).abs() < 1e-4, "{lo} {hi}");
+        assert_eq!(wilson95(0, 0), (0.0, 1.0));
+        let (lo, hi) = wilson95(0, 20);
+        assert_eq!(lo, 0.0);
+        assert!(hi > 0.1 && hi < 0.2);
+    }
+
+    #[test]
+    fn bad_groups_are_named() {
+        let e = group_accuracies(&[(0, true), (30, false)], 24).unwrap_err().to_string();
+        assert!(e.contains("sample 1") && e.contains("group 30"), "{e}");
+        assert!(fold_by_phase(&group_accuracies(&[], 24).unwrap(), 5).is_err());
+    }
+}
