@@ -95,10 +95,14 @@ fn permutation_test_separates_signal_from_none() {
     let strat = (60usize..=80).prop_flat_map(|n| (Just(n), prop::collection::vec(0.0f64..1.0, M * n)));
     r.run(&strat, |(n, u)| {
         let periodic: Vec<f64> = (0..M).map(|rho| if rho % 4 == 1 { 0.2 } else { 0.9 }).collect();
-        let p_sig = permutation_test(&samples_from(&periodic, n, &u), M, 199, 7).unwrap();
-        prop_assert!(p_sig <= 0.01, "signal p = {p_sig}");
-        let flat = permutation_test(&samples_from(&[0.6; M], n, &u), M, 199, 7).unwrap();
-        prop_assert!(flat > 0.01, "flat p = {flat}");
+        // Under no dependence p is uniform on {1/1000, ..., 1}: P(p <= 0.001) = 0.001 per case.
+        let p_sig = permutation_test(&samples_from(&periodic, n, &u), M, 999, 7).unwrap();
+        prop_assert!(p_sig <= 0.001, "signal p = {p_sig}");
+        let flat = permutation_test(&samples_from(&[0.6; M], n, &u), M, 999, 7).unwrap();
+        prop_assert!(flat > 0.001, "flat p = {flat}");
+        // Exactly equal groups: no shuffle can have a smaller gap, so p = 1.
+        let exact: Vec<(usize, bool)> = (0..M * n).map(|k| (k % M, (k / M) % 2 == 0)).collect();
+        prop_assert_eq!(permutation_test(&exact, M, 99, 7).unwrap(), 1.0);
         Ok(())
     })
     .unwrap();
