@@ -10,11 +10,15 @@
 //! | [`error`] | the one error enum |
 //! | [`geometry`] | windows, phases, multiplicity, visibility, entry positions: the only place those formulas live |
 //! | [`kernel`] | kernel specs and presets, the f64 reference, the candle implementation, streaming, compressed attention, the invariant harness K1-K13 |
+//! | [`task`] | the synthetic retrieval task: seeded generator, per-sample records with positions |
+//! | [`model`] | the small decoder with compressed attention, training, checkpoints, run directories |
 
 #![warn(missing_docs)]
 
 pub mod error;
 pub mod geometry;
 pub mod kernel;
+pub mod model;
+pub mod task;
 
 pub use error::{Error, Result};

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod kernel;
+mod train;
 
 /// phasekv: phase sensitivity in chunked KV-cache compression.
 #[derive(Parser, Debug)]
@@ -19,6 +20,8 @@ enum Command {
     /// Compression kernels: list presets, check invariants, validate dumps.
     #[command(subcommand)]
     Kernel(kernel::KernelCmd),
+    /// Train a small decoder with a kernel preset on the retrieval task.
+    Train(train::TrainArgs),
 }
 
 /// Entry point: one-line errors, exit status 2 for bad input.
@@ -26,6 +29,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: anyhow::Result<ExitCode> = match cli.command {
         Command::Kernel(cmd) => kernel::run(cmd),
+        Command::Train(args) => train::run(args),
     };
     match result {
         Ok(code) => code,
