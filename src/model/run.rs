@@ -144,6 +144,13 @@ impl RunDir {
         Ok((dir, RunStart::Fresh))
     }
 
+    /// A handle on an existing directory (reading logs and metrics; no checks).
+    pub fn open_existing(path: &Path) -> RunDir {
+        RunDir {
+            path: path.to_path_buf(),
+        }
+    }
+
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.path
