@@ -38,6 +38,7 @@ fn tiny(preset: &str, steps: usize) -> RunConfig {
         d_head: 8,
         d_ff: 32,
         local_window: 3,
+        qk_norm_gain: 1.0,
     };
     c.train.steps = steps;
     c.train.batch_size = 4;

@@ -31,6 +31,7 @@ fn tiny(preset: &str) -> RunConfig {
         d_head: 8,
         d_ff: 32,
         local_window: 3,
+        qk_norm_gain: 1.0,
     };
     c
 }

@@ -32,6 +32,10 @@ pub struct TrainArgs {
     /// Print the effective config as JSON and exit.
     #[arg(long)]
     print_config: bool,
+    /// Time this many training steps (after 5 untimed) instead of training; prints one JSON
+    /// line with step time, tokens/s and peak memory. Writes no run directory.
+    #[arg(long)]
+    bench: Option<usize>,
     /// No progress bar (log lines only).
     #[arg(long)]
     quiet: bool,
@@ -112,6 +116,17 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&config)?);
         return Ok(ExitCode::SUCCESS);
     }
+    if let Some(steps) = args.bench {
+        let b = phasekv::model::train::bench_steps(&config, 5, steps)?;
+        let mut v = serde_json::to_value(&b)?;
+        v["impl"] = "candle-f32".into();
+        v["peak_rss_mib"] = peak_rss_mib()
+            .map(Into::into)
+            .unwrap_or(serde_json::Value::Null);
+        v["threads"] = std::env::var("RAYON_NUM_THREADS").ok().into();
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from(format!(
             "runs/{}-seed{}",
@@ -147,4 +162,12 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// Peak resident memory of this process (Linux `VmHWM`), in MiB.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }

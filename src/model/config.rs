@@ -28,6 +28,10 @@ pub struct ModelConfig {
     /// Raw tokens a query sees directly (itself included) in compressed layers; ignored by
     /// `full`.
     pub local_window: usize,
+    /// Initial weight of the per-head query and key RMSNorms. With normalised `q` and `k` the
+    /// largest score is `gain^2 * sqrt(d_head)`, only 4 at `d_head = 16` and gain 1: too flat
+    /// to pick one record among dozens until the gains grow (see theory/training.md).
+    pub qk_norm_gain: f64,
 }
 
 impl Default for ModelConfig {
@@ -41,6 +45,7 @@ impl Default for ModelConfig {
             d_head: 16,
             d_ff: 128,
             local_window: 4,
+            qk_norm_gain: 1.0,
         }
     }
 }
@@ -71,6 +76,13 @@ impl ModelConfig {
         at_least("d_head", self.d_head, 2)?;
         at_least("d_ff", self.d_ff, 1)?;
         at_least("local_window", self.local_window, 1)?;
+        if !(self.qk_norm_gain.is_finite() && self.qk_norm_gain > 0.0 && self.qk_norm_gain <= 100.0)
+        {
+            return Err(Error::invalid(
+                "model.qk_norm_gain",
+                format!("must be in (0, 100], got {}", self.qk_norm_gain),
+            ));
+        }
         if self.n_head % self.n_kv_head != 0 {
             return Err(Error::invalid(
                 "model.n_head",

@@ -140,8 +140,8 @@ impl Decoder {
                 wk: linear(&va, d, hkv * dh, "wk", 1.0)?,
                 wv: linear(&va, d, hkv * dh, "wv", 1.0)?,
                 wo: linear(&va, hq * dh, d, "wo", out_scale)?,
-                q_norm: ones(&va, dh, "q_norm")?,
-                k_norm: ones(&va, dh, "k_norm")?,
+                q_norm: va.get_with_hints(dh, "q_norm", Init::Const(config.qk_norm_gain))?,
+                k_norm: va.get_with_hints(dh, "k_norm", Init::Const(config.qk_norm_gain))?,
                 kernel,
             };
             let vm = vb.pp("mlp");

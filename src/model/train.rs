@@ -524,3 +524,62 @@ pub fn train(
     run.finish(&metrics)?;
     Ok(Outcome::Finished(metrics))
 }
+
+/// Timing of training steps (forward, backward, optimiser update) without a run directory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepBench {
+    /// Kernel preset.
+    pub preset: String,
+    /// Timed steps (after `warmup` untimed ones).
+    pub steps: usize,
+    /// Median seconds per step.
+    pub median_s: f64,
+    /// Mean seconds per step.
+    pub mean_s: f64,
+    /// Sequence tokens per step (`batch_size * seq_len`).
+    pub tokens_per_step: usize,
+    /// Tokens per second at the median step time.
+    pub tokens_per_s: f64,
+}
+
+/// Times `steps` training steps of `config` after `warmup` untimed ones (batches of steps
+/// `0..warmup + steps`, same as training).
+pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<StepBench> {
+    config.validate()?;
+    if steps == 0 {
+        return Err(Error::invalid("--bench", "must be at least 1 step, got 0"));
+    }
+    let device = Device::Cpu;
+    let model = Model::new(config, &device)?;
+    let tc = &config.train;
+    let mut opt = AdamW::new(model.store.vars(), tc.beta1, tc.beta2, tc.weight_decay)?;
+    let mut times = Vec::with_capacity(steps);
+    for step in 0..warmup + steps {
+        let t0 = Instant::now();
+        let batch = Batch::new(&training_batch(config, step), &device)?;
+        let r = evaluate_batch(&model.decoder, &batch)?;
+        let grads = r.loss.backward()?;
+        let norm = opt.grad_norm(&grads)?;
+        let scale = if tc.grad_clip > 0.0 && norm > tc.grad_clip {
+            tc.grad_clip / norm
+        } else {
+            1.0
+        };
+        opt.step(&grads, tc.lr_at(step), scale)?;
+        if step >= warmup {
+            times.push(t0.elapsed().as_secs_f64());
+        }
+    }
+    let mean_s = times.iter().sum::<f64>() / times.len() as f64;
+    times.sort_by(|a, b| a.total_cmp(b));
+    let median_s = times[times.len() / 2];
+    let tokens_per_step = tc.batch_size * config.task.seq_len();
+    Ok(StepBench {
+        preset: config.model.preset.clone(),
+        steps,
+        median_s,
+        mean_s,
+        tokens_per_step,
+        tokens_per_s: tokens_per_step as f64 / median_s,
+    })
+}
