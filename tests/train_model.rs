@@ -217,3 +217,24 @@ fn bad_configs_are_one_line_errors_naming_the_field() {
         .to_string();
     assert!(e.contains("presett"), "{e}");
 }
+
+#[test]
+fn the_curriculum_starts_easy_and_ends_on_the_full_task() {
+    use phasekv::model::train::training_batch;
+    let mut cfg = tiny("full");
+    cfg.task.n_records = 6;
+    cfg.task.n_queries = 6;
+    cfg.train.curriculum_steps = 100;
+    cfg.train.batch_size = 16;
+    let first = training_batch(&cfg, 0);
+    assert!(first
+        .iter()
+        .all(|s| s.record_positions.len() == 2 && s.prefix == 0));
+    let late = training_batch(&cfg, 100);
+    assert!(late.iter().all(|s| s.record_positions.len() == 6));
+    // After the curriculum the batch is the plain task stream of that step.
+    assert_eq!(late, cfg.task.batch(cfg.train.seed, 100, 16));
+    let mid = training_batch(&cfg, 50);
+    assert!(mid.iter().any(|s| s.record_positions.len() > 2));
+    assert!(mid.iter().all(|s| s.record_positions.len() <= 4));
+}

@@ -124,3 +124,24 @@ fn invalid_task_configs_name_the_field() {
         "{e}"
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Fewer records (a curriculum's easier sequences) keep the sequence length, and every
+    /// query still points at one of them.
+    #[test]
+    fn fewer_records_keep_the_length(cfg in task_config(), seed in any::<u64>(), k in 1usize..13) {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let s = cfg.sample_records(&mut rng, k, cfg.max_prefix, &vec![cfg.max_gap; cfg.n_records]);
+        let k = k.min(cfg.n_records);
+        prop_assert_eq!(s.tokens.len(), cfg.seq_len());
+        prop_assert_eq!(s.record_positions.len(), k);
+        prop_assert_eq!(s.queries.len(), cfg.n_queries.min(k));
+        for q in &s.queries {
+            prop_assert_eq!(&s.tokens[q.answer_pos..q.answer_pos + cfg.val_len], &q.answer[..]);
+            prop_assert!(q.record_index < k);
+        }
+    }
+}

@@ -119,7 +119,8 @@ pub struct TrainConfig {
     /// Global gradient-norm clip (0 = off).
     pub grad_clip: f64,
     /// Curriculum: over the first `curriculum_steps` steps the largest prefix and gap grow
-    /// linearly from 0 to the task's values (0 = no curriculum).
+    /// linearly from 0 to the task's values, and each sequence holds a number of records drawn
+    /// uniformly from 2 up to a cap that grows linearly to `n_records` (0 = no curriculum).
     pub curriculum_steps: usize,
     /// Evaluate every this many steps (and at the end).
     pub eval_every: usize,

@@ -345,13 +345,16 @@ pub fn training_batch(config: &RunConfig, step: usize) -> Vec<Sample> {
     let frac = step as f64 / c as f64;
     let pmax = (task.max_prefix as f64 * frac).round() as usize;
     let gmax = (task.max_gap as f64 * frac).round() as usize;
+    let lo = task.n_records.min(2);
+    let rmax = lo + ((task.n_records - lo) as f64 * frac).round() as usize;
     (0..config.train.batch_size)
         .map(|_| {
+            let records = rng.random_range(lo..=rmax);
             let prefix = rng.random_range(0..=pmax);
             let gaps: Vec<usize> = (0..task.n_records)
                 .map(|_| rng.random_range(0..=gmax))
                 .collect();
-            task.sample_with_layout(&mut rng, prefix, &gaps)
+            task.sample_records(&mut rng, records, prefix, &gaps)
         })
         .collect()
 }

@@ -214,12 +214,27 @@ impl TaskConfig {
         prefix: usize,
         gaps: &[usize],
     ) -> Sample {
+        self.sample_records(rng, self.n_records, prefix, gaps)
+    }
+
+    /// Like [`TaskConfig::sample_with_layout`] with only `n_records` records (clamped to
+    /// `1..=self.n_records`) and as many queries as fit (`min(n_queries, n_records)`), filler
+    /// making up the same sequence length (a curriculum draws easier sequences this way).
+    pub fn sample_records(
+        &self,
+        rng: &mut ChaCha8Rng,
+        n_records: usize,
+        prefix: usize,
+        gaps: &[usize],
+    ) -> Sample {
+        let n_records = n_records.clamp(1, self.n_records);
+        let n_queries = self.n_queries.min(n_records);
         let t_len = self.seq_len();
         let prefix = prefix.min(self.max_prefix);
         let filler = |rng: &mut ChaCha8Rng| 2 + rng.random_range(0..self.n_filler) as u32;
         // Distinct keys: draw key strings until n_records distinct ones.
-        let mut keys: Vec<Vec<u32>> = Vec::with_capacity(self.n_records);
-        while keys.len() < self.n_records {
+        let mut keys: Vec<Vec<u32>> = Vec::with_capacity(n_records);
+        while keys.len() < n_records {
             let k: Vec<u32> = (0..self.key_len)
                 .map(|_| self.key_base() + rng.random_range(0..self.n_key) as u32)
                 .collect();
@@ -227,7 +242,7 @@ impl TaskConfig {
                 keys.push(k);
             }
         }
-        let values: Vec<Vec<u32>> = (0..self.n_records)
+        let values: Vec<Vec<u32>> = (0..n_records)
             .map(|_| {
                 (0..self.val_len)
                     .map(|_| self.val_base() + rng.random_range(0..self.n_val) as u32)
@@ -239,8 +254,8 @@ impl TaskConfig {
         for _ in 0..prefix {
             tokens.push(filler(rng));
         }
-        let mut record_positions = Vec::with_capacity(self.n_records);
-        for r in 0..self.n_records {
+        let mut record_positions = Vec::with_capacity(n_records);
+        for r in 0..n_records {
             record_positions.push(tokens.len());
             tokens.extend_from_slice(&keys[r]);
             tokens.extend_from_slice(&values[r]);
@@ -249,14 +264,14 @@ impl TaskConfig {
                 tokens.push(filler(rng));
             }
         }
-        let query_block = self.n_queries * (1 + self.key_len + self.val_len);
+        let query_block = n_queries * (1 + self.key_len + self.val_len);
         while tokens.len() < t_len - query_block {
             tokens.push(filler(rng));
         }
-        let mut targets: Vec<usize> = (0..self.n_records).collect();
+        let mut targets: Vec<usize> = (0..n_records).collect();
         targets.shuffle(rng);
-        targets.truncate(self.n_queries);
-        let mut queries = Vec::with_capacity(self.n_queries);
+        targets.truncate(n_queries);
+        let mut queries = Vec::with_capacity(n_queries);
         for &r in &targets {
             let query_pos = tokens.len();
             tokens.push(QUERY);
