@@ -42,7 +42,7 @@ impl Default for ModelConfig {
             n_layer: 2,
             n_head: 4,
             n_kv_head: 2,
-            d_head: 16,
+            d_head: 32,
             d_ff: 128,
             local_window: 4,
             qk_norm_gain: 1.0,
@@ -136,7 +136,7 @@ impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
             steps: 1500,
-            batch_size: 32,
+            batch_size: 16,
             lr: 3e-3,
             warmup_steps: 100,
             min_lr_ratio: 0.1,
@@ -145,7 +145,7 @@ impl Default for TrainConfig {
             beta2: 0.98,
             grad_clip: 1.0,
             curriculum_steps: 0,
-            eval_every: 100,
+            eval_every: 250,
             eval_samples: 256,
             checkpoint_every: 250,
             seed: 0,

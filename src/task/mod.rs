@@ -63,7 +63,7 @@ impl Default for TaskConfig {
             n_filler: 4,
             key_len: 1,
             val_len: 1,
-            n_records: 12,
+            n_records: 8,
             n_queries: 8,
             max_prefix: 7,
             max_gap: 3,
