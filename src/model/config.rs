@@ -135,7 +135,7 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
-            steps: 1500,
+            steps: 2500,
             batch_size: 16,
             lr: 3e-3,
             warmup_steps: 100,
