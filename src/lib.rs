@@ -14,6 +14,8 @@
 //! | [`theory`] | the idealized induction task, Theorem 1 (oracle, argmin) and Theorem 2 (gradient flow) |
 //! | [`report`] | plotting helpers (line chart, category grid, scatter; SVG + PNG) |
 //! | [`run_dir`] | run directories: config, results, environment; a finished run is never overwritten |
+//! | [`task`] | the synthetic retrieval task: seeded generator, per-sample records with positions |
+//! | [`model`] | the small decoder with compressed attention, training, checkpoints, run directories |
 
 #![warn(missing_docs)]
 
@@ -21,8 +23,10 @@ pub mod analysis;
 pub mod error;
 pub mod geometry;
 pub mod kernel;
+pub mod model;
 pub mod report;
 pub mod run_dir;
+pub mod task;
 pub mod theory;
 
 pub use error::{Error, Result};

@@ -33,16 +33,28 @@ pub struct Environment {
     pub command: String,
 }
 
-fn git_hash() -> String {
-    std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_string())
+/// The git commit of the working directory, or `"unknown"` (with `-dirty` when there are
+/// uncommitted changes to tracked files).
+pub fn git_hash() -> String {
+    let run = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match run(&["rev-parse", "HEAD"]) {
+        Some(h) if !h.is_empty() => {
+            let dirty = run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+            if dirty {
+                format!("{h}-dirty")
+            } else {
+                h
+            }
+        }
+        _ => "unknown".into(),
+    }
 }
 
 impl RunDir {
@@ -100,10 +112,16 @@ impl RunDir {
     }
 }
 
-/// Write `bytes` to `path` through a temporary sibling file and a rename.
+/// Write `bytes` to `path` through a temporary sibling file, flushed to disk, and a rename: an
+/// interrupted run never leaves a half-written file. The one atomic write of the crate.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
     let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "file".into());
     let tmp = path.with_file_name(format!(".{name}.tmp"));
-    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        f.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
+        f.sync_all().map_err(|e| Error::io(&tmp, e))?;
+    }
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 mod kernel;
 mod theory;
+mod train;
 
 /// phasekv: phase sensitivity in chunked KV-cache compression.
 #[derive(Parser, Debug)]
@@ -23,6 +24,8 @@ enum Command {
     /// The theory engine: Theorem 1 (oracle), Theorem 2 (gradient flow), phase diagram.
     #[command(subcommand)]
     Theory(theory::TheoryCommand),
+    /// Train a small decoder with a kernel preset on the retrieval task.
+    Train(train::TrainArgs),
 }
 
 /// Entry point: one-line errors, exit status 2 for bad input.
@@ -31,6 +34,7 @@ pub fn main() -> ExitCode {
     let result: anyhow::Result<ExitCode> = match cli.command {
         Command::Kernel(cmd) => kernel::run(cmd),
         Command::Theory(cmd) => theory::run(cmd),
+        Command::Train(args) => train::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,160 @@
+//! `phasekv train`: train one model on the retrieval task and print its accuracy.
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use phasekv::model::train::{Observer, Outcome};
+use phasekv::model::{EvalReport, RunConfig, StepReport};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    /// Kernel preset of the attention layers (`full`, `w8s4`, `w8s4-norope`, `dsv4-csa`, ...).
+    #[arg(long)]
+    preset: Option<String>,
+    /// JSON config (sections `task`, `model`, `train`; missing fields take the defaults).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Optimiser steps (overrides the config).
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Seed of initialisation and batches (overrides the config).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Peak learning rate (overrides the config).
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Run directory (default `runs/<preset>-seed<seed>`); an unfinished run there with the
+    /// same config is resumed, a finished one is never overwritten.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print the effective config as JSON and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// Time this many training steps (after 5 untimed) instead of training; prints one JSON
+    /// line with step time, tokens/s and peak memory. Writes no run directory.
+    #[arg(long)]
+    bench: Option<usize>,
+    /// No progress bar (log lines only).
+    #[arg(long)]
+    quiet: bool,
+}
+
+struct Progress {
+    bar: Option<ProgressBar>,
+    quiet: bool,
+}
+
+impl Observer for Progress {
+    fn on_start(&mut self, start_step: usize, total: usize) {
+        if start_step > 0 {
+            eprintln!("resuming at step {start_step} of {total}");
+        }
+        if !self.quiet {
+            let bar = ProgressBar::new(total as u64);
+            bar.set_style(
+                ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar.set_position(start_step as u64);
+            self.bar = Some(bar);
+        }
+    }
+
+    fn on_step(&mut self, r: &StepReport) -> ControlFlow<()> {
+        if let Some(bar) = &self.bar {
+            bar.set_position(r.step as u64);
+            bar.set_message(format!("loss {:.3} acc {:.3} lr {:.2e}", r.loss, r.accuracy, r.lr));
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn on_eval(&mut self, e: &EvalReport) {
+        let line = format!(
+            "eval step {:>6}: loss {:.4}  exact-match {:.2} %  token {:.2} %",
+            e.step,
+            e.loss,
+            100.0 * e.accuracy,
+            100.0 * e.token_accuracy
+        );
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+}
+
+pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            RunConfig::from_json(&text)?
+        }
+        None => RunConfig::default(),
+    };
+    if let Some(p) = &args.preset {
+        config.model.preset = p.clone();
+    }
+    if let Some(s) = args.steps {
+        config.train.steps = s;
+    }
+    if let Some(s) = args.seed {
+        config.train.seed = s;
+    }
+    if let Some(lr) = args.lr {
+        config.train.lr = lr;
+    }
+    config.validate()?;
+    if args.print_config {
+        println!("{}", serde_json::to_string_pretty(&config)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(steps) = args.bench {
+        let b = phasekv::model::train::bench_steps(&config, 5, steps)?;
+        let mut v = serde_json::to_value(&b)?;
+        v["impl"] = "candle-f32".into();
+        v["peak_rss_mib"] = peak_rss_mib().map(Into::into).unwrap_or(serde_json::Value::Null);
+        v["threads"] = std::env::var("RAYON_NUM_THREADS").ok().into();
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("runs/{}-seed{}", config.model.preset, config.train.seed)));
+    let mut progress = Progress { bar: None, quiet: args.quiet };
+    let env = serde_json::json!({ "command": std::env::args().collect::<Vec<_>>() });
+    let outcome = phasekv::model::train(&config, &out, env, &mut progress)?;
+    if let Some(bar) = &progress.bar {
+        bar.finish_and_clear();
+    }
+    match outcome {
+        Outcome::Finished(m) => {
+            println!(
+                "{}: exact-match accuracy {:.2} % after {} steps (best {:.2} %, chance in context {:.2} %), {:.1} min, {:.0} tokens/s; run in {}",
+                m.preset,
+                100.0 * m.final_eval.accuracy,
+                m.steps,
+                100.0 * m.best_accuracy,
+                100.0 * m.chance_in_context,
+                m.train_seconds / 60.0,
+                m.tokens_per_second,
+                out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Interrupted { step } => {
+            println!("stopped after {step} steps; rerun the same command to resume");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// Peak resident memory of this process (Linux `VmHWM`), in MiB.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}

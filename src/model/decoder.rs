@@ -1,0 +1,247 @@
+//! A small Qwen3-style decoder whose attention layers use any kernel preset.
+//!
+//! Token embedding; `n_layer` blocks of pre-RMSNorm attention (grouped-query heads, per-head
+//! RMSNorm on queries and keys, RoPE) and pre-RMSNorm SwiGLU MLP; final RMSNorm; LM head.
+//!
+//! Attention. For the `full` preset it is ordinary causal attention over raw tokens (the `full`
+//! kernel's `W = S = 1` entries *are* the tokens, so they are not added a second time). For any
+//! other preset each KV head compresses the attention input `x` with the kernel
+//! ([`TensorKernel::compress`]) and a query attends in one softmax to the raw tokens of a local
+//! window of `local_window` tokens (itself included) plus every visible compressed entry
+//! ([`tensor::compressed_attention`]; windows and visibility come from the kernel's geometry).
+//!
+//! RoPE. Queries and raw keys are rotated with the kernel's own RoPE convention (same rotated
+//! channels, same base, interleaved pairs, angles from [`crate::kernel::post::rope_angle`]),
+//! at their token positions, and entries at their entry positions, so a score depends only on
+//! the relative position. A `-norope` kernel (`nope_model`) makes the whole model NoPE.
+//!
+//! Every op is differentiable (candle-nn's fused RMSNorm, softmax and RoPE drop gradients; none
+//! is used here).
+
+use super::config::ModelConfig;
+use crate::kernel::spec::{KernelDims, KernelSpec};
+use crate::kernel::tensor::{self, TensorKernel, TensorParams};
+use crate::{Error, Result};
+use candle_core::{DType, Device, Tensor, D};
+use candle_nn::{Init, VarBuilder};
+
+/// RMSNorm epsilon of the decoder's norms.
+pub const NORM_EPS: f64 = 1e-6;
+
+/// RMSNorm over the last axis with a learned weight, from differentiable primitives.
+fn rms_norm(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+    let inv = (ms + NORM_EPS)?.sqrt()?.recip()?;
+    Ok(x.broadcast_mul(&inv)?.broadcast_mul(weight)?)
+}
+
+/// A bias-free linear map stored as `[in, out]` (so `x.matmul(w)` needs no transpose).
+fn linear(vb: &VarBuilder, d_in: usize, d_out: usize, name: &str, scale: f64) -> Result<Tensor> {
+    Ok(vb.get_with_hints((d_in, d_out), name, Init::Randn { mean: 0.0, stdev: scale / (d_in as f64).sqrt() })?)
+}
+
+/// `x: [B, T, a] @ w: [a, b]`.
+fn apply(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (b, t, a) = x.dims3()?;
+    Ok(x.reshape((b * t, a))?.matmul(w)?.reshape((b, t, w.dim(1)?))?)
+}
+
+#[derive(Debug)]
+struct Attention {
+    wq: Tensor,
+    wk: Tensor,
+    wv: Tensor,
+    wo: Tensor,
+    q_norm: Tensor,
+    k_norm: Tensor,
+    kernel: Option<(TensorKernel, TensorParams)>,
+}
+
+#[derive(Debug)]
+struct Block {
+    attn_norm: Tensor,
+    attn: Attention,
+    mlp_norm: Tensor,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+}
+
+/// The decoder: parameters live in the `VarBuilder`'s store.
+#[derive(Debug)]
+pub struct Decoder {
+    config: ModelConfig,
+    spec: KernelSpec,
+    embed: Tensor,
+    blocks: Vec<Block>,
+    final_norm: Tensor,
+    lm_head: Tensor,
+    device: Device,
+}
+
+/// Output of one forward pass.
+#[derive(Debug)]
+pub struct Forward {
+    /// Final-normed hidden states `[B, T, d]`.
+    pub hidden: Tensor,
+}
+
+impl Decoder {
+    /// Builds the decoder for `vocab_size` tokens (parameters created through `vb`).
+    pub fn new(config: &ModelConfig, vocab_size: usize, vb: &VarBuilder) -> Result<Self> {
+        config.validate()?;
+        if vocab_size == 0 {
+            return Err(Error::invalid("vocab_size", "must be at least 1, got 0"));
+        }
+        let spec = KernelSpec::preset(&config.preset)?;
+        let (d, dh, hq, hkv, ff) = (config.d_model, config.d_head, config.n_head, config.n_kv_head, config.d_ff);
+        let device = vb.device().clone();
+        let out_scale = 1.0 / (2.0 * config.n_layer as f64).sqrt();
+        let ones = |vb: &VarBuilder, n: usize, name: &str| -> Result<Tensor> {
+            Ok(vb.get_with_hints(n, name, Init::Const(1.0))?)
+        };
+        let embed = vb.get_with_hints((vocab_size, d), "embed", Init::Randn { mean: 0.0, stdev: 1.0 })?;
+        let mut blocks = Vec::with_capacity(config.n_layer);
+        for l in 0..config.n_layer {
+            let vb = vb.pp(format!("layer{l}"));
+            let va = vb.pp("attn");
+            let kernel = if config.is_full() {
+                None
+            } else {
+                let dims = KernelDims::new(d, dh)?;
+                let k = TensorKernel::new(&spec, dims, hkv, &device, vb.dtype())?;
+                let p = TensorParams::init(&spec, dims, hkv, &va.pp("kernel"))?;
+                Some((k, p))
+            };
+            let attn = Attention {
+                wq: linear(&va, d, hq * dh, "wq", 1.0)?,
+                wk: linear(&va, d, hkv * dh, "wk", 1.0)?,
+                wv: linear(&va, d, hkv * dh, "wv", 1.0)?,
+                wo: linear(&va, hq * dh, d, "wo", out_scale)?,
+                q_norm: va.get_with_hints(dh, "q_norm", Init::Const(config.qk_norm_gain))?,
+                k_norm: va.get_with_hints(dh, "k_norm", Init::Const(config.qk_norm_gain))?,
+                kernel,
+            };
+            let vm = vb.pp("mlp");
+            blocks.push(Block {
+                attn_norm: ones(&vb, d, "attn_norm")?,
+                attn,
+                mlp_norm: ones(&vb, d, "mlp_norm")?,
+                w_gate: linear(&vm, d, ff, "w_gate", 1.0)?,
+                w_up: linear(&vm, d, ff, "w_up", 1.0)?,
+                w_down: linear(&vm, ff, d, "w_down", out_scale)?,
+            });
+        }
+        Ok(Decoder {
+            config: config.clone(),
+            spec,
+            embed,
+            blocks,
+            final_norm: ones(vb, d, "final_norm")?,
+            lm_head: linear(vb, d, vocab_size, "lm_head", 1.0)?,
+            device,
+        })
+    }
+
+    /// The model config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The kernel spec of the attention layers.
+    pub fn spec(&self) -> &KernelSpec {
+        &self.spec
+    }
+
+    /// Final-normed hidden states for token ids `tokens: [B, T]` (u32).
+    pub fn forward(&self, tokens: &Tensor) -> Result<Forward> {
+        let (b, t) = tokens.dims2().map_err(|_| Error::shape("tokens", "[B, T]", format!("{:?}", tokens.dims())))?;
+        let mut x = self.embed.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, self.config.d_model))?;
+        let positions: Vec<usize> = (0..t).collect();
+        for block in &self.blocks {
+            let h = rms_norm(&x, &block.attn_norm)?;
+            x = (x + self.attention(&block.attn, &h, &positions)?)?;
+            let h = rms_norm(&x, &block.mlp_norm)?;
+            let g = apply(&h, &block.w_gate)?;
+            let u = apply(&h, &block.w_up)?;
+            let m = apply(&(candle_nn::ops::silu(&g)? * u)?, &block.w_down)?;
+            x = (x + m)?;
+        }
+        Ok(Forward { hidden: rms_norm(&x, &self.final_norm)? })
+    }
+
+    /// Logits `[N, V]` at flat positions `idx: [N]` (u32, `b * T + t`) of a forward pass.
+    pub fn logits_at(&self, fwd: &Forward, idx: &Tensor) -> Result<Tensor> {
+        let (b, t, d) = fwd.hidden.dims3()?;
+        let h = fwd.hidden.reshape((b * t, d))?.index_select(idx, 0)?;
+        Ok(h.matmul(&self.lm_head)?)
+    }
+
+    /// Logits `[B, T, V]` at every position (analysis and tests; training uses
+    /// [`Decoder::logits_at`]).
+    pub fn logits(&self, tokens: &Tensor) -> Result<Tensor> {
+        let fwd = self.forward(tokens)?;
+        let (b, t, _) = fwd.hidden.dims3()?;
+        let idx = Tensor::arange(0u32, (b * t) as u32, &self.device)?;
+        Ok(self.logits_at(&fwd, &idx)?.reshape((b, t, self.lm_head.dim(1)?))?)
+    }
+
+    fn rope(&self, u: &Tensor, positions: &[usize]) -> Result<Tensor> {
+        match &self.spec.rope {
+            Some(rs) if !self.spec.nope_model => {
+                let r = rs.rotated_channels(self.config.d_head);
+                if r == 0 {
+                    return Ok(u.clone());
+                }
+                tensor::rope_tensor(u, r, positions, rs.theta, &self.device)
+            }
+            _ => Ok(u.clone()),
+        }
+    }
+
+    fn attention(&self, a: &Attention, x: &Tensor, positions: &[usize]) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let (dh, hq, hkv) = (self.config.d_head, self.config.n_head, self.config.n_kv_head);
+        let heads = |w: &Tensor, h: usize| -> Result<Tensor> {
+            Ok(apply(x, w)?.reshape((b, t, h, dh))?.transpose(1, 2)?.contiguous()?)
+        };
+        let q = rms_norm(&heads(&a.wq, hq)?, &a.q_norm)?;
+        let k = rms_norm(&heads(&a.wk, hkv)?, &a.k_norm)?;
+        let v = heads(&a.wv, hkv)?;
+        let q = self.rope(&q, positions)?;
+        let k = self.rope(&k, positions)?;
+        let out = match &a.kernel {
+            None => {
+                let empty = Tensor::zeros((b, hkv, 0, dh), x.dtype(), &self.device)?;
+                tensor::compressed_attention(
+                    &self.spec.geometry,
+                    self.spec.visibility,
+                    t.max(1),
+                    &q,
+                    &k,
+                    &v,
+                    &empty,
+                    &empty,
+                )?
+            }
+            Some((kernel, params)) => {
+                let entries = kernel.compress(params, x)?;
+                tensor::compressed_attention(
+                    &self.spec.geometry,
+                    self.spec.visibility,
+                    self.config.local_window,
+                    &q,
+                    &k,
+                    &v,
+                    &entries.keys,
+                    &entries.values,
+                )?
+            }
+        };
+        let o = out.output.transpose(1, 2)?.contiguous()?.reshape((b, t, hq * dh))?;
+        apply(&o, &a.wo)
+    }
+}
+
+/// The dtype every model here trains in.
+pub const MODEL_DTYPE: DType = DType::F32;

@@ -1,0 +1,522 @@
+//! The training loop: seeded batches (the batch of step `s` is generator stream `s` of the seed,
+//! so a resumed run sees exactly the batches it would have seen), AdamW with warm-up and cosine
+//! decay, gradient clipping, periodic evaluation on a fixed held-out set, checkpoints in
+//! safetensors, a JSONL log, and `metrics.json` at the end. Progress goes to an [`Observer`];
+//! nothing here prints.
+
+use super::config::RunConfig;
+use super::decoder::{Decoder, MODEL_DTYPE};
+use super::optim::AdamW;
+use super::params::ParamStore;
+use super::run::{write_atomic, write_json_atomic, RunDir, RunStart};
+use crate::task::{Sample, TaskConfig};
+use crate::{Error, Result};
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::path::Path;
+use std::time::Instant;
+
+/// Generator stream of the held-out evaluation set (training streams are step numbers).
+pub const EVAL_STREAM: u64 = u64::MAX;
+/// File naming the latest checkpoint.
+pub const CHECKPOINT_INDEX: &str = "checkpoint.json";
+
+/// A batch as tensors.
+#[derive(Debug)]
+pub struct Batch {
+    /// Token ids `[B, T]`.
+    pub tokens: Tensor,
+    /// Flat positions `b * T + p` whose next token is an answer token, `[N]`, grouped by query
+    /// (`val_len` consecutive positions per query).
+    pub idx: Tensor,
+    /// The answer tokens at those positions, `[N]`.
+    pub targets: Tensor,
+    /// Number of queries (`N / val_len`).
+    pub n_queries: usize,
+}
+
+impl Batch {
+    /// Tensors for `samples` (all of the task's sequence length).
+    pub fn new(samples: &[Sample], device: &Device) -> Result<Self> {
+        let b = samples.len();
+        let t = samples.first().map(|s| s.tokens.len()).unwrap_or(0);
+        let mut tokens = Vec::with_capacity(b * t);
+        let mut idx = Vec::new();
+        let mut targets = Vec::new();
+        let mut n_queries = 0;
+        for (bi, s) in samples.iter().enumerate() {
+            if s.tokens.len() != t {
+                return Err(Error::shape("batch", format!("{t} tokens"), s.tokens.len().to_string()));
+            }
+            tokens.extend_from_slice(&s.tokens);
+            for q in s.answer_inputs() {
+                n_queries += 1;
+                for p in q {
+                    idx.push((bi * t + p) as u32);
+                    targets.push(s.tokens[p + 1]);
+                }
+            }
+        }
+        let n = idx.len();
+        Ok(Batch {
+            tokens: Tensor::from_vec(tokens, (b, t), device)?,
+            idx: Tensor::from_vec(idx, n, device)?,
+            targets: Tensor::from_vec(targets, n, device)?,
+            n_queries,
+        })
+    }
+}
+
+/// Loss and accuracy of a model on one batch.
+#[derive(Debug)]
+pub struct BatchResult {
+    /// Mean cross-entropy over answer tokens (a graph node when computed for training).
+    pub loss: Tensor,
+    /// Queries whose every answer token is the argmax (= greedy exact match).
+    pub exact: usize,
+    /// Answer tokens that are the argmax.
+    pub token_hits: usize,
+    /// Queries.
+    pub queries: usize,
+    /// Answer tokens.
+    pub tokens: usize,
+}
+
+/// Loss and exact-match counts of `model` on `batch`.
+pub fn evaluate_batch(model: &Decoder, batch: &Batch) -> Result<BatchResult> {
+    let fwd = model.forward(&batch.tokens)?;
+    let logits = model.logits_at(&fwd, &batch.idx)?;
+    let loss = candle_nn::loss::cross_entropy(&logits, &batch.targets)?;
+    let pred = logits.argmax(1)?.to_vec1::<u32>()?;
+    let tgt = batch.targets.to_vec1::<u32>()?;
+    let hits: Vec<bool> = pred.iter().zip(&tgt).map(|(a, b)| a == b).collect();
+    let per = hits.len() / batch.n_queries.max(1);
+    let exact = hits.chunks(per.max(1)).filter(|c| c.iter().all(|&h| h)).count();
+    Ok(BatchResult {
+        loss,
+        exact,
+        token_hits: hits.iter().filter(|&&h| h).count(),
+        queries: batch.n_queries,
+        tokens: hits.len(),
+    })
+}
+
+/// One training step as reported to the observer and the log.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepReport {
+    /// Steps completed (1-based: the step just taken).
+    pub step: usize,
+    /// Total steps of the run.
+    pub total: usize,
+    /// Training loss of this step's batch.
+    pub loss: f64,
+    /// Exact-match accuracy on this step's batch (before the update).
+    pub accuracy: f64,
+    /// Learning rate used.
+    pub lr: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Seconds of training so far (across resumes).
+    pub elapsed_s: f64,
+}
+
+/// An evaluation on the held-out set.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EvalReport {
+    /// Steps completed when evaluated.
+    pub step: usize,
+    /// Mean cross-entropy over answer tokens.
+    pub loss: f64,
+    /// Exact-match accuracy over queries.
+    pub accuracy: f64,
+    /// Token accuracy over answer tokens.
+    pub token_accuracy: f64,
+    /// Number of queries evaluated.
+    pub queries: usize,
+}
+
+/// What `metrics.json` holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Metrics {
+    /// Kernel preset.
+    pub preset: String,
+    /// Seed.
+    pub seed: u64,
+    /// Steps trained.
+    pub steps: usize,
+    /// Final evaluation.
+    pub final_eval: EvalReport,
+    /// Best held-out exact-match accuracy seen at any evaluation.
+    pub best_accuracy: f64,
+    /// Chance level: guessing uniformly among the values in context.
+    pub chance_in_context: f64,
+    /// Seconds spent training (across resumes, evaluations included).
+    pub train_seconds: f64,
+    /// Training tokens per second (sequence tokens, forward + backward).
+    pub tokens_per_second: f64,
+    /// Trainable parameters.
+    pub parameters: usize,
+    /// Every evaluation, in order.
+    pub evals: Vec<EvalReport>,
+}
+
+/// The latest checkpoint, as recorded in `checkpoint.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CheckpointIndex {
+    /// Steps completed at the checkpoint.
+    pub step: usize,
+    /// The safetensors file (in the run directory).
+    pub file: String,
+    /// Training seconds so far.
+    pub elapsed_s: f64,
+    /// Evaluations so far.
+    pub evals: Vec<EvalReport>,
+}
+
+/// Receives progress from [`train`]. Every method has a default that does nothing.
+pub trait Observer {
+    /// Called once before the first step, with the step training starts from (non-zero on a
+    /// resume) and the total.
+    fn on_start(&mut self, _start_step: usize, _total: usize) {}
+    /// Called after every step; `Break` stops training after a checkpoint (resumable).
+    fn on_step(&mut self, _report: &StepReport) -> ControlFlow<()> {
+        ControlFlow::Continue(())
+    }
+    /// Called after every evaluation.
+    fn on_eval(&mut self, _report: &EvalReport) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct Silent;
+impl Observer for Silent {}
+
+/// How [`train`] ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// All steps done; `metrics.json` written.
+    Finished(Metrics),
+    /// Stopped by the observer after `step` steps; a checkpoint holds the state.
+    Interrupted {
+        /// Steps completed.
+        step: usize,
+    },
+}
+
+/// A model with its parameter store, ready to train or evaluate.
+#[derive(Debug)]
+pub struct Model {
+    /// Parameters.
+    pub store: ParamStore,
+    /// The decoder.
+    pub decoder: Decoder,
+}
+
+impl Model {
+    /// A freshly initialised model for `config` (parameters drawn from `config.train.seed`).
+    pub fn new(config: &RunConfig, device: &Device) -> Result<Self> {
+        let store = ParamStore::new(config.train.seed);
+        let vb = store.var_builder(MODEL_DTYPE, device);
+        let decoder = Decoder::new(&config.model, config.task.vocab_size(), &vb)?;
+        Ok(Model { store, decoder })
+    }
+
+    /// Parameters as named tensors (`param.<name>`).
+    pub fn tensors(&self) -> HashMap<String, Tensor> {
+        self.store.vars().into_iter().map(|(n, v)| (format!("param.{n}"), v.as_tensor().clone())).collect()
+    }
+
+    /// Sets every parameter from named tensors (`param.<name>`); all must be present with the
+    /// right shapes.
+    pub fn load_tensors(&self, map: &HashMap<String, Tensor>) -> Result<()> {
+        for (n, v) in self.store.vars() {
+            let k = format!("param.{n}");
+            let t = map.get(&k).ok_or_else(|| Error::invalid("checkpoint", format!("missing tensor {k}")))?;
+            if t.dims() != v.dims() {
+                return Err(Error::shape(k, format!("{:?}", v.dims()), format!("{:?}", t.dims())));
+            }
+            v.set(t)?;
+        }
+        Ok(())
+    }
+
+    /// Saves the parameters to a safetensors file (atomically).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        save_tensors(&self.tensors(), path)
+    }
+
+    /// Loads parameters saved by [`Model::save`].
+    pub fn load(&self, path: &Path) -> Result<()> {
+        let map = load_tensors(path, &self.decoder_device())?;
+        self.load_tensors(&map)
+    }
+
+    fn decoder_device(&self) -> Device {
+        self.store.vars().first().map(|(_, v)| v.device().clone()).unwrap_or(Device::Cpu)
+    }
+}
+
+fn save_tensors(map: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    let tmp = path.with_extension("safetensors.tmp");
+    candle_core::safetensors::save(map, &tmp)
+        .map_err(|e| Error::File { path: tmp.clone(), reason: format!("cannot write safetensors: {e}") })?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+}
+
+fn load_tensors(path: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
+    candle_core::safetensors::load(path, device)
+        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("cannot read safetensors: {e}") })
+}
+
+/// Held-out evaluation of `model` on `n` sequences of generator stream [`EVAL_STREAM`] of
+/// `seed` (the full randomised task), in chunks of `chunk` sequences.
+pub fn evaluate(
+    model: &Decoder,
+    task: &TaskConfig,
+    seed: u64,
+    n: usize,
+    chunk: usize,
+    step: usize,
+    device: &Device,
+) -> Result<EvalReport> {
+    let samples = task.batch(seed, EVAL_STREAM, n);
+    let (mut loss, mut exact, mut hits, mut queries, mut tokens) = (0f64, 0, 0, 0, 0);
+    for part in samples.chunks(chunk.max(1)) {
+        let batch = Batch::new(part, device)?;
+        let r = evaluate_batch(model, &batch)?;
+        loss += r.loss.to_scalar::<f32>()? as f64 * r.tokens as f64;
+        exact += r.exact;
+        hits += r.token_hits;
+        queries += r.queries;
+        tokens += r.tokens;
+    }
+    Ok(EvalReport {
+        step,
+        loss: loss / tokens.max(1) as f64,
+        accuracy: exact as f64 / queries.max(1) as f64,
+        token_accuracy: hits as f64 / tokens.max(1) as f64,
+        queries,
+    })
+}
+
+/// The batch of step `step` (0-based), with the curriculum applied.
+pub fn training_batch(config: &RunConfig, step: usize) -> Vec<Sample> {
+    let task = &config.task;
+    let c = config.train.curriculum_steps;
+    let mut rng = {
+        use rand::SeedableRng;
+        let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(config.train.seed);
+        r.set_stream(step as u64);
+        r
+    };
+    if step >= c {
+        return (0..config.train.batch_size).map(|_| task.sample(&mut rng)).collect();
+    }
+    use rand::Rng;
+    let frac = step as f64 / c as f64;
+    let pmax = (task.max_prefix as f64 * frac).round() as usize;
+    let gmax = (task.max_gap as f64 * frac).round() as usize;
+    let lo = task.n_records.min(2);
+    let rmax = lo + ((task.n_records - lo) as f64 * frac).round() as usize;
+    (0..config.train.batch_size)
+        .map(|_| {
+            let records = rng.random_range(lo..=rmax);
+            let prefix = rng.random_range(0..=pmax);
+            let gaps: Vec<usize> = (0..task.n_records).map(|_| rng.random_range(0..=gmax)).collect();
+            task.sample_records(&mut rng, records, prefix, &gaps)
+        })
+        .collect()
+}
+
+/// Trains `config` in run directory `out` (created, or resumed when it holds an unfinished
+/// run with the same config; a finished run is [`Error::FinishedRun`]). `environment` is merged
+/// into `environment.json`.
+pub fn train(
+    config: &RunConfig,
+    out: &Path,
+    environment: serde_json::Value,
+    observer: &mut dyn Observer,
+) -> Result<Outcome> {
+    config.validate()?;
+    let device = Device::Cpu;
+    let mut env = serde_json::json!({
+        "seed": config.train.seed,
+        "preset": config.model.preset,
+        "dtype": "f32",
+        "device": "cpu",
+    });
+    if let (Some(o), serde_json::Value::Object(extra)) = (env.as_object_mut(), environment) {
+        o.extend(extra);
+    }
+    let (run, start) = RunDir::open(out, config, env)?;
+    let model = Model::new(config, &device)?;
+    let tc = &config.train;
+    let mut opt = AdamW::new(model.store.vars(), tc.beta1, tc.beta2, tc.weight_decay)?;
+    let mut step = 0usize;
+    let mut elapsed_before = 0f64;
+    let mut evals: Vec<EvalReport> = Vec::new();
+    let index_path = run.file(CHECKPOINT_INDEX);
+    if start == RunStart::Resume && index_path.exists() {
+        let text = std::fs::read_to_string(&index_path).map_err(|e| Error::io(&index_path, e))?;
+        let idx: CheckpointIndex = serde_json::from_str(&text)
+            .map_err(|e| Error::File { path: index_path.clone(), reason: format!("not a checkpoint index: {e}") })?;
+        let map = load_tensors(&run.file(&idx.file), &device)?;
+        model.load_tensors(&map)?;
+        opt.load_state(&map, idx.step)?;
+        step = idx.step;
+        elapsed_before = idx.elapsed_s;
+        evals = idx.evals;
+    }
+    run.truncate_log(step)?;
+    observer.on_start(step, tc.steps);
+    let t0 = Instant::now();
+    let elapsed = |t0: &Instant| elapsed_before + t0.elapsed().as_secs_f64();
+    let eval_chunk = tc.batch_size.max(1);
+    let save_checkpoint = |step: usize, elapsed_s: f64, evals: &[EvalReport], opt: &AdamW| -> Result<()> {
+        let mut map = model.tensors();
+        let (state, _) = opt.state();
+        map.extend(state);
+        let file = format!("ckpt-{step:07}.safetensors");
+        save_tensors(&map, &run.file(&file))?;
+        let previous: Option<CheckpointIndex> =
+            std::fs::read_to_string(&index_path).ok().and_then(|t| serde_json::from_str(&t).ok());
+        write_json_atomic(
+            &index_path,
+            &CheckpointIndex { step, file: file.clone(), elapsed_s, evals: evals.to_vec() },
+        )?;
+        if let Some(p) = previous {
+            if p.file != file {
+                let _ = std::fs::remove_file(run.file(&p.file));
+            }
+        }
+        Ok(())
+    };
+    while step < tc.steps {
+        let samples = training_batch(config, step);
+        let batch = Batch::new(&samples, &device)?;
+        let r = evaluate_batch(&model.decoder, &batch)?;
+        let loss_value = r.loss.to_scalar::<f32>()? as f64;
+        if !loss_value.is_finite() {
+            return Err(Error::Numerical {
+                what: format!("training loss at step {}", step + 1),
+                reason: format!("loss is {loss_value}; lower train.lr"),
+            });
+        }
+        let grads = r.loss.backward()?;
+        let grad_norm = opt.grad_norm(&grads)?;
+        let scale = if tc.grad_clip > 0.0 && grad_norm > tc.grad_clip { tc.grad_clip / grad_norm } else { 1.0 };
+        let lr = tc.lr_at(step);
+        opt.step(&grads, lr, scale)?;
+        step += 1;
+        let report = StepReport {
+            step,
+            total: tc.steps,
+            loss: loss_value,
+            accuracy: r.exact as f64 / r.queries.max(1) as f64,
+            lr,
+            grad_norm,
+            elapsed_s: elapsed(&t0),
+        };
+        let mut line = serde_json::to_value(&report).unwrap_or_default();
+        line["kind"] = "train".into();
+        run.append_log(&line)?;
+        if step % tc.eval_every == 0 || step == tc.steps {
+            let e = evaluate(&model.decoder, &config.task, tc.seed, tc.eval_samples, eval_chunk, step, &device)?;
+            let mut line = serde_json::to_value(&e).unwrap_or_default();
+            line["kind"] = "eval".into();
+            run.append_log(&line)?;
+            observer.on_eval(&e);
+            evals.push(e);
+        }
+        let stop = observer.on_step(&report).is_break();
+        if step % tc.checkpoint_every == 0 || step == tc.steps || stop {
+            save_checkpoint(step, elapsed(&t0), &evals, &opt)?;
+        }
+        if stop && step < tc.steps {
+            return Ok(Outcome::Interrupted { step });
+        }
+    }
+    let train_seconds = elapsed(&t0);
+    model.save(&run.file("model.safetensors"))?;
+    let final_eval = match evals.last() {
+        Some(e) if e.step == step => e.clone(),
+        _ => evaluate(&model.decoder, &config.task, tc.seed, tc.eval_samples, eval_chunk, step, &device)?,
+    };
+    let metrics = Metrics {
+        preset: config.model.preset.clone(),
+        seed: tc.seed,
+        steps: step,
+        best_accuracy: evals.iter().map(|e| e.accuracy).fold(0.0, f64::max),
+        final_eval,
+        chance_in_context: config.task.chance_in_context(),
+        train_seconds,
+        tokens_per_second: (tc.steps * tc.batch_size * config.task.seq_len()) as f64 / train_seconds.max(1e-9),
+        parameters: model.store.num_params(),
+        evals,
+    };
+    // Learning curve as CSV next to the log, for plots.
+    let mut csv = String::from("step,eval_loss,eval_accuracy,eval_token_accuracy\n");
+    for e in &metrics.evals {
+        csv.push_str(&format!("{},{:.6},{:.6},{:.6}\n", e.step, e.loss, e.accuracy, e.token_accuracy));
+    }
+    write_atomic(&run.file("curve.csv"), csv.as_bytes())?;
+    run.finish(&metrics)?;
+    Ok(Outcome::Finished(metrics))
+}
+
+/// Timing of training steps (forward, backward, optimiser update) without a run directory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepBench {
+    /// Kernel preset.
+    pub preset: String,
+    /// Timed steps (after `warmup` untimed ones).
+    pub steps: usize,
+    /// Median seconds per step.
+    pub median_s: f64,
+    /// Mean seconds per step.
+    pub mean_s: f64,
+    /// Sequence tokens per step (`batch_size * seq_len`).
+    pub tokens_per_step: usize,
+    /// Tokens per second at the median step time.
+    pub tokens_per_s: f64,
+}
+
+/// Times `steps` training steps of `config` after `warmup` untimed ones (batches of steps
+/// `0..warmup + steps`, same as training).
+pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<StepBench> {
+    config.validate()?;
+    if steps == 0 {
+        return Err(Error::invalid("--bench", "must be at least 1 step, got 0"));
+    }
+    let device = Device::Cpu;
+    let model = Model::new(config, &device)?;
+    let tc = &config.train;
+    let mut opt = AdamW::new(model.store.vars(), tc.beta1, tc.beta2, tc.weight_decay)?;
+    let mut times = Vec::with_capacity(steps);
+    for step in 0..warmup + steps {
+        let t0 = Instant::now();
+        let batch = Batch::new(&training_batch(config, step), &device)?;
+        let r = evaluate_batch(&model.decoder, &batch)?;
+        let grads = r.loss.backward()?;
+        let norm = opt.grad_norm(&grads)?;
+        let scale = if tc.grad_clip > 0.0 && norm > tc.grad_clip { tc.grad_clip / norm } else { 1.0 };
+        opt.step(&grads, tc.lr_at(step), scale)?;
+        if step >= warmup {
+            times.push(t0.elapsed().as_secs_f64());
+        }
+    }
+    let mean_s = times.iter().sum::<f64>() / times.len() as f64;
+    times.sort_by(|a, b| a.total_cmp(b));
+    let median_s = times[times.len() / 2];
+    let tokens_per_step = tc.batch_size * config.task.seq_len();
+    Ok(StepBench {
+        preset: config.model.preset.clone(),
+        steps,
+        median_s,
+        mean_s,
+        tokens_per_step,
+        tokens_per_s: tokens_per_step as f64 / median_s,
+    })
+}

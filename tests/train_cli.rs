@@ -1,0 +1,79 @@
+//! `phasekv train` from the outside: it trains and prints accuracy, and bad input is one line.
+
+use std::process::Command;
+
+fn phasekv(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_phasekv"))
+        .args(args)
+        .env("RAYON_NUM_THREADS", "1")
+        .env("CANDLE_NUM_THREADS", "1")
+        .output()
+        .expect("run phasekv");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn one_line_error(args: &[&str], needle: &str) {
+    let (code, out, err) = phasekv(args);
+    assert_eq!(code, 2, "{args:?}: {out}{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{args:?}: not one line:\n{err}");
+    assert!(err.starts_with("error: ") && err.contains(needle), "{args:?}: {err}");
+}
+
+const TINY: &str = r#"{"task": {"n_key": 8, "n_val": 8, "n_filler": 2, "n_records": 4, "n_queries": 2,
+  "max_prefix": 2, "max_gap": 1},
+ "model": {"d_model": 16, "n_head": 2, "n_kv_head": 1, "d_head": 8, "d_ff": 32, "local_window": 3},
+ "train": {"batch_size": 4, "warmup_steps": 2, "eval_every": 5, "eval_samples": 8,
+  "checkpoint_every": 5}}"#;
+
+#[test]
+fn train_runs_prints_accuracy_and_refuses_to_overwrite() {
+    let dir = std::env::temp_dir().join(format!("phasekv-cli-train-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("tiny.json");
+    std::fs::write(&cfg, TINY).unwrap();
+    let out_dir = dir.join("run");
+    let (c, o, p) = (cfg.to_str().unwrap(), out_dir.to_str().unwrap(), "w8s4");
+    let (code, out, err) = phasekv(&["train", "--preset", p, "--config", c, "--steps", "6", "--out", o, "--quiet"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("w8s4: exact-match accuracy") && out.contains("after 6 steps"), "{out}");
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(metrics["steps"], 6);
+    assert_eq!(metrics["preset"], "w8s4");
+    one_line_error(&["train", "--preset", p, "--config", c, "--steps", "6", "--out", o], "finished run");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_train_options_are_one_line_errors() {
+    one_line_error(&["train", "--preset", "w8s5x", "--print-config"], "preset");
+    one_line_error(&["train", "--preset", "w8s4", "--steps", "0", "--print-config"], "train.steps");
+    let dir = std::env::temp_dir().join(format!("phasekv-cli-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("long-window.json");
+    std::fs::write(&cfg, r#"{"model": {"local_window": 1000}}"#).unwrap();
+    one_line_error(
+        &["train", "--preset", "w8s4", "--config", cfg.to_str().unwrap(), "--print-config"],
+        "model.local_window",
+    );
+    std::fs::write(&cfg, r#"{"model": {"heads": 3}}"#).unwrap();
+    one_line_error(&["train", "--config", cfg.to_str().unwrap(), "--print-config"], "heads");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn print_config_shows_the_recorded_defaults() {
+    let (code, out, _) = phasekv(&["train", "--preset", "w8s4", "--print-config"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["model"]["preset"], "w8s4");
+    let back = phasekv::model::RunConfig::from_json(&out).unwrap();
+    let mut want = phasekv::model::RunConfig::default();
+    want.model.preset = "w8s4".into();
+    assert_eq!(back, want);
+}
