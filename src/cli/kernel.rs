@@ -62,6 +62,19 @@ pub enum KernelCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Validate a kernel dumped from elsewhere (safetensors file or .npy folder, see
+    /// theory/dump-format.md) against the reference. Exit status 0 when the kernel passes,
+    /// 1 when it fails, 2 when the dump is unusable.
+    Validate {
+        /// The dump: a .safetensors file or a folder of .npy files with metadata.json.
+        dump: std::path::PathBuf,
+        /// The dtype the kernel computed in (default: the dump's metadata, else its storage).
+        #[arg(long)]
+        dtype: Option<String>,
+        /// Write validation.json and the error-by-phase / error-by-window plots here.
+        #[arg(long)]
+        report: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -109,6 +122,7 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
             println!("(any w{{W}}s{{S}} with 1 <= S <= W is accepted, with the same suffixes)");
             Ok(ExitCode::SUCCESS)
         }
+        KernelCmd::Validate { dump, dtype, report } => super::validate::run(&dump, dtype.as_deref(), report.as_ref()),
         KernelCmd::Bench { preset, tokens, d_model, d_head, r#impl, seconds, json } => {
             bench(&preset, &tokens, d_model, d_head, r#impl, seconds, json)
         }

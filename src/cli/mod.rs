@@ -7,6 +7,7 @@ use std::process::ExitCode;
 mod kernel;
 mod theory;
 mod train;
+mod validate;
 
 /// phasekv: phase sensitivity in chunked KV-cache compression.
 #[derive(Parser, Debug)]

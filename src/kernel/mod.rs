@@ -8,9 +8,12 @@
 //! | [`post`] | RMSNorm and partial RoPE of entries (the angle formula) |
 //! | [`attention`] | compressed attention (local raw window + visible entries), reference |
 //! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; a fused CPU f32 forward (`fused.rs`) when no gradient is needed |
+//! | [`dump`] | dumps of external kernels (safetensors / .npy): load, check, save |
+//! | [`validate`] | a dump against the reference: tolerance rule, K1/K2/K3/K5, error by window and phase |
 //! | [`harness`] | the invariant catalogue K1-K13, strategies, tolerance rule, mutants |
 
 pub mod attention;
+pub mod dump;
 mod fused;
 pub mod harness;
 pub mod params;
@@ -18,6 +21,7 @@ pub mod post;
 pub mod reference;
 pub mod spec;
 pub mod tensor;
+pub mod validate;
 
 pub use params::{GateParams, KernelParams, ParamLayout};
 pub use spec::{GateKind, KernelDims, KernelSpec, ParamGroups, RopeChannels, RopeSpec};

@@ -673,7 +673,7 @@ fn k13_reference(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
 }
 
 /// The reference computed in `dtype` on inputs rounded to it (`None` for unsupported dtypes).
-fn low_reference(
+pub(crate) fn low_reference(
     dtype: DType,
     spec: &KernelSpec,
     dims: crate::kernel::KernelDims,
@@ -694,7 +694,7 @@ fn low_reference(
 }
 
 /// The spec's post-processing of every row of `pooled`, computed in `F` (inputs rounded to it).
-fn post_rows<F: num_traits::Float>(
+pub(crate) fn post_rows<F: num_traits::Float>(
     spec: &KernelSpec,
     params: &KernelParams<f64>,
     pooled: &Array2<f64>,
@@ -720,7 +720,7 @@ fn perturbed_or_same(case: &Case) -> Array2<f64> {
     }
 }
 
-fn widen<F: num_traits::Float>(c: Compressed<F>) -> Compressed<f64> {
+pub(crate) fn widen<F: num_traits::Float>(c: Compressed<F>) -> Compressed<f64> {
     let w = |v: &F| v.to_f64().expect("finite");
     Compressed {
         keys: c.keys.map(w),

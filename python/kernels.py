@@ -1,0 +1,142 @@
+"""PyTorch implementations of phasekv compressors, for `phasekv_dump.py`.
+
+The interface a dumpable compressor implements (see README, "Validating a kernel from elsewhere"):
+
+- a `torch.nn.Module` whose `state_dict()` names are phasekv's parameter names, in phasekv's
+  layout: `gate_k.z [G, d_g, d]`, `gate_k.b [W, d_g]`, `gate_v.z`, `gate_v.b`,
+  `proj_k [G, d_h, d]`, `proj_v [G, d_h, d]`, `gamma [d_h]` (only those the spec has);
+- `phasekv_spec()` returning a preset name (str) or a dict of every knob (phasekv's JSON spec);
+- `forward(x)` with `x: [B, T, d]` returning a dict with `keys [B, n, d_h]`, `values` (omit for
+  shared_kv kernels) and optionally `pooled_keys`, `pooled_values [B, n, d_h]`,
+  `gate_k`, `gate_v [B, n, W, c]` (c = d_g, or 1 for uniform gates).
+
+`W8S4` and `Dsv4Csa` implement the presets; `W8S4OffByOne` is deliberately wrong (every window
+starts one token late) and must fail validation with the phase signature.
+"""
+import math
+
+import torch
+
+
+def rope(u, positions, r, theta=10000.0):
+    """Interleaved-pair RoPE on the last r channels at the given positions (phasekv's
+    post::rope: pair (2k, 2k+1) of the rotated slice, angle pos * theta^(-2k/r))."""
+    if r == 0:
+        return u
+    d = u.shape[-1]
+    k = torch.arange(r // 2, dtype=torch.float64)
+    ang = positions[:, None].to(torch.float64) * theta ** (-2.0 * k / r)
+    c, s = ang.cos().to(u.dtype), ang.sin().to(u.dtype)
+    x0, x1 = u[..., d - r :: 2], u[..., d - r + 1 :: 2]
+    rot = torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
+    return torch.cat((u[..., : d - r], rot), dim=-1)
+
+
+class Gate(torch.nn.Module):
+    def __init__(self, groups, width, window, d, gen, scale):
+        super().__init__()
+        self.z = torch.nn.Parameter((torch.rand(groups, width, d, generator=gen, dtype=torch.float64) * 2 - 1) * scale)
+        self.b = torch.nn.Parameter(torch.rand(window, width, generator=gen, dtype=torch.float64) * 2 - 1)
+
+
+class GatedCompressor(torch.nn.Module):
+    """The gated kernel family (paper eqs. 1-2) with vector gates, written in the obvious
+    gather-then-einsum form. Subclasses fix the geometry and the knobs."""
+
+    window, stride, pad_left, shared_kv, rms_norm = 8, 4, False, False, False
+    group_map = None  # None: per offset
+    rope_fraction = 1  # rotate the last d_h / rope_fraction channels (1: all)
+    position = "first"  # first | stride_start
+    start_shift = 0  # the bug knob: every window starts this many tokens late
+
+    def __init__(self, d_model, d_head, seed=0):
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        w = self.window
+        groups = w if self.group_map is None else max(self.group_map) + 1
+        scale = 1.0 / math.sqrt(d_model)
+        self.d_head = d_head
+        self.gate_k = Gate(groups, d_head, w, d_model, gen, scale)
+        if not self.shared_kv:
+            self.gate_v = Gate(groups, d_head, w, d_model, gen, scale)
+        self.proj_k = torch.nn.Parameter(
+            (torch.rand(groups, d_head, d_model, generator=gen, dtype=torch.float64) * 2 - 1) * scale)
+        if not self.shared_kv:
+            self.proj_v = torch.nn.Parameter(
+                (torch.rand(groups, d_head, d_model, generator=gen, dtype=torch.float64) * 2 - 1) * scale)
+        if self.rms_norm:
+            self.gamma = torch.nn.Parameter(1.0 + 0.1 * torch.rand(d_head, generator=gen, dtype=torch.float64))
+
+    def groups(self):
+        return list(range(self.window)) if self.group_map is None else self.group_map
+
+    def slots(self, t_len):
+        """Token index of every slot [n, W] (-1: empty) and the number of windows."""
+        w, s = self.window, self.stride
+        if self.pad_left:
+            n = t_len // s
+            start = torch.arange(n) * s + s - w
+        else:
+            n = (t_len - w) // s + 1 if t_len >= w else 0
+            start = torch.arange(n) * s
+        idx = start[:, None] + torch.arange(w)[None, :] + self.start_shift
+        idx = torch.where((idx >= 0) & (idx < t_len), idx, torch.full_like(idx, -1))
+        return idx, start, n
+
+    def branch(self, xw, valid, gate, proj):
+        g = torch.tensor(self.groups())
+        logits = torch.einsum("bnwd,wcd->bnwc", xw, gate.z[g]) + gate.b
+        logits = logits.masked_fill(~valid[None, :, :, None], float("-inf"))
+        a = logits.softmax(dim=2)
+        pooled = (a * torch.einsum("bnwd,wed->bnwe", xw, proj[g])).sum(2)
+        return a, pooled
+
+    def post(self, u, positions):
+        if self.rms_norm:
+            u = self.gamma * (u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + 1e-6))
+        dh = u.shape[-1]
+        r = dh if self.rope_fraction == 1 else min(max(dh // self.rope_fraction, 2), dh)
+        return rope(u, positions, r & ~1)
+
+    def forward(self, x):
+        b, t_len, d = x.shape
+        idx, start, n = self.slots(t_len)
+        valid = idx >= 0
+        xw = x[:, idx.clamp(min=0)] * valid[None, :, :, None].to(x.dtype)  # [B, n, W, d]
+        ak, pk = self.branch(xw, valid, self.gate_k, self.proj_k)
+        positions = start.clamp(min=0) if self.position == "first" else torch.arange(n) * self.stride
+        out = {"keys": self.post(pk, positions), "pooled_keys": pk, "gate_k": ak}
+        if not self.shared_kv:
+            av, pv = self.branch(xw, valid, self.gate_v, self.proj_v)
+            out.update(values=self.post(pv, positions), pooled_values=pv, gate_v=av)
+        return out
+
+
+class W8S4(GatedCompressor):
+    """phasekv preset w8s4: W=8, S=4, start alignment, vector gates, per-offset parameters,
+    untied, separate K/V, RoPE on every channel at the window's first token."""
+
+    def phasekv_spec(self):
+        return "w8s4"
+
+
+class Dsv4Csa(GatedCompressor):
+    """phasekv preset dsv4-csa: W=8, S=4, pad_left, groups {prev, cur}, shared K/V, RMSNorm,
+    RoPE on the last d_h/8 channels at the stride start (DeepSeek-V4's 4w)."""
+
+    pad_left, shared_kv, rms_norm = True, True, True
+    group_map = [0, 0, 0, 0, 1, 1, 1, 1]
+    rope_fraction, position = 8, "stride_start"
+
+    def phasekv_spec(self):
+        return "dsv4-csa"
+
+
+class W8S4OffByOne(W8S4):
+    """w8s4 with a planted bug: every window starts one token late (slots past the end are
+    empty). Validation must fail, with the phase profile best at displacement +1."""
+
+    start_shift = 1
+
+
+KERNELS = {"w8s4": W8S4, "dsv4-csa": Dsv4Csa, "w8s4-off-by-one": W8S4OffByOne}
