@@ -3,11 +3,12 @@
 
 use phasekv::model::run::RunDir;
 use phasekv::model::train::{train, Observer, Outcome, Silent, StepReport};
-use phasekv::model::{ModelConfig, RunConfig};
-use phasekv::task::TaskConfig;
+use phasekv::model::RunConfig;
 use phasekv::Error;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
+
+mod common;
 
 fn tmp_dir(label: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("phasekv-{label}-{}", std::process::id()));
@@ -16,30 +17,7 @@ fn tmp_dir(label: &str) -> PathBuf {
 }
 
 fn tiny(preset: &str, steps: usize) -> RunConfig {
-    let mut c = RunConfig::default();
-    c.task = TaskConfig {
-        n_key: 8,
-        n_val: 8,
-        n_filler: 2,
-        key_len: 1,
-        val_len: 1,
-        n_records: 4,
-        n_queries: 2,
-        max_prefix: 2,
-        max_gap: 1,
-        residue_modulus: 24,
-    };
-    c.model = ModelConfig {
-        preset: preset.into(),
-        d_model: 16,
-        n_layer: 2,
-        n_head: 2,
-        n_kv_head: 1,
-        d_head: 8,
-        d_ff: 32,
-        local_window: 3,
-        qk_norm_gain: 1.0,
-    };
+    let mut c = common::configs::tiny_config(preset);
     c.train.steps = steps;
     c.train.batch_size = 4;
     c.train.warmup_steps = 2;

@@ -38,6 +38,15 @@ pub struct GroupAccuracy {
     pub wilson_hi: f64,
 }
 
+impl GroupAccuracy {
+    /// The accuracy of `group` from `correct` of `n` samples, with its Wilson interval.
+    pub fn new(group: usize, correct: usize, n: usize) -> Self {
+        let (wilson_lo, wilson_hi) = wilson95(correct, n);
+        let accuracy = if n > 0 { correct as f64 / n as f64 } else { f64::NAN };
+        GroupAccuracy { group, n, correct, accuracy, wilson_lo, wilson_hi }
+    }
+}
+
 /// Wilson score interval at 95 % for `k` successes in `n` trials (`(0, 1)` for `n = 0`).
 pub fn wilson95(k: usize, n: usize) -> (f64, f64) {
     if n == 0 {
@@ -66,19 +75,7 @@ pub fn group_accuracies(samples: &[(usize, bool)], m: usize) -> Result<Vec<Group
         n[g] += 1;
         k[g] += ok as usize;
     }
-    Ok((0..m)
-        .map(|g| {
-            let (lo, hi) = wilson95(k[g], n[g]);
-            GroupAccuracy {
-                group: g,
-                n: n[g],
-                correct: k[g],
-                accuracy: if n[g] > 0 { k[g] as f64 / n[g] as f64 } else { f64::NAN },
-                wilson_lo: lo,
-                wilson_hi: hi,
-            }
-        })
-        .collect())
+    Ok((0..m).map(|g| GroupAccuracy::new(g, k[g], n[g])).collect())
 }
 
 /// Max minus min accuracy over non-empty groups, in percentage points.
@@ -102,19 +99,7 @@ pub fn fold_by_phase(groups: &[GroupAccuracy], s: usize) -> Result<Vec<GroupAccu
         n[g.group % s] += g.n;
         k[g.group % s] += g.correct;
     }
-    Ok((0..s)
-        .map(|p| {
-            let (lo, hi) = wilson95(k[p], n[p]);
-            GroupAccuracy {
-                group: p,
-                n: n[p],
-                correct: k[p],
-                accuracy: if n[p] > 0 { k[p] as f64 / n[p] as f64 } else { f64::NAN },
-                wilson_lo: lo,
-                wilson_hi: hi,
-            }
-        })
-        .collect())
+    Ok((0..s).map(|p| GroupAccuracy::new(p, k[p], n[p])).collect())
 }
 
 /// The F test of one candidate period.

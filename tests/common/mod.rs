@@ -1,6 +1,7 @@
 //! Shared test support: proptest strategies and runners (`strategies`).
 #![allow(dead_code, unused_imports)]
 
+pub mod configs;
 pub mod strategies;
 
 pub use strategies::*;
