@@ -15,15 +15,16 @@ import time
 import torch
 
 
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kernels import rope as rope_last  # noqa: E402  phasekv's RoPE convention, one place on the Python side
+
+
 def rope(u, positions, theta=10000.0):
-    # interleaved pairs (2k, 2k+1), angle pos * theta^(-2k/r), as phasekv's post::rope_angle
-    r = u.shape[-1] - (u.shape[-1] % 2)
-    k = torch.arange(r // 2, dtype=u.dtype)
-    ang = positions[:, None].to(u.dtype) * theta ** (-2.0 * k / r)
-    c, s = ang.cos(), ang.sin()
-    x0, x1 = u[..., 0:r:2], u[..., 1:r:2]
-    out = torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
-    return torch.cat((u[..., : u.shape[-1] - r], out), dim=-1) if r < u.shape[-1] else out
+    """RoPE on every channel (rounded down to an even count), as phasekv's generic presets."""
+    return rope_last(u, positions, u.shape[-1] - u.shape[-1] % 2, theta)
 
 
 class W8S4(torch.nn.Module):
