@@ -1,7 +1,17 @@
-//! Analyses of evaluation results.
+//! Analyses of evaluation results: the phase lab of `spec/phase-eval.md`.
 //!
 //! | file | owns |
 //! |---|---|
 //! | [`stats`] | per-group accuracy, Wilson intervals, max gap, folding by phase, period estimate, chi-square and permutation tests |
+//! | [`protocol`] | the prefix and in-sequence padding protocols and their balancing |
+//! | [`phase`] | a phase profile (every statistic) from per-prompt outcomes |
+//! | [`eval`] | scoring a trained decoder on prompts; knockouts by mean replacement |
+//! | [`gates`] | gate preferences: static and input-dependent concentration |
+//! | [`audit`] | prompts exported as JSONL, external results read back |
 
+pub mod audit;
+pub mod eval;
+pub mod gates;
+pub mod phase;
+pub mod protocol;
 pub mod stats;

@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod kernel;
+mod lab;
+mod reproduce;
 mod theory;
 mod train;
 mod validate;
@@ -27,6 +29,18 @@ enum Command {
     Theory(theory::TheoryCommand),
     /// Train a small decoder with a kernel preset on the retrieval task.
     Train(train::TrainArgs),
+    /// Evaluate a trained run under a padding protocol: per-group accuracy and phase statistics.
+    Eval(lab::EvalArgs),
+    /// Mechanistic analyses of a trained run: knockout maps, gate preferences.
+    #[command(subcommand)]
+    Analyze(lab::AnalyzeCmd),
+    /// Phase audit of a model that lives elsewhere: export prompts, analyze its results.
+    #[command(subcommand)]
+    Audit(lab::AuditCmd),
+    /// Reproduce the paper's claims: theory, kernels, training, phase lab, then the report.
+    Reproduce(reproduce::ReproduceArgs),
+    /// Rebuild reports/ (ledger, figures) from existing run data only.
+    Report(reproduce::ReportArgs),
 }
 
 /// Entry point: one-line errors, exit status 2 for bad input.
@@ -36,6 +50,11 @@ pub fn main() -> ExitCode {
         Command::Kernel(cmd) => kernel::run(cmd),
         Command::Theory(cmd) => theory::run(cmd),
         Command::Train(args) => train::run(args),
+        Command::Eval(args) => lab::eval(args),
+        Command::Analyze(cmd) => lab::analyze(cmd),
+        Command::Audit(cmd) => lab::audit(cmd),
+        Command::Reproduce(args) => reproduce::reproduce(args),
+        Command::Report(args) => reproduce::report(args),
     };
     match result {
         Ok(code) => code,

@@ -84,6 +84,44 @@ pub struct Decoder {
 pub struct Forward {
     /// Final-normed hidden states `[B, T, d]`.
     pub hidden: Tensor,
+    /// What [`Probe::capture`] asked for, one entry per layer (empty otherwise).
+    pub captures: Vec<LayerCapture>,
+}
+
+/// What one attention layer attends to, captured for analyses.
+#[derive(Clone, Debug)]
+pub struct LayerCapture {
+    /// The attended keys of every KV head, `[B, H_kv, n, d_h]`: the compressed entries of a
+    /// compressed layer, the (normed, rotated) token keys of `full`.
+    pub keys: Tensor,
+    /// The attended values, `[B, H_kv, n, d_h]`.
+    pub values: Tensor,
+    /// Key gate weights `[B, H_kv, n, W, c]` of a compressed layer (`None` for `full`).
+    pub gate_k: Option<Tensor>,
+    /// Value gate weights `[B, H_kv, n, W, c]` of a compressed layer.
+    pub gate_v: Option<Tensor>,
+}
+
+/// Mean replacement of one KV head's attended keys and values (`spec/phase-eval.md` §4).
+#[derive(Clone, Debug)]
+pub struct Replacement {
+    /// Layer index.
+    pub layer: usize,
+    /// KV head index.
+    pub head: usize,
+    /// Replacement keys for entries `0..m`, `[B, m, d_h]` (the batch of the forward pass).
+    pub keys: Tensor,
+    /// Replacement values, `[B, m, d_h]`.
+    pub values: Tensor,
+}
+
+/// Captures and interventions of a forward pass ([`Decoder::forward_probe`]).
+#[derive(Clone, Debug, Default)]
+pub struct Probe {
+    /// Return every layer's attended keys, values and gates.
+    pub capture: bool,
+    /// Replace one head's first entries (compressed entries, or token keys/values of `full`).
+    pub replace: Option<Replacement>,
 }
 
 impl Decoder {
@@ -155,19 +193,43 @@ impl Decoder {
 
     /// Final-normed hidden states for token ids `tokens: [B, T]` (u32).
     pub fn forward(&self, tokens: &Tensor) -> Result<Forward> {
+        self.forward_probe(tokens, &Probe::default())
+    }
+
+    /// [`Decoder::forward`] with captures and an intervention (analyses; not differentiable
+    /// through the replaced entries).
+    pub fn forward_probe(&self, tokens: &Tensor, probe: &Probe) -> Result<Forward> {
+        if let Some(r) = &probe.replace {
+            if r.layer >= self.blocks.len() || r.head >= self.config.n_kv_head {
+                return Err(Error::invalid(
+                    "replacement",
+                    format!(
+                        "layer {} head {} does not exist (layers 0..{}, KV heads 0..{})",
+                        r.layer,
+                        r.head,
+                        self.blocks.len(),
+                        self.config.n_kv_head
+                    ),
+                ));
+            }
+        }
         let (b, t) = tokens.dims2().map_err(|_| Error::shape("tokens", "[B, T]", format!("{:?}", tokens.dims())))?;
         let mut x = self.embed.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, self.config.d_model))?;
         let positions: Vec<usize> = (0..t).collect();
-        for block in &self.blocks {
+        let mut captures = Vec::new();
+        for (l, block) in self.blocks.iter().enumerate() {
             let h = rms_norm(&x, &block.attn_norm)?;
-            x = (x + self.attention(&block.attn, &h, &positions)?)?;
+            let replace = probe.replace.as_ref().filter(|r| r.layer == l);
+            let (a, cap) = self.attention(&block.attn, &h, &positions, replace, probe.capture)?;
+            captures.extend(cap);
+            x = (x + a)?;
             let h = rms_norm(&x, &block.mlp_norm)?;
             let g = apply(&h, &block.w_gate)?;
             let u = apply(&h, &block.w_up)?;
             let m = apply(&(candle_nn::ops::silu(&g)? * u)?, &block.w_down)?;
             x = (x + m)?;
         }
-        Ok(Forward { hidden: rms_norm(&x, &self.final_norm)? })
+        Ok(Forward { hidden: rms_norm(&x, &self.final_norm)?, captures })
     }
 
     /// Logits `[N, V]` at flat positions `idx: [N]` (u32, `b * T + t`) of a forward pass.
@@ -199,7 +261,14 @@ impl Decoder {
         }
     }
 
-    fn attention(&self, a: &Attention, x: &Tensor, positions: &[usize]) -> Result<Tensor> {
+    fn attention(
+        &self,
+        a: &Attention,
+        x: &Tensor,
+        positions: &[usize],
+        replace: Option<&Replacement>,
+        capture: bool,
+    ) -> Result<(Tensor, Option<LayerCapture>)> {
         let (b, t, _) = x.dims3()?;
         let (dh, hq, hkv) = (self.config.d_head, self.config.n_head, self.config.n_kv_head);
         let heads = |w: &Tensor, h: usize| -> Result<Tensor> {
@@ -210,10 +279,14 @@ impl Decoder {
         let v = heads(&a.wv, hkv)?;
         let q = self.rope(&q, positions)?;
         let k = self.rope(&k, positions)?;
-        let out = match &a.kernel {
+        let (out, cap) = match &a.kernel {
             None => {
+                let (k, v) = match replace {
+                    Some(r) => (replace_head(&k, r.head, &r.keys)?, replace_head(&v, r.head, &r.values)?),
+                    None => (k, v),
+                };
                 let empty = Tensor::zeros((b, hkv, 0, dh), x.dtype(), &self.device)?;
-                tensor::compressed_attention(
+                let out = tensor::compressed_attention(
                     &self.spec.geometry,
                     self.spec.visibility,
                     t.max(1),
@@ -222,25 +295,61 @@ impl Decoder {
                     &v,
                     &empty,
                     &empty,
-                )?
+                )?;
+                let cap = capture.then(|| LayerCapture { keys: k, values: v, gate_k: None, gate_v: None });
+                (out, cap)
             }
             Some((kernel, params)) => {
                 let entries = kernel.compress(params, x)?;
-                tensor::compressed_attention(
+                let (ek, ev) = match replace {
+                    Some(r) => (
+                        replace_head(&entries.keys, r.head, &r.keys)?,
+                        replace_head(&entries.values, r.head, &r.values)?,
+                    ),
+                    None => (entries.keys, entries.values),
+                };
+                let out = tensor::compressed_attention(
                     &self.spec.geometry,
                     self.spec.visibility,
                     self.config.local_window,
                     &q,
                     &k,
                     &v,
-                    &entries.keys,
-                    &entries.values,
-                )?
+                    &ek,
+                    &ev,
+                )?;
+                let cap = capture.then(|| LayerCapture {
+                    keys: ek,
+                    values: ev,
+                    gate_k: Some(entries.gate_k),
+                    gate_v: Some(entries.gate_v),
+                });
+                (out, cap)
             }
         };
         let o = out.output.transpose(1, 2)?.contiguous()?.reshape((b, t, hq * dh))?;
-        apply(&o, &a.wo)
+        Ok((apply(&o, &a.wo)?, cap))
     }
+}
+
+/// `u: [B, H, n, d]` with head `head`'s rows `0..m` replaced by `by: [B, m, d]`.
+fn replace_head(u: &Tensor, head: usize, by: &Tensor) -> Result<Tensor> {
+    let (b, h, n, d) = u.dims4()?;
+    let (bb, m, dd) = by.dims3()?;
+    if bb != b || dd != d || m > n {
+        return Err(Error::shape("replacement", format!("[{b}, <= {n}, {d}]"), format!("{:?}", by.dims())));
+    }
+    let by = by.to_dtype(u.dtype())?.unsqueeze(1)?;
+    let row = if m < n { Tensor::cat(&[&by, &u.narrow(1, head, 1)?.narrow(2, m, n - m)?], 2)? } else { by };
+    let mut parts = Vec::with_capacity(3);
+    if head > 0 {
+        parts.push(u.narrow(1, 0, head)?);
+    }
+    parts.push(row);
+    if head + 1 < h {
+        parts.push(u.narrow(1, head + 1, h - head - 1)?);
+    }
+    Ok(Tensor::cat(&parts, 1)?.contiguous()?)
 }
 
 /// The dtype every model here trains in.

@@ -22,6 +22,34 @@ use std::time::Instant;
 pub const EVAL_STREAM: u64 = u64::MAX;
 /// File naming the latest checkpoint.
 pub const CHECKPOINT_INDEX: &str = "checkpoint.json";
+/// Directory (in a run directory) of the parameter snapshots kept at every checkpoint step,
+/// for analyses across training (gate trajectories); the optimiser state is not kept there.
+pub const SNAPSHOT_DIR: &str = "snapshots";
+
+/// File name of the parameter snapshot at `step` (inside [`SNAPSHOT_DIR`]).
+pub fn snapshot_name(step: usize) -> String {
+    format!("step-{step:07}.safetensors")
+}
+
+/// Steps and paths of the parameter snapshots of the run in `run`, in step order.
+pub fn list_snapshots(run: &Path) -> Result<Vec<(usize, std::path::PathBuf)>> {
+    let dir = run.join(SNAPSHOT_DIR);
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+        let path = entry.map_err(|e| Error::io(&dir, e))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if let Some(step) = name.strip_prefix("step-").and_then(|n| n.strip_suffix(".safetensors")) {
+            if let Ok(step) = step.parse::<usize>() {
+                out.push((step, path));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
 
 /// A batch as tensors.
 #[derive(Debug)]
@@ -258,6 +286,28 @@ impl Model {
     }
 }
 
+/// A trained model read back from its run directory: the config from `config.json`, the
+/// parameters from `weights` (default: the final `model.safetensors`, which exists once the run
+/// finished).
+pub fn load_run(run: &Path, weights: Option<&Path>) -> Result<(RunConfig, Model)> {
+    let cfg_path = run.join(super::run::CONFIG_FILE);
+    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+    let config: RunConfig = serde_json::from_str(&text)
+        .map_err(|e| Error::File { path: cfg_path.clone(), reason: format!("not a run config: {e}") })?;
+    config.validate()?;
+    let final_weights = run.join("model.safetensors");
+    let path = weights.unwrap_or(&final_weights);
+    if !path.exists() {
+        return Err(Error::File {
+            path: path.to_path_buf(),
+            reason: "no trained weights here (is the run finished? rerun `phasekv train` to resume it)".into(),
+        });
+    }
+    let model = Model::new(&config, &Device::Cpu)?;
+    model.load(path)?;
+    Ok((config, model))
+}
+
 fn save_tensors(map: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
     let tmp = path.with_extension("safetensors.tmp");
     candle_core::safetensors::save(map, &tmp)
@@ -379,6 +429,9 @@ pub fn train(
         let (state, _) = opt.state();
         map.extend(state);
         let file = format!("ckpt-{step:07}.safetensors");
+        let snapshots = run.file(SNAPSHOT_DIR);
+        std::fs::create_dir_all(&snapshots).map_err(|e| Error::io(&snapshots, e))?;
+        save_tensors(&model.tensors(), &snapshots.join(snapshot_name(step)))?;
         save_tensors(&map, &run.file(&file))?;
         let previous: Option<CheckpointIndex> =
             std::fs::read_to_string(&index_path).ok().and_then(|t| serde_json::from_str(&t).ok());

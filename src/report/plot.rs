@@ -196,20 +196,20 @@ fn draw_panel<DB: DrawingBackend>(
         let color = palette(s.color);
         let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
         if scatter {
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(|e| e.to_string())?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+            let anno =
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(|e| e.to_string())?;
+            if !s.name.is_empty() {
+                anno.label(s.name.as_str()).legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+            }
             continue;
         }
         let style = color.stroke_width(2);
         if !s.line {
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
-                .map_err(|e| e.to_string())?
-                .label(s.name.as_str())
-                .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+            let anno =
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|e| e.to_string())?;
+            if !s.name.is_empty() {
+                anno.label(s.name.as_str()).legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+            }
             continue;
         }
         let anno = if s.dashed {
@@ -217,8 +217,10 @@ fn draw_panel<DB: DrawingBackend>(
         } else {
             chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(|e| e.to_string())?
         };
-        anno.label(s.name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+        if !s.name.is_empty() {
+            anno.label(s.name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+        }
         if s.markers {
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(|e| e.to_string())?;
         }

@@ -65,7 +65,7 @@ impl Default for TaskConfig {
             val_len: 1,
             n_records: 8,
             n_queries: 8,
-            max_prefix: 7,
+            max_prefix: 33,
             max_gap: 3,
             residue_modulus: 24,
         }
@@ -203,9 +203,60 @@ impl TaskConfig {
     /// making up the same sequence length (a curriculum draws easier sequences this way).
     pub fn sample_records(&self, rng: &mut ChaCha8Rng, n_records: usize, prefix: usize, gaps: &[usize]) -> Sample {
         let n_records = n_records.clamp(1, self.n_records);
+        let prefix = prefix.min(self.max_prefix);
+        let gaps: Vec<usize> = (0..n_records).map(|r| gaps.get(r).copied().unwrap_or(0).min(self.max_gap)).collect();
+        self.build(rng, n_records, prefix, &gaps, None)
+    }
+
+    /// An evaluation prompt (`phase-eval.md` §2): all `n_records` records after `prefix`
+    /// filler tokens with the given gaps (not clamped to the training ranges), and the query
+    /// block with record `target` asked *last*, so the scored query sits at a fixed position
+    /// (the other queries are unscored context, as in training). Errors when the layout does
+    /// not fit in [`TaskConfig::seq_len`] or `target` is not a record.
+    pub fn sample_prompt(&self, rng: &mut ChaCha8Rng, prefix: usize, gaps: &[usize], target: usize) -> Result<Sample> {
+        if target >= self.n_records {
+            return Err(Error::invalid(
+                "target",
+                format!("must be a record index in 0..{}, got {target}", self.n_records),
+            ));
+        }
+        let gaps: Vec<usize> = (0..self.n_records).map(|r| gaps.get(r).copied().unwrap_or(0)).collect();
+        let used = 1 + prefix + self.n_records * (self.key_len + self.val_len) + gaps.iter().sum::<usize>();
+        if used + self.n_queries * (1 + self.key_len + self.val_len) > self.seq_len() {
+            return Err(Error::invalid(
+                "layout",
+                format!(
+                    "prefix {prefix} and gaps {gaps:?} need {used} tokens before the queries; the task has room for {}",
+                    self.haystack_len()
+                ),
+            ));
+        }
+        Ok(self.build(rng, self.n_records, prefix, &gaps, Some(target)))
+    }
+
+    /// Tokens before the query block (`BOS`, paddings, records, gaps): where records can be.
+    pub fn haystack_len(&self) -> usize {
+        self.seq_len() - self.n_queries * (1 + self.key_len + self.val_len)
+    }
+
+    /// Position of the scored (last) query's first answer token input, i.e. the position whose
+    /// next token is the first answer token of the last query.
+    pub fn last_answer_input(&self) -> usize {
+        self.seq_len() - self.val_len - 1
+    }
+
+    /// Builds a sequence (the layout must fit; the random draws of the training path come in
+    /// the same order as they always did, so old runs reproduce).
+    fn build(
+        &self,
+        rng: &mut ChaCha8Rng,
+        n_records: usize,
+        prefix: usize,
+        gaps: &[usize],
+        last: Option<usize>,
+    ) -> Sample {
         let n_queries = self.n_queries.min(n_records);
         let t_len = self.seq_len();
-        let prefix = prefix.min(self.max_prefix);
         let filler = |rng: &mut ChaCha8Rng| 2 + rng.random_range(0..self.n_filler) as u32;
         // Distinct keys: draw key strings until n_records distinct ones.
         let mut keys: Vec<Vec<u32>> = Vec::with_capacity(n_records);
@@ -229,8 +280,7 @@ impl TaskConfig {
             record_positions.push(tokens.len());
             tokens.extend_from_slice(&keys[r]);
             tokens.extend_from_slice(&values[r]);
-            let gap = gaps.get(r).copied().unwrap_or(0).min(self.max_gap);
-            for _ in 0..gap {
+            for _ in 0..gaps[r] {
                 tokens.push(filler(rng));
             }
         }
@@ -241,6 +291,17 @@ impl TaskConfig {
         let mut targets: Vec<usize> = (0..n_records).collect();
         targets.shuffle(rng);
         targets.truncate(n_queries);
+        if let Some(last) = last {
+            match targets.iter().position(|&r| r == last) {
+                Some(i) => {
+                    targets.remove(i);
+                }
+                None => {
+                    targets.pop();
+                }
+            }
+            targets.push(last);
+        }
         let mut queries = Vec::with_capacity(n_queries);
         for &r in &targets {
             let query_pos = tokens.len();

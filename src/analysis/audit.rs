@@ -1,0 +1,203 @@
+//! The phase audit of a model that lives elsewhere (`spec/phase-eval.md` §2): the protocol's
+//! prompts exported as JSONL, and per-sample results read back.
+//!
+//! **Export**, one JSON object per line: `id`, `protocol`, `group`, `target_pos` (source-key
+//! position), `query_pos` and `answer_pos` of the scored (last) query, `record_positions`,
+//! `tokens` (ids of this crate's task vocabulary, the scored answer excluded), `answer` (ids),
+//! and `text` / `answer_text`: the same prompt rendered with a user-given filler word and record
+//! and query templates (`{key}`, `{value}`), pieces joined by single spaces. Positions count
+//! tokens of `tokens`; an external tokenizer has its own positions, so a text audit's phases are
+//! those of the filler and templates chosen (use a filler of one token in that tokenizer).
+//!
+//! **Results**, one JSON object per line (blank lines skipped, other fields ignored): `group`
+//! (an integer in `0..M`, required), and `correct` (boolean) or `prob` (the answer's
+//! probability, in `[0, 1]`; counted correct when `>= 0.5` if `correct` is absent); `id`
+//! (non-negative integer) is optional and defaults to the line's index. Every problem is
+//! reported with its line number.
+
+use super::phase::Outcome;
+use super::protocol::{Prompt, Protocol};
+use crate::task::{TaskConfig, BOS, QUERY};
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How prompts are rendered as text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TextTemplate {
+    /// The filler word (every filler token).
+    pub filler: String,
+    /// A record, with `{key}` and `{value}`.
+    pub record: String,
+    /// A query, with `{key}` (an answered context query appends ` {value}`).
+    pub query: String,
+}
+
+impl Default for TextTemplate {
+    fn default() -> Self {
+        TextTemplate { filler: "the".into(), record: "{key}:{value}".into(), query: "{key}?".into() }
+    }
+}
+
+impl TextTemplate {
+    /// Checks the templates name their placeholders.
+    pub fn validate(&self) -> Result<()> {
+        if !self.record.contains("{key}") || !self.record.contains("{value}") {
+            return Err(Error::invalid(
+                "record template",
+                format!("must contain {{key}} and {{value}}, got {:?}", self.record),
+            ));
+        }
+        if !self.query.contains("{key}") {
+            return Err(Error::invalid("query template", format!("must contain {{key}}, got {:?}", self.query)));
+        }
+        Ok(())
+    }
+}
+
+/// One exported prompt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExportedPrompt {
+    /// Prompt id.
+    pub id: usize,
+    /// Protocol name.
+    pub protocol: Protocol,
+    /// Residue group of the target.
+    pub group: usize,
+    /// Source-key position of the target.
+    pub target_pos: usize,
+    /// Position of the scored query marker.
+    pub query_pos: usize,
+    /// Position of the first answer token.
+    pub answer_pos: usize,
+    /// First-key positions of every record.
+    pub record_positions: Vec<usize>,
+    /// Token ids up to (not including) the scored answer.
+    pub tokens: Vec<u32>,
+    /// The answer's token ids.
+    pub answer: Vec<u32>,
+    /// The prompt as text.
+    pub text: String,
+    /// The answer as text.
+    pub answer_text: String,
+}
+
+fn word(task: &TaskConfig, tok: u32) -> String {
+    if tok >= task.val_base() {
+        format!("v{}", tok - task.val_base())
+    } else if tok >= task.key_base() {
+        format!("k{}", tok - task.key_base())
+    } else {
+        String::new()
+    }
+}
+
+/// The prompt as exported (tokens cut before the scored answer, text rendered).
+pub fn export_prompt(task: &TaskConfig, protocol: Protocol, p: &Prompt, tpl: &TextTemplate) -> ExportedPrompt {
+    let s = &p.sample;
+    let q = p.target();
+    let (kl, vl) = (task.key_len, task.val_len);
+    let join = |toks: &[u32]| toks.iter().map(|&t| word(task, t)).collect::<Vec<_>>().join(" ");
+    let mut pieces: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < q.answer_pos {
+        let t = s.tokens[i];
+        if t == BOS {
+            i += 1;
+        } else if t == QUERY {
+            let key = join(&s.tokens[i + 1..i + 1 + kl]);
+            let mut text = tpl.query.replace("{key}", &key);
+            if i + 1 + kl < q.answer_pos {
+                text = format!("{text} {}", join(&s.tokens[i + 1 + kl..i + 1 + kl + vl]));
+            }
+            pieces.push(text);
+            i += 1 + kl + vl;
+        } else if t >= task.key_base() && t < task.val_base() {
+            let key = join(&s.tokens[i..i + kl]);
+            let value = join(&s.tokens[i + kl..i + kl + vl]);
+            pieces.push(tpl.record.replace("{key}", &key).replace("{value}", &value));
+            i += kl + vl;
+        } else {
+            pieces.push(tpl.filler.clone());
+            i += 1;
+        }
+    }
+    ExportedPrompt {
+        id: p.id,
+        protocol,
+        group: p.group,
+        target_pos: p.target_pos,
+        query_pos: q.query_pos,
+        answer_pos: q.answer_pos,
+        record_positions: s.record_positions.clone(),
+        tokens: s.tokens[..q.answer_pos].to_vec(),
+        answer: q.answer.clone(),
+        text: pieces.join(" "),
+        answer_text: join(&q.answer),
+    }
+}
+
+/// The prompts as JSONL.
+pub fn export_jsonl(task: &TaskConfig, protocol: Protocol, prompts: &[Prompt], tpl: &TextTemplate) -> Result<String> {
+    tpl.validate()?;
+    let mut out = String::new();
+    for p in prompts {
+        let line = serde_json::to_string(&export_prompt(task, protocol, p, tpl))
+            .map_err(|e| Error::invalid("export", e.to_string()))?;
+        out.push_str(&line);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Reads per-sample results (see the module docs); `m` is the residue modulus. Errors name
+/// the line (1-based) and the field.
+pub fn parse_results(text: &str, m: usize) -> Result<Vec<Outcome>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = |field: &str| format!("line {n}: {field}");
+        let v: Value = serde_json::from_str(line).map_err(|e| Error::invalid(at("JSON"), e.to_string()))?;
+        let obj = v.as_object().ok_or_else(|| Error::invalid(at("line"), "must be a JSON object"))?;
+        let group = match obj.get("group") {
+            None => return Err(Error::invalid(at("group"), "missing (an integer residue group is required)")),
+            Some(g) => g
+                .as_u64()
+                .ok_or_else(|| Error::invalid(at("group"), format!("must be a non-negative integer, got {g}")))?,
+        };
+        if group >= m as u64 {
+            return Err(Error::invalid(at("group"), format!("unknown group {group}: allowed 0..{m}")));
+        }
+        let id = match obj.get("id") {
+            None => out.len(),
+            Some(x) => x
+                .as_u64()
+                .ok_or_else(|| Error::invalid(at("id"), format!("must be a non-negative integer, got {x}")))?
+                as usize,
+        };
+        let prob = match obj.get("prob") {
+            None | Some(Value::Null) => None,
+            Some(x) => {
+                let p = x.as_f64().ok_or_else(|| Error::invalid(at("prob"), format!("must be a number, got {x}")))?;
+                if !(0.0..=1.0).contains(&p) {
+                    return Err(Error::invalid(at("prob"), format!("must be in [0, 1], got {p}")));
+                }
+                Some(p)
+            }
+        };
+        let correct = match (obj.get("correct"), prob) {
+            (Some(Value::Bool(b)), _) => *b,
+            (Some(x), _) => return Err(Error::invalid(at("correct"), format!("must be true or false, got {x}"))),
+            (None, Some(p)) => p >= 0.5,
+            (None, None) => return Err(Error::invalid(at("correct"), "missing (give `correct` or `prob`)")),
+        };
+        out.push(Outcome { id, group: group as usize, correct, prob });
+    }
+    if out.is_empty() {
+        return Err(Error::invalid("results", "no result lines"));
+    }
+    Ok(out)
+}

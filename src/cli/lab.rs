@@ -1,0 +1,255 @@
+//! `phasekv eval`, `phasekv analyze knockout|gates` and `phasekv audit export|analyze`: the
+//! phase lab on trained runs and on external results. Thin: parse, call [`phasekv::lab`],
+//! print.
+
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use phasekv::analysis::audit::{export_jsonl, TextTemplate};
+use phasekv::analysis::phase::PhaseProfile;
+use phasekv::analysis::protocol::{self, Balance, Protocol};
+use phasekv::lab::{self, LabSettings};
+use phasekv::model::RunConfig;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// A finished run directory (from `phasekv train`).
+    run: PathBuf,
+    /// Padding protocol: prefix or in-sequence.
+    #[arg(long, default_value = "in-sequence")]
+    protocol: String,
+    /// Prompts per residue group.
+    #[arg(long, default_value_t = LabSettings::default().eval_per_group)]
+    samples: usize,
+    /// Seed of the prompts and the permutation test.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AnalyzeCmd {
+    /// Knockouts by mean replacement: accuracy drop per (layer, KV head) and residue group.
+    Knockout {
+        /// A finished run directory.
+        run: PathBuf,
+        /// Prompts per residue group (in-sequence protocol).
+        #[arg(long, default_value_t = LabSettings::default().knockout_per_group)]
+        samples: usize,
+        /// Same-layout reference prompts per prompt for the mean.
+        #[arg(long, default_value_t = LabSettings::default().knockout_reference)]
+        reference: usize,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Gate preferences (static vs input-dependent concentration) at every saved checkpoint.
+    Gates {
+        /// A finished run directory.
+        run: PathBuf,
+        /// Sequences whose windows are averaged over.
+        #[arg(long, default_value_t = LabSettings::default().gate_samples)]
+        samples: usize,
+        /// Seed of the sequences.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AuditCmd {
+    /// Write a protocol's prompts as JSONL (token ids, text, group, positions, answer).
+    Export {
+        /// Padding protocol: prefix or in-sequence.
+        #[arg(long, default_value = "in-sequence")]
+        protocol: String,
+        /// Prompts per residue group.
+        #[arg(long, default_value_t = LabSettings::default().eval_per_group)]
+        samples: usize,
+        /// Seed of the prompts.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// JSON config whose `task` section defines the task (default: the default task).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Filler word of the text rendering.
+        #[arg(long, default_value = "the")]
+        filler: String,
+        /// Record template of the text rendering ({key}, {value}).
+        #[arg(long, default_value = "{key}:{value}")]
+        record: String,
+        /// Query template of the text rendering ({key}).
+        #[arg(long, default_value = "{key}?")]
+        query: String,
+        /// Output JSONL file (never overwritten).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Phase statistics and plot of per-sample results (JSONL with group and correct or prob).
+    Analyze {
+        /// Results JSONL.
+        results: PathBuf,
+        /// Residue modulus M of the groups.
+        #[arg(long, default_value_t = 24)]
+        modulus: usize,
+        /// Stride to fold phases by (optional).
+        #[arg(long)]
+        stride: Option<usize>,
+        /// Output directory (default: next to the results, `<name>.audit/`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Seed of the permutation test.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+fn bar(label: &str) -> impl FnMut(usize, usize) {
+    let mut bar: Option<ProgressBar> = None;
+    let label = label.to_string();
+    move |done, total| {
+        let b = bar.get_or_insert_with(|| {
+            let b = ProgressBar::new(total as u64);
+            b.set_style(
+                ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}]")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            b.set_message(label.clone());
+            b
+        });
+        b.set_position(done as u64);
+        if done >= total {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// Prints the balance check and a profile summary.
+pub fn print_profile(title: &str, balance: Option<&Balance>, p: &PhaseProfile) {
+    println!("{title}");
+    if let Some(b) = balance {
+        println!(
+            "  balance: target position per group, mean {:.2}..{:.2} (spread {:.2} tokens), std {:.2}..{:.2} (spread {:.1} %): {}",
+            b.groups.iter().map(|g| g.mean).fold(f64::INFINITY, f64::min),
+            b.groups.iter().map(|g| g.mean).fold(f64::NEG_INFINITY, f64::max),
+            b.mean_spread,
+            b.groups.iter().map(|g| g.std).fold(f64::INFINITY, f64::min),
+            b.groups.iter().map(|g| g.std).fold(f64::NEG_INFINITY, f64::max),
+            100.0 * b.std_spread,
+            if b.agrees() { "balanced" } else { "NOT balanced" }
+        );
+    }
+    let accs: Vec<String> = p.groups.iter().map(|g| format!("{:.0}", 100.0 * g.accuracy)).collect();
+    println!("  accuracy % by group 0..{}: {}", p.modulus, accs.join(" "));
+    if let Some(f) = &p.folded {
+        let accs: Vec<String> = f.phases.iter().map(|g| format!("{:.1}", 100.0 * g.accuracy)).collect();
+        println!("  folded by phase mod {}: {} (gap {:.1} pp)", f.stride, accs.join(" "), f.gap_pp);
+    }
+    let best = p.period.best().map(|c| format!("{} (p = {:.2e})", c.period, c.p_value)).unwrap_or_default();
+    let runner = p.period.runner_up().map(|c| format!("{} (p = {:.2e})", c.period, c.p_value)).unwrap_or_default();
+    println!(
+        "  mean {:.2} %, max gap {:.1} pp; period estimate: {} [best {best}, runner-up {runner}]",
+        100.0 * p.mean_accuracy,
+        p.max_gap_pp,
+        p.period().map(|x| x.to_string()).unwrap_or_else(|| "none".into()),
+    );
+    println!(
+        "  chi-square {:.1} (df {}), p = {:.2e}; permutation p = {:.4}",
+        p.chi_square.statistic, p.chi_square.df, p.chi_square.p_value, p.permutation_p
+    );
+}
+
+pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
+    let protocol = Protocol::parse(&args.protocol)?;
+    let r = lab::eval_run(&args.run, protocol, args.samples, args.seed, &mut bar("eval"))?;
+    print_profile(
+        &format!("{} ({}), {} padding, {} prompts", r.preset, args.run.display(), protocol.name(), r.profile.n),
+        Some(&r.balance),
+        &r.profile,
+    );
+    println!("  written: {}/eval-{}.{{json,csv,svg,png}}", args.run.display(), protocol.name());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        AnalyzeCmd::Knockout { run, samples, reference, seed } => {
+            let r = lab::knockout_run(&run, samples, reference, seed, &mut bar("knockout"))?;
+            println!(
+                "{}: knockout of {} haystack entries per head, {} prompts per group, {} references each",
+                r.preset, r.map.replaced_entries, samples, reference
+            );
+            for row in &r.map.rows {
+                let d: Vec<String> = row.drop_pp.iter().map(|d| format!("{d:.0}")).collect();
+                println!("  L{}.H{} mean drop {:5.1} pp | {}", row.layer, row.head, row.mean_drop_pp, d.join(" "));
+            }
+            println!("  written: {}/knockout.{{json,csv,svg,png}}", run.display());
+        }
+        AnalyzeCmd::Gates { run, samples, seed } => match lab::gates_run(&run, samples, seed, &mut bar("gates"))? {
+            None => println!("{}: full attention has no gates", run.display()),
+            Some(r) => {
+                println!("{}: gate preferences over {} checkpoints (W = {})", r.preset, r.snapshots.len(), r.window);
+                if let (Some(first), Some(last)) = (r.snapshots.first(), r.snapshots.last()) {
+                    for g in &last.gates {
+                        let g0 =
+                            first.gates.iter().find(|x| x.layer == g.layer && x.head == g.head && x.branch == g.branch);
+                        let peak =
+                            g.profile.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|p| p.0).unwrap_or(0);
+                        println!(
+                            "  L{}.H{} {:?}: static {:.2} (step {}: {:.2}), input-dependent {:.2}, peak offset {peak}",
+                            g.layer,
+                            g.head,
+                            g.branch,
+                            g.static_concentration,
+                            first.step,
+                            g0.map(|x| x.static_concentration).unwrap_or(f64::NAN),
+                            g.input_concentration
+                        );
+                    }
+                }
+                println!("  written: {}/gates.json, gates-{{scatter,trajectory,profile}}.{{svg,png}}", run.display());
+            }
+        },
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn audit(cmd: AuditCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        AuditCmd::Export { protocol, samples, seed, config, filler, record, query, out } => {
+            let protocol = Protocol::parse(&protocol)?;
+            let task = match &config {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                    RunConfig::from_json(&text)?.task
+                }
+                None => RunConfig::default().task,
+            };
+            if out.exists() {
+                anyhow::bail!("{}: exists; results are never overwritten (choose another --out)", out.display());
+            }
+            let prompts = protocol::generate(&task, protocol, samples, seed)?;
+            let tpl = TextTemplate { filler, record, query };
+            let text = export_jsonl(&task, protocol, &prompts, &tpl)?;
+            phasekv::run_dir::atomic_write(&out, text.as_bytes())?;
+            let b = protocol::balance(&prompts, task.residue_modulus);
+            println!(
+                "wrote {} {} prompts ({} per group, M = {}) to {}; target-position balance: mean spread {:.2} tokens, std spread {:.1} %",
+                prompts.len(),
+                protocol.name(),
+                samples,
+                task.residue_modulus,
+                out.display(),
+                b.mean_spread,
+                100.0 * b.std_spread
+            );
+        }
+        AuditCmd::Analyze { results, modulus, stride, out, seed } => {
+            let out = out.unwrap_or_else(|| results.with_extension("audit"));
+            let p = lab::audit_analyze(&results, modulus, stride, seed, &out)?;
+            print_profile(&format!("audit of {}", results.display()), None, &p);
+            println!("  written: {}/{{profile.json,groups.csv,phase.svg,phase.png}}", out.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,267 @@
+//! The phase lab on a trained run directory: evaluation under both padding protocols,
+//! knockout maps and gate preferences, each written into the run directory as JSON (the data),
+//! CSV and SVG+PNG figures. A result already on disk with the same settings is reused, and one
+//! with other settings is never overwritten (an error names the file).
+//!
+//! Files, in the run directory:
+//!
+//! | file | written by |
+//! |---|---|
+//! | `eval-<protocol>.json`, `.csv`, `-outcomes.jsonl`, `.svg`, `.png` | [`eval_run`] |
+//! | `knockout.json`, `.csv`, `.svg`, `.png` | [`knockout_run`] |
+//! | `gates.json`, `gates-{scatter,trajectory,profile}.{svg,png}` | [`gates_run`] |
+
+use crate::analysis::eval::{self, KnockoutMap};
+use crate::analysis::gates::{self, GateSnapshot};
+use crate::analysis::phase::{self, PhaseProfile};
+use crate::analysis::protocol::{self, Balance, Protocol};
+use crate::kernel::spec::KernelSpec;
+use crate::model::train::{list_snapshots, load_run, EVAL_STREAM};
+use crate::model::RunConfig;
+use crate::report::figures;
+use crate::run_dir::atomic_write;
+use crate::{Error, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Settings shared by the lab's steps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LabSettings {
+    /// Evaluation prompts per residue group and protocol.
+    pub eval_per_group: usize,
+    /// Knockout prompts per residue group (in-sequence protocol).
+    pub knockout_per_group: usize,
+    /// Same-layout reference prompts per knocked-out prompt.
+    pub knockout_reference: usize,
+    /// Sequences whose windows the gate statistics average over.
+    pub gate_samples: usize,
+    /// Seed of prompts, reference sets and permutation tests.
+    pub seed: u64,
+}
+
+impl Default for LabSettings {
+    fn default() -> Self {
+        LabSettings { eval_per_group: 100, knockout_per_group: 24, knockout_reference: 8, gate_samples: 64, seed: 0 }
+    }
+}
+
+/// `eval-<protocol>.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvalResult {
+    /// Kernel preset.
+    pub preset: String,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Prompts per group.
+    pub per_group: usize,
+    /// Prompt seed.
+    pub seed: u64,
+    /// The kernel's stride (`None` for `full`).
+    pub stride: Option<usize>,
+    /// Achieved target-position balance.
+    pub balance: Balance,
+    /// Every phase statistic.
+    pub profile: PhaseProfile,
+}
+
+/// `knockout.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KnockoutResult {
+    /// Kernel preset.
+    pub preset: String,
+    /// Protocol of the prompts.
+    pub protocol: Protocol,
+    /// Prompts per group.
+    pub per_group: usize,
+    /// Seed.
+    pub seed: u64,
+    /// The map.
+    pub map: KnockoutMap,
+}
+
+/// `gates.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GatesResult {
+    /// Kernel preset.
+    pub preset: String,
+    /// Window `W`.
+    pub window: usize,
+    /// Sequences averaged over.
+    pub samples: usize,
+    /// Seed of the sequences.
+    pub seed: u64,
+    /// One entry per saved checkpoint, in step order (the final model last).
+    pub snapshots: Vec<GateSnapshot>,
+}
+
+/// The kernel's stride for phase folding (`None` for `full`).
+pub fn stride_of(preset: &str) -> Result<Option<usize>> {
+    if preset == "full" {
+        return Ok(None);
+    }
+    Ok(Some(KernelSpec::preset(preset)?.geometry.stride()))
+}
+
+/// Reads a JSON result file.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("unreadable result: {e}") })
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("cannot serialise: {e}") })?;
+    atomic_write(path, format!("{text}\n").as_bytes())
+}
+
+/// An existing result with the same settings (reused), or `None` when there is none; a
+/// result with other settings is an error (never overwritten).
+fn existing<T: DeserializeOwned>(path: &Path, same: impl Fn(&T) -> bool) -> Result<Option<T>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let have: T = read_json(path)?;
+    if same(&have) {
+        Ok(Some(have))
+    } else {
+        Err(Error::File {
+            path: path.to_path_buf(),
+            reason: "holds a result with other settings; move it away to recompute (results are never overwritten)"
+                .into(),
+        })
+    }
+}
+
+fn run_config(run: &Path) -> Result<RunConfig> {
+    read_json(&run.join(crate::model::run::CONFIG_FILE))
+}
+
+/// Evaluates the finished run in `run` under `protocol` with `per_group` prompts per group.
+pub fn eval_run(
+    run: &Path,
+    protocol: Protocol,
+    per_group: usize,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<EvalResult> {
+    let json = run.join(format!("eval-{}.json", protocol.name()));
+    if let Some(r) = existing::<EvalResult>(&json, |r| r.per_group == per_group && r.seed == seed)? {
+        return Ok(r);
+    }
+    let (config, model) = load_run(run, None)?;
+    let task = &config.task;
+    let prompts = protocol::generate(task, protocol, per_group, seed)?;
+    let balance = protocol::balance(&prompts, task.residue_modulus);
+    let outcomes = eval::evaluate(&model.decoder, &prompts, progress)?;
+    let stride = stride_of(&config.model.preset)?;
+    let profile = phase::profile(&outcomes, task.residue_modulus, stride, seed)?;
+    let result =
+        EvalResult { preset: config.model.preset.clone(), protocol, per_group, seed, stride, balance, profile };
+    let mut lines = String::new();
+    for o in &outcomes {
+        lines.push_str(&serde_json::to_string(o).map_err(|e| Error::invalid("outcome", e.to_string()))?);
+        lines.push('\n');
+    }
+    let stem = run.join(format!("eval-{}", protocol.name()));
+    atomic_write(&stem.with_extension("csv"), phase::groups_csv(&result.profile.groups).as_bytes())?;
+    atomic_write(&run.join(format!("eval-{}-outcomes.jsonl", protocol.name())), lines.as_bytes())?;
+    figures::phase_profile(
+        &stem,
+        &format!("{}, {} padding", result.preset, protocol.name()),
+        &result.profile,
+        result.stride,
+    )?;
+    write_json(&json, &result)?;
+    Ok(result)
+}
+
+/// Knockout map of the finished run in `run` (in-sequence prompts).
+pub fn knockout_run(
+    run: &Path,
+    per_group: usize,
+    reference: usize,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<KnockoutResult> {
+    let json = run.join("knockout.json");
+    let protocol = Protocol::InSequence;
+    if let Some(r) = existing::<KnockoutResult>(&json, |r| {
+        r.per_group == per_group && r.seed == seed && r.map.reference == reference
+    })? {
+        return Ok(r);
+    }
+    let (config, model) = load_run(run, None)?;
+    let prompts = protocol::generate(&config.task, protocol, per_group, seed)?;
+    let map = eval::knockout(&model.decoder, &config.task, &prompts, reference, seed, progress)?;
+    let result = KnockoutResult { preset: config.model.preset.clone(), protocol, per_group, seed, map };
+    let mut csv = String::from("layer,head,group,clean_accuracy,knocked_accuracy,drop_pp\n");
+    for r in &result.map.rows {
+        for (g, k) in r.groups.iter().enumerate() {
+            csv.push_str(&format!(
+                "{},{},{},{:.6},{:.6},{:.3}\n",
+                r.layer, r.head, g, result.map.clean[g].accuracy, k.accuracy, r.drop_pp[g]
+            ));
+        }
+    }
+    atomic_write(&run.join("knockout.csv"), csv.as_bytes())?;
+    figures::knockout_map(
+        &run.join("knockout"),
+        &format!("{}: accuracy drop (pp) when one KV head is mean-replaced", result.preset),
+        &result.map,
+    )?;
+    write_json(&json, &result)?;
+    Ok(result)
+}
+
+/// Gate preferences of the finished run in `run` at every saved snapshot and the final model
+/// (`None` for `full`, which has no gates).
+pub fn gates_run(
+    run: &Path,
+    samples: usize,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Option<GatesResult>> {
+    let config = run_config(run)?;
+    if config.model.is_full() {
+        return Ok(None);
+    }
+    let json = run.join("gates.json");
+    if let Some(r) = existing::<GatesResult>(&json, |r| r.samples == samples && r.seed == seed)? {
+        return Ok(Some(r));
+    }
+    let task = &config.task;
+    let seqs = task.batch(seed, EVAL_STREAM - 1, samples);
+    let mut weights: Vec<(usize, Option<PathBuf>)> =
+        list_snapshots(run)?.into_iter().map(|(s, p)| (s, Some(p))).collect();
+    if weights.last().map(|w| w.0) != Some(config.train.steps) {
+        weights.push((config.train.steps, None));
+    }
+    let mut snapshots = Vec::with_capacity(weights.len());
+    for (i, (step, path)) in weights.iter().enumerate() {
+        let (_, model) = load_run(run, path.as_deref())?;
+        snapshots.push(GateSnapshot { step: *step, gates: gates::gate_stats(&model.decoder, &seqs)? });
+        progress(i + 1, weights.len());
+    }
+    let window = KernelSpec::preset(&config.model.preset)?.geometry.window();
+    let result = GatesResult { preset: config.model.preset.clone(), window, samples, seed, snapshots };
+    figures::gate_figures(&run.join("gates"), &result.preset, &result.snapshots, window)?;
+    write_json(&json, &result)?;
+    Ok(Some(result))
+}
+
+/// `phasekv audit analyze`: the phase profile of external results, written into `out`
+/// (`profile.json`, `groups.csv`, `phase.svg`/`.png`).
+pub fn audit_analyze(results: &Path, m: usize, stride: Option<usize>, seed: u64, out: &Path) -> Result<PhaseProfile> {
+    let text = std::fs::read_to_string(results).map_err(|e| Error::io(results, e))?;
+    let outcomes = crate::analysis::audit::parse_results(&text, m)
+        .map_err(|e| Error::File { path: results.to_path_buf(), reason: e.to_string() })?;
+    let profile = phase::profile(&outcomes, m, stride, seed)?;
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    write_json(&out.join("profile.json"), &profile)?;
+    atomic_write(&out.join("groups.csv"), phase::groups_csv(&profile.groups).as_bytes())?;
+    let name = results.file_name().and_then(|n| n.to_str()).unwrap_or("results");
+    figures::phase_profile(&out.join("phase"), &format!("audit of {name}"), &profile, stride)?;
+    Ok(profile)
+}

@@ -1,0 +1,165 @@
+//! The phase lab's figures, built from result data only (so `phasekv report` redraws them
+//! without a model): phase profiles with Wilson bands and the stride marked, knockout maps,
+//! and gate-preference plots.
+
+use super::plot::{self, CategoryGrid, Panel, Series};
+use crate::analysis::eval::KnockoutMap;
+use crate::analysis::gates::{Branch, GateSnapshot};
+use crate::analysis::phase::PhaseProfile;
+use crate::Result;
+use std::path::{Path, PathBuf};
+
+/// Dashed vertical marks at multiples of `stride` over `0..m` (from y0 to y1).
+fn stride_marks(stride: Option<usize>, m: usize, y0: f64, y1: f64) -> Vec<Series> {
+    let Some(s) = stride.filter(|&s| s > 1 && s < m) else { return Vec::new() };
+    (0..m)
+        .step_by(s)
+        .enumerate()
+        .map(|(i, x)| {
+            let name = if i == 0 { format!("multiples of S = {s}") } else { String::new() };
+            Series {
+                name,
+                points: vec![(x as f64, y0), (x as f64, y1)],
+                color: 7,
+                markers: false,
+                dashed: true,
+                line: true,
+            }
+        })
+        .collect()
+}
+
+/// The panel of one phase profile: accuracy per residue group with its Wilson 95 % band.
+pub fn phase_panel(title: &str, profile: &PhaseProfile, stride: Option<usize>, color: usize) -> Panel {
+    let pts = |f: &dyn Fn(&crate::analysis::stats::GroupAccuracy) -> f64| {
+        profile.groups.iter().map(|g| (g.group as f64, f(g))).collect::<Vec<_>>()
+    };
+    let mut series = stride_marks(stride, profile.modulus, 0.0, 1.0);
+    series.push(Series { markers: true, ..Series::line("accuracy", pts(&|g| g.accuracy), color) });
+    series.push(Series { dashed: true, ..Series::line("Wilson 95 %", pts(&|g| g.wilson_lo), color) });
+    series.push(Series { dashed: true, ..Series::line("", pts(&|g| g.wilson_hi), color) });
+    let period = match profile.period() {
+        Some(p) => format!("period {p}"),
+        None => "no period".into(),
+    };
+    Panel {
+        title: format!(
+            "{title}: gap {:.1} pp, {period}, chi2 p = {:.1e}",
+            profile.max_gap_pp, profile.chi_square.p_value
+        ),
+        x_label: format!("residue group (source-key position mod {})", profile.modulus),
+        y_label: "exact-match accuracy".into(),
+        y_range: Some((0.0, 1.02)),
+        series,
+    }
+}
+
+/// One phase profile as a figure.
+pub fn phase_profile(stem: &Path, title: &str, profile: &PhaseProfile, stride: Option<usize>) -> Result<Vec<PathBuf>> {
+    plot::line_chart(stem, &phase_panel(title, profile, stride, 0))
+}
+
+/// Knockout drop bins (percentage points) and their colours.
+const DROP_BINS: [(f64, &str, (u8, u8, u8)); 6] = [
+    (f64::NEG_INFINITY, "gain (< -2 pp)", (170, 200, 235)),
+    (-2.0, "-2..5 pp", (245, 245, 245)),
+    (5.0, "5..15 pp", (253, 219, 160)),
+    (15.0, "15..30 pp", (250, 170, 100)),
+    (30.0, "30..50 pp", (230, 100, 60)),
+    (50.0, ">= 50 pp", (170, 30, 30)),
+];
+
+/// The knockout map (rows layer x head, columns residue group) as a binned heatmap with the
+/// drop written in each cell.
+pub fn knockout_map(stem: &Path, title: &str, map: &KnockoutMap) -> Result<Vec<PathBuf>> {
+    let bin = |d: f64| DROP_BINS.iter().rposition(|b| d >= b.0).unwrap_or(1);
+    let grid = CategoryGrid {
+        title: title.into(),
+        x_label: format!("residue group (mod {})", map.modulus),
+        y_label: "layer.head".into(),
+        columns: (0..map.modulus).map(|g| g.to_string()).collect(),
+        rows: map.rows.iter().map(|r| format!("L{}.H{}", r.layer, r.head)).collect(),
+        cells: map.rows.iter().map(|r| r.drop_pp.iter().map(|&d| bin(d)).collect()).collect(),
+        cell_text: Some(map.rows.iter().map(|r| r.drop_pp.iter().map(|d| format!("{d:.0}")).collect()).collect()),
+        categories: DROP_BINS.iter().map(|b| (b.1.to_string(), b.2)).collect(),
+    };
+    plot::category_grid(stem, &grid)
+}
+
+fn gate_label(layer: usize, head: usize, branch: Branch) -> String {
+    let b = match branch {
+        Branch::Key => "K",
+        Branch::Value => "V",
+    };
+    format!("L{layer}.H{head}.{b}")
+}
+
+/// Gate preferences at the last snapshot: one point per gate in the (static, input-dependent)
+/// plane, with the diagonal; and trajectories of every gate across snapshots.
+pub fn gate_figures(stem: &Path, title: &str, snapshots: &[GateSnapshot], window: usize) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let Some(last) = snapshots.last() else { return Ok(files) };
+    let w = window as f64;
+    let diag = Series { dashed: true, ..Series::line("diagonal", vec![(1.0, 1.0), (w, w)], 7) };
+    let mut traj = vec![diag.clone()];
+    for (i, g) in last.gates.iter().enumerate() {
+        let pts: Vec<(f64, f64)> = snapshots
+            .iter()
+            .filter_map(|s| {
+                s.gates
+                    .iter()
+                    .find(|x| x.layer == g.layer && x.head == g.head && x.branch == g.branch)
+                    .map(|x| (x.static_concentration, x.input_concentration))
+            })
+            .collect();
+        traj.push(Series { markers: true, ..Series::line(gate_label(g.layer, g.head, g.branch), pts, i) });
+    }
+    let mut scatter = vec![diag];
+    for (i, g) in last.gates.iter().enumerate() {
+        scatter.push(Series::markers(
+            gate_label(g.layer, g.head, g.branch),
+            vec![(g.static_concentration, g.input_concentration)],
+            i,
+        ));
+    }
+    let axes = |t: String, series: Vec<Series>| Panel {
+        title: t,
+        x_label: "static concentration exp(H(E[a])) (effective offsets)".into(),
+        y_label: "input-dependent E[exp(H(a))]".into(),
+        y_range: Some((0.9, w + 0.1)),
+        series,
+    };
+    let name =
+        |s: &str| stem.with_file_name(format!("{}-{s}", stem.file_name().and_then(|n| n.to_str()).unwrap_or("gates")));
+    files.extend(plot::line_chart(&name("scatter"), &axes(format!("{title}: gates at step {}", last.step), scatter))?);
+    files.extend(plot::line_chart(
+        &name("trajectory"),
+        &axes(format!("{title}: gate trajectories over {} checkpoints (last = end of line)", snapshots.len()), traj),
+    )?);
+    let panels: Vec<Panel> = last
+        .gates
+        .iter()
+        .map(|g| Panel {
+            title: gate_label(g.layer, g.head, g.branch),
+            x_label: "offset in window".into(),
+            y_label: "mean gate weight".into(),
+            y_range: Some((0.0, 1.0)),
+            series: vec![Series {
+                markers: true,
+                ..Series::line("", g.profile.iter().enumerate().map(|(i, &a)| (i as f64, a)).collect(), 0)
+            }],
+        })
+        .collect();
+    if !panels.is_empty() {
+        let cols = 4.min(panels.len());
+        let rows = panels.len().div_ceil(cols) as u32;
+        files.extend(plot::line_panels(
+            &name("profile"),
+            &format!("{title}: average gate over offsets (step {})", last.step),
+            &panels,
+            cols,
+            (300 * cols as u32, 60 + 240 * rows),
+        )?);
+    }
+    Ok(files)
+}

@@ -1,0 +1,403 @@
+//! `phasekv reproduce`: the plan of work behind the report, split into independent units that
+//! can run in any order, on any machine (`--shard i/n`), and resume.
+//!
+//! Units, each writing only under its own directory of the output:
+//!
+//! | unit | directory | what |
+//! |---|---|---|
+//! | `kernels` | `kernels/` | the invariant harness K1-K13 on every preset, reference and candle |
+//! | `theory` | `theory/` | Theorem 1 at the defaults, the phase diagram, Theorem 2 over seeds |
+//! | `model:<preset>` | `runs/<preset>-seed<seed>/` | training (resumed or reused), both protocols, knockouts, gates |
+//!
+//! A unit that finished (its result file exists) is reused; a model run that was interrupted
+//! resumes from its last checkpoint. Shard `i` of `n` runs units `i, i+n, i+2n, ...` of the
+//! plan's list, heaviest first, so shards are disjoint and their union is the plan.
+
+use crate::kernel::harness::subjects::{ReferenceSubject, TensorSubject};
+use crate::kernel::harness::{run_all, Invariant};
+use crate::kernel::spec::{preset_names, KernelSpec};
+use crate::lab::{self, LabSettings};
+use crate::model::train::Observer;
+use crate::model::RunConfig;
+use crate::run_dir::atomic_write;
+use crate::theory::diagram::{compare_with_reference, phase_diagram, spec_grid};
+use crate::theory::flow::{run_seeds, summarise, FlowConfig, FlowSummary};
+use crate::theory::oracle::{theorem1, OracleOptions, Verdict};
+use crate::theory::task::TaskParams;
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The plan file written at the top of an output directory.
+pub const PLAN_FILE: &str = "plan.json";
+
+/// How much work a reproduction does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scale {
+    /// Every claim at the scale of the committed report (about an hour on 2 cores).
+    Full,
+    /// Two models, fewer steps and prompts: a smoke run in a few minutes.
+    Quick,
+}
+
+/// Everything a reproduction runs (written to `plan.json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Scale name.
+    pub scale: Scale,
+    /// Kernel presets to train (`full` is the baseline).
+    pub presets: Vec<String>,
+    /// Training config of every model (the preset is set per model).
+    pub run: RunConfig,
+    /// Phase-lab settings.
+    pub lab: LabSettings,
+    /// Theorem 2 seeds.
+    pub t2_seeds: u64,
+    /// Proptest cases per invariant, preset and implementation.
+    pub kernel_cases: u32,
+}
+
+impl Plan {
+    /// The plan of a scale.
+    pub fn new(scale: Scale) -> Self {
+        match scale {
+            Scale::Full => Plan {
+                scale,
+                presets: ["full", "w8s4", "w8s6", "w8s8", "w8s4-norope", "w8s4-uniform"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+                run: RunConfig::default(),
+                lab: LabSettings::default(),
+                t2_seeds: 64,
+                kernel_cases: 32,
+            },
+            Scale::Quick => {
+                let mut run = RunConfig::default();
+                run.train.steps = 1000;
+                run.train.eval_every = 250;
+                run.train.checkpoint_every = 250;
+                Plan {
+                    scale,
+                    presets: vec!["full".into(), "w8s4".into()],
+                    run,
+                    lab: LabSettings {
+                        eval_per_group: 48,
+                        knockout_per_group: 8,
+                        knockout_reference: 4,
+                        gate_samples: 16,
+                        seed: 0,
+                    },
+                    t2_seeds: 16,
+                    kernel_cases: 8,
+                }
+            }
+        }
+    }
+
+    /// Checks the presets and every config.
+    pub fn validate(&self) -> Result<()> {
+        if self.presets.is_empty() {
+            return Err(Error::invalid("plan.presets", "needs at least one preset"));
+        }
+        for p in &self.presets {
+            self.run_config(p).validate()?;
+        }
+        if self.t2_seeds == 0 || self.kernel_cases == 0 {
+            return Err(Error::invalid("plan", "t2_seeds and kernel_cases must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The run config of one preset.
+    pub fn run_config(&self, preset: &str) -> RunConfig {
+        let mut c = self.run.clone();
+        c.model.preset = preset.to_string();
+        c
+    }
+
+    /// The run directory of a preset, relative to the output.
+    pub fn run_dir(&self, preset: &str) -> PathBuf {
+        Path::new("runs").join(format!("{preset}-seed{}", self.run.train.seed))
+    }
+
+    /// Every unit, heaviest first (models, then theory, then kernels).
+    pub fn units(&self) -> Vec<Unit> {
+        let mut u: Vec<Unit> = self.presets.iter().map(|p| Unit::Model(p.clone())).collect();
+        u.push(Unit::Theory);
+        u.push(Unit::Kernels);
+        u
+    }
+}
+
+/// One independent piece of work.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Unit {
+    /// The invariant harness.
+    Kernels,
+    /// The theory checks.
+    Theory,
+    /// One trained model and its analyses.
+    Model(String),
+}
+
+impl Unit {
+    /// A short name (`kernels`, `theory`, `model:<preset>`).
+    pub fn name(&self) -> String {
+        match self {
+            Unit::Kernels => "kernels".into(),
+            Unit::Theory => "theory".into(),
+            Unit::Model(p) => format!("model:{p}"),
+        }
+    }
+}
+
+/// Parses `i/n` (0-based `i < n`).
+pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
+    let bad = || Error::invalid("--shard", format!("must be i/n with 0 <= i < n, got {s:?}"));
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// The units of shard `i` of `n`.
+pub fn shard(units: &[Unit], i: usize, n: usize) -> Vec<Unit> {
+    units.iter().enumerate().filter(|(k, _)| k % n == i).map(|(_, u)| u.clone()).collect()
+}
+
+/// One row of the kernel-invariant table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InvariantRow {
+    /// Preset.
+    pub preset: String,
+    /// `reference-f64` or `candle-f32`.
+    pub implementation: String,
+    /// Invariant id (K1..K13).
+    pub invariant: String,
+    /// `pass`, `fail` or `n/a`.
+    pub status: String,
+    /// Cases that applied and held.
+    pub cases_passed: usize,
+    /// The failure, if any.
+    pub failure: Option<String>,
+}
+
+/// `kernels/kernels.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelsResult {
+    /// Cases per invariant.
+    pub cases: u32,
+    /// Every (preset, implementation, invariant).
+    pub rows: Vec<InvariantRow>,
+    /// Wall seconds.
+    pub seconds: f64,
+}
+
+/// `theory/theory.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TheoryResult {
+    /// Theorem 1 at the defaults: verdict symbol (`+` holds, `k`, `g`).
+    pub t1_verdict: char,
+    /// `F_1` and the best loss found.
+    pub t1_f1: f64,
+    /// Best loss over restarts.
+    pub t1_best_loss: f64,
+    /// Restarts run.
+    pub t1_restarts: usize,
+    /// Phase diagram as text (spec layout).
+    pub diagram: String,
+    /// Cells of the diagram that agree with the spec's reference map, and the total.
+    pub diagram_agree: (usize, usize),
+    /// Theorem 2 over seeds.
+    pub t2: FlowSummary,
+    /// Wall seconds.
+    pub seconds: f64,
+}
+
+/// Timing of one model unit (`runs/<..>/unit.json`), written when all its steps are done.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelUnitResult {
+    /// Preset.
+    pub preset: String,
+    /// Seconds of this invocation's analyses (training time is in `metrics.json`).
+    pub analysis_seconds: f64,
+}
+
+/// Progress of a reproduction.
+pub trait Progress {
+    /// A line of news.
+    fn message(&mut self, msg: &str);
+    /// The observer of a training run.
+    fn trainer(&mut self) -> &mut dyn Observer;
+    /// Progress of an analysis step.
+    fn step(&mut self, stage: &str, done: usize, total: usize);
+}
+
+/// Writes `plan.json` into `out`, or checks that the one there is the same plan.
+pub fn write_plan(out: &Path, plan: &Plan) -> Result<()> {
+    plan.validate()?;
+    let path = out.join(PLAN_FILE);
+    if path.exists() {
+        let have: Plan = lab::read_json(&path)?;
+        if &have != plan {
+            return Err(Error::File {
+                path,
+                reason: format!(
+                    "holds a different plan ({:?} scale); use another --out or move it away (results are never overwritten)",
+                    have.scale
+                ),
+            });
+        }
+        return Ok(());
+    }
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    let text = serde_json::to_string_pretty(plan).map_err(|e| Error::invalid("plan", e.to_string()))?;
+    atomic_write(&path, format!("{text}\n").as_bytes())
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+    }
+    let text = serde_json::to_string_pretty(value).map_err(|e| Error::invalid("result", e.to_string()))?;
+    atomic_write(path, format!("{text}\n").as_bytes())
+}
+
+/// Runs one unit into `out` (reusing what is done).
+pub fn run_unit(out: &Path, plan: &Plan, unit: &Unit, progress: &mut dyn Progress) -> Result<()> {
+    match unit {
+        Unit::Kernels => run_kernels(out, plan, progress),
+        Unit::Theory => run_theory(out, plan, progress),
+        Unit::Model(p) => run_model(out, plan, p, progress),
+    }
+}
+
+fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<()> {
+    let path = out.join("kernels").join("kernels.json");
+    if path.exists() {
+        progress.message("kernels: done before, reused");
+        return Ok(());
+    }
+    let t0 = Instant::now();
+    let names = preset_names();
+    let mut rows = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let spec = KernelSpec::preset(name)?;
+        let subjects: [(&str, Box<dyn crate::kernel::harness::KernelUnderTest>); 2] = [
+            ("reference-f64", Box::new(ReferenceSubject::new(&spec))),
+            ("candle-f32", Box::new(TensorSubject::new(&spec, candle_core::DType::F32, &candle_core::Device::Cpu))),
+        ];
+        for (imp, subject) in subjects.iter() {
+            for r in run_all(subject.as_ref(), plan.kernel_cases, 0) {
+                rows.push(InvariantRow {
+                    preset: name.to_string(),
+                    implementation: imp.to_string(),
+                    invariant: r.invariant.id().to_string(),
+                    status: r.status.to_string(),
+                    cases_passed: r.cases_passed,
+                    failure: r.failure,
+                });
+            }
+        }
+        progress.step("kernel invariants", i + 1, names.len());
+    }
+    debug_assert_eq!(rows.len(), names.len() * 2 * Invariant::ALL.len());
+    let failed = rows.iter().filter(|r| r.status == "fail").count();
+    write_json(&path, &KernelsResult { cases: plan.kernel_cases, rows, seconds: t0.elapsed().as_secs_f64() })?;
+    progress.message(&format!("kernels: {failed} failing (preset, implementation, invariant) rows"));
+    Ok(())
+}
+
+fn run_theory(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<()> {
+    let path = out.join("theory").join("theory.json");
+    if path.exists() {
+        progress.message("theory: done before, reused");
+        return Ok(());
+    }
+    let t0 = Instant::now();
+    let p = TaskParams::default();
+    let opts = OracleOptions::default();
+    progress.message("theory: Theorem 1 at the defaults");
+    let t1 = theorem1(&p, &opts, || {})?;
+    progress.message("theory: phase diagram");
+    let (betas, gammas) = spec_grid();
+    let total = betas.len() * gammas.len();
+    let d = phase_diagram(&p, &betas, &gammas, &opts, || {})?;
+    progress.step("phase diagram", total, total);
+    let diff = compare_with_reference(&d).map(|v| v.len()).unwrap_or(total);
+    progress.message("theory: Theorem 2 over seeds");
+    let cfg = FlowConfig::default();
+    let seeds: Vec<u64> = (0..plan.t2_seeds).collect();
+    let runs = run_seeds(&cfg, &seeds, || {})?;
+    let result = TheoryResult {
+        t1_verdict: t1.verdict.symbol(),
+        t1_f1: t1.f1,
+        t1_best_loss: t1.best_loss,
+        t1_restarts: t1.restarts.len(),
+        diagram: d.to_text(),
+        diagram_agree: (total - diff.min(total), total),
+        t2: summarise(&cfg.params, &runs),
+        seconds: t0.elapsed().as_secs_f64(),
+    };
+    debug_assert!(matches!(t1.verdict, Verdict::Holds | Verdict::NotKkt | Verdict::Beaten));
+    write_json(&path, &result)?;
+    progress.message(&format!(
+        "theory: T1 '{}', diagram {}/{} cells as the spec, T2 {:.0} % of {} seeds converged",
+        result.t1_verdict,
+        result.diagram_agree.0,
+        total,
+        100.0 * result.t2.converged_fraction,
+        plan.t2_seeds
+    ));
+    Ok(())
+}
+
+fn run_model(out: &Path, plan: &Plan, preset: &str, progress: &mut dyn Progress) -> Result<()> {
+    let dir = out.join(plan.run_dir(preset));
+    let unit_file = dir.join("unit.json");
+    if unit_file.exists() {
+        progress.message(&format!("{preset}: done before, reused"));
+        return Ok(());
+    }
+    let config = plan.run_config(preset);
+    if !dir.join(crate::model::run::METRICS_FILE).exists() {
+        progress.message(&format!("{preset}: training {} steps", config.train.steps));
+        let env = serde_json::json!({ "command": "phasekv reproduce" });
+        match crate::model::train(&config, &dir, env, progress.trainer())? {
+            crate::model::Outcome::Finished(m) => progress.message(&format!(
+                "{preset}: trained, exact match {:.1} % in {:.1} min",
+                100.0 * m.final_eval.accuracy,
+                m.train_seconds / 60.0
+            )),
+            crate::model::Outcome::Interrupted { step } => {
+                return Err(Error::invalid("training", format!("{preset} stopped at step {step}; rerun to resume")))
+            }
+        }
+    } else {
+        progress.message(&format!("{preset}: trained before, reused"));
+    }
+    let t0 = Instant::now();
+    let s = &plan.lab;
+    for protocol in crate::analysis::protocol::Protocol::ALL {
+        let stage = format!("{preset} eval {}", protocol.name());
+        lab::eval_run(&dir, protocol, s.eval_per_group, s.seed, &mut |d, t| progress.step(&stage, d, t))?;
+    }
+    let stage = format!("{preset} knockout");
+    lab::knockout_run(&dir, s.knockout_per_group, s.knockout_reference, s.seed, &mut |d, t| {
+        progress.step(&stage, d, t)
+    })?;
+    let stage = format!("{preset} gates");
+    lab::gates_run(&dir, s.gate_samples, s.seed, &mut |d, t| progress.step(&stage, d, t))?;
+    write_json(
+        &unit_file,
+        &ModelUnitResult { preset: preset.to_string(), analysis_seconds: t0.elapsed().as_secs_f64() },
+    )?;
+    progress.message(&format!("{preset}: analyses done"));
+    Ok(())
+}
