@@ -236,8 +236,7 @@ fn layout(
 ) -> Result<(usize, Vec<usize>, usize)> {
     let rec = task.key_len + task.val_len;
     let (_, _, slack) = reachable(task);
-    let feasible: Vec<usize> =
-        (0..task.n_records).filter(|&r| pos > r * rec && pos - 1 - r * rec <= slack).collect();
+    let feasible: Vec<usize> = (0..task.n_records).filter(|&r| pos > r * rec && pos - 1 - r * rec <= slack).collect();
     let r = *feasible
         .get(rng.random_range(0..feasible.len().max(1)))
         .ok_or_else(|| Error::invalid("target position", format!("{pos} is not reachable")))?;

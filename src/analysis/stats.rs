@@ -102,6 +102,44 @@ pub fn fold_by_phase(groups: &[GroupAccuracy], s: usize) -> Result<Vec<GroupAccu
     Ok((0..s).map(|p| GroupAccuracy::new(p, k[p], n[p])).collect())
 }
 
+/// JSON for an `f64` that may be infinite or NaN (JSON numbers cannot be): finite values as
+/// numbers, the others as the strings `"inf"`, `"-inf"`, `"nan"`.
+pub mod non_finite {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Serialises `v`.
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else if v.is_nan() {
+            s.serialize_str("nan")
+        } else if *v > 0.0 {
+            s.serialize_str("inf")
+        } else {
+            s.serialize_str("-inf")
+        }
+    }
+
+    /// Deserialises what [`serialize`] wrote.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Num(f64),
+            Text(String),
+        }
+        match Repr::deserialize(d)? {
+            Repr::Num(x) => Ok(x),
+            Repr::Text(t) => match t.as_str() {
+                "inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                "nan" => Ok(f64::NAN),
+                other => Err(serde::de::Error::custom(format!("expected a number, inf, -inf or nan, got {other:?}"))),
+            },
+        }
+    }
+}
+
 /// The F test of one candidate period.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PeriodFit {
@@ -110,6 +148,7 @@ pub struct PeriodFit {
     /// Fraction of the between-group variance explained by folding modulo `p`.
     pub explained: f64,
     /// The F statistic.
+    #[serde(with = "non_finite")]
     pub f: f64,
     /// Its p-value (small: accuracy depends on `rho mod p`).
     pub p_value: f64,

@@ -1,0 +1,340 @@
+//! The phase lab (issue 5): balanced padding protocols, entropy measures on hand-computed
+//! gates, knockouts on a tiny trained model, the lab's run-directory steps, the JSONL audit
+//! round trip and its line-numbered errors.
+
+use phasekv::analysis::audit::{export_jsonl, parse_results, TextTemplate};
+use phasekv::analysis::eval::{evaluate, knockout};
+use phasekv::analysis::gates::{concentrations, effective_offsets};
+use phasekv::analysis::protocol::{self, Protocol};
+use phasekv::lab;
+use phasekv::model::train::{train, Model, Outcome, Silent};
+use phasekv::model::RunConfig;
+use phasekv::task::TaskConfig;
+use proptest::prelude::*;
+use std::path::PathBuf;
+use std::process::Command;
+
+mod common;
+
+fn tmp_dir(label: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("phasekv-lab-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// The tiny task of the training tests with M = 4 (its 13 reachable target positions hold the
+/// 3 M that balancing needs).
+fn tiny(preset: &str) -> RunConfig {
+    let mut c = common::configs::tiny_config(preset);
+    c.task.residue_modulus = 4;
+    c
+}
+
+fn check_prompts(task: &TaskConfig, protocol: Protocol, per_group: usize, seed: u64) {
+    let prompts = protocol::generate(task, protocol, per_group, seed).unwrap();
+    let m = task.residue_modulus;
+    assert_eq!(prompts.len(), per_group * m);
+    let query = prompts[0].target().query_pos;
+    for p in &prompts {
+        let q = p.target();
+        assert_eq!(p.sample.tokens.len(), task.seq_len());
+        assert_eq!(q.source_key_pos, p.target_pos, "target placed where the design says");
+        assert_eq!(p.group, p.target_pos % m);
+        assert_eq!(q.query_pos, query, "the scored query sits at a fixed position");
+        assert_eq!(
+            &p.sample.tokens[q.source_key_pos..q.source_key_pos + task.key_len],
+            &p.sample.tokens[q.query_pos + 1..q.query_pos + 1 + task.key_len]
+        );
+        if protocol == Protocol::Prefix {
+            assert!(p.gaps(task).iter().all(|&g| g == 0), "prefix padding moves the records as one block");
+        }
+    }
+    let b = protocol::balance(&prompts, m);
+    assert!(b.groups.iter().all(|g| g.n == per_group));
+    assert!(
+        b.agrees(),
+        "{protocol:?}: group means differ by {:.2} tokens, stds by {:.1} %",
+        b.mean_spread,
+        100.0 * b.std_spread
+    );
+}
+
+const REGRESSIONS: &str = "tests/phase_lab.proptest-regressions";
+
+/// At the default task and sample size, every residue group has the same mean (within 1 token)
+/// and standard deviation (within 5 %) of the target position, under both protocols.
+#[test]
+fn protocols_balance_target_depth_across_groups() {
+    let task = TaskConfig::default();
+    common::runner("balance", 3, Some(REGRESSIONS))
+        .run(&any::<u64>(), |seed| {
+            for protocol in Protocol::ALL {
+                check_prompts(&task, protocol, lab::LabSettings::default().eval_per_group, seed);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// The effective number of offsets is 1 for a one-hot gate and W for a uniform one.
+#[test]
+fn effective_offsets_of_one_hot_and_uniform() {
+    common::runner("entropy", 64, Some(REGRESSIONS))
+        .run(&(1usize..33, 0usize..32), |(w, hot)| {
+            let hot = hot % w;
+            let one_hot: Vec<f64> = (0..w).map(|i| if i == hot { 1.0 } else { 0.0 }).collect();
+            prop_assert!((effective_offsets(&one_hot) - 1.0).abs() < 1e-12);
+            let uniform = vec![1.0 / w as f64; w];
+            prop_assert!((effective_offsets(&uniform) - w as f64).abs() < 1e-9);
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn in_sequence_padding_moves_distractors_independently() {
+    let task = TaskConfig::default();
+    let prompts = protocol::generate(&task, Protocol::InSequence, 24, 1).unwrap();
+    let varied = prompts.iter().filter(|p| p.gaps(&task).iter().any(|&g| g > 0)).count();
+    assert!(varied > prompts.len() / 2, "only {varied} of {} prompts have gaps", prompts.len());
+    // Same seed, same prompts; another seed, other prompts.
+    assert_eq!(prompts, protocol::generate(&task, Protocol::InSequence, 24, 1).unwrap());
+    assert_ne!(prompts, protocol::generate(&task, Protocol::InSequence, 24, 2).unwrap());
+}
+
+#[test]
+fn the_spec_nearest_to_base_rule_cannot_balance_the_variance_here() {
+    // Why generate() matches moments instead (module docs of analysis::protocol): on the
+    // default task's 72 reachable positions, the spec's rule leaves the per-group std spread
+    // far above the 5 % the spec asks for.
+    let k1 = protocol::nearest_to_base_std_spread(1, 72, 24, 1);
+    let k2 = protocol::nearest_to_base_std_spread(1, 72, 24, 2);
+    assert!(k1 > 0.5 && k2 > 0.2, "spreads {k1:.3} {k2:.3}");
+    let b = protocol::balance(&protocol::generate(&TaskConfig::default(), Protocol::Prefix, 100, 0).unwrap(), 24);
+    assert!(b.std_spread < 0.05);
+}
+
+#[test]
+fn a_task_too_short_for_its_modulus_is_refused_with_the_reason() {
+    let task = common::configs::tiny_config("full").task; // M = 24 on 13 positions
+    let e = protocol::generate(&task, Protocol::Prefix, 4, 0).unwrap_err().to_string();
+    assert!(e.contains("3 M") && e.contains("residue_modulus"), "{e}");
+    let e = protocol::generate(&tiny("full").task, Protocol::Prefix, 0, 0).unwrap_err().to_string();
+    assert!(e.contains("at least 1"), "{e}");
+}
+
+#[test]
+fn concentrations_of_hand_computed_gates() {
+    let hot = |i: usize| -> Vec<f64> { (0..4).map(|k| if k == i { 1.0 } else { 0.0 }).collect() };
+    // Always the same offset: statically and input-dependently concentrated.
+    let same: Vec<Vec<Vec<f64>>> = (0..6).map(|_| vec![hot(2)]).collect();
+    let (s, i, profile) = concentrations(&same);
+    assert!((s - 1.0).abs() < 1e-12 && (i - 1.0).abs() < 1e-12);
+    assert!(profile.iter().zip(hot(2)).all(|(a, b)| (a - b).abs() < 1e-12), "{profile:?}");
+    // One-hot per window but alternating between two offsets: input-dependent concentration 1,
+    // static concentration 2 (the average gate is uniform on two offsets).
+    let alt: Vec<Vec<Vec<f64>>> = (0..6).map(|j| vec![hot(j % 2)]).collect();
+    let (s, i, _) = concentrations(&alt);
+    assert!((s - 2.0).abs() < 1e-12 && (i - 1.0).abs() < 1e-12, "{s} {i}");
+    // Uniform gates: W for both.
+    let uni: Vec<Vec<Vec<f64>>> = (0..3).map(|_| vec![vec![0.25; 4], vec![0.25; 4]]).collect();
+    let (s, i, _) = concentrations(&uni);
+    assert!((s - 4.0).abs() < 1e-12 && (i - 4.0).abs() < 1e-12);
+}
+
+/// Trains the tiny full-attention model of the training tests until it retrieves.
+fn trained_tiny(dir: &std::path::Path) -> RunConfig {
+    let mut cfg = tiny("full");
+    cfg.model.d_model = 32;
+    cfg.model.d_head = 16;
+    cfg.model.d_ff = 64;
+    cfg.train.steps = 600;
+    cfg.train.batch_size = 16;
+    cfg.train.warmup_steps = 20;
+    cfg.train.eval_every = 600;
+    cfg.train.eval_samples = 64;
+    cfg.train.checkpoint_every = 600;
+    let Outcome::Finished(_) = train(&cfg, dir, serde_json::json!({}), &mut Silent).unwrap() else {
+        panic!("did not finish")
+    };
+    cfg
+}
+
+#[test]
+fn knockouts_lower_accuracy_where_a_head_matters_and_change_nothing_at_zero_weight() {
+    let dir = tmp_dir("knockout");
+    let cfg = trained_tiny(&dir);
+    let (_, model) = phasekv::model::train::load_run(&dir, None).unwrap();
+    let prompts = protocol::generate(&cfg.task, Protocol::InSequence, 16, 0).unwrap();
+    let clean = evaluate(&model.decoder, &prompts, &mut |_, _| {}).unwrap();
+    let acc = clean.iter().filter(|o| o.correct).count() as f64 / clean.len() as f64;
+    assert!(acc > 2.0 * cfg.task.chance_in_context(), "tiny model did not learn: {acc}");
+    let map = knockout(&model.decoder, &cfg.task, &prompts, 4, 0, &mut |_, _| {}).unwrap();
+    assert_eq!(map.rows.len(), cfg.model.n_layer * cfg.model.n_kv_head);
+    let worst = map.rows.iter().map(|r| r.mean_drop_pp).fold(f64::NEG_INFINITY, f64::max);
+    assert!(
+        worst > 20.0,
+        "no head's knockout lowers accuracy: {:?}",
+        map.rows.iter().map(|r| r.mean_drop_pp).collect::<Vec<_>>()
+    );
+
+    // A random-init model whose layer-1 attention output weight is zero: knocking out that
+    // layer's head changes no outcome at all.
+    let mut rcfg = tiny("w4s4");
+    rcfg.model.n_kv_head = 2;
+    let m = Model::new(&rcfg, &candle_core::Device::Cpu).unwrap();
+    for (name, var) in m.store.vars() {
+        if name == "layer1.attn.wo" {
+            var.set(&var.as_tensor().zeros_like().unwrap()).unwrap();
+        }
+    }
+    let prompts = protocol::generate(&rcfg.task, Protocol::Prefix, 4, 3).unwrap();
+    let base = evaluate(&m.decoder, &prompts, &mut |_, _| {}).unwrap();
+    let map = knockout(&m.decoder, &rcfg.task, &prompts, 2, 0, &mut |_, _| {}).unwrap();
+    for row in map.rows.iter().filter(|r| r.layer == 1) {
+        assert!(row.drop_pp.iter().all(|&d| d == 0.0), "zero-weight head L1.H{} changed accuracy", row.head);
+    }
+    let base_acc: Vec<f64> =
+        phasekv::analysis::stats::group_accuracies(&base.iter().map(|o| (o.group, o.correct)).collect::<Vec<_>>(), 4)
+            .unwrap()
+            .iter()
+            .map(|g| g.accuracy)
+            .collect();
+    assert_eq!(base_acc, map.clean.iter().map(|g| g.accuracy).collect::<Vec<_>>());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings() {
+    let dir = tmp_dir("steps");
+    let mut cfg = tiny("w4s4");
+    cfg.train.steps = 24;
+    cfg.train.batch_size = 4;
+    cfg.train.eval_every = 12;
+    cfg.train.eval_samples = 8;
+    cfg.train.checkpoint_every = 8;
+    let Outcome::Finished(_) = train(&cfg, &dir, serde_json::json!({}), &mut Silent).unwrap() else { panic!() };
+    let e = lab::eval_run(&dir, Protocol::Prefix, 6, 0, &mut |_, _| {}).unwrap();
+    assert_eq!(e.profile.n, 24);
+    assert_eq!(e.stride, Some(4));
+    for f in ["eval-prefix.json", "eval-prefix.csv", "eval-prefix.svg", "eval-prefix.png", "eval-prefix-outcomes.jsonl"]
+    {
+        assert!(dir.join(f).exists(), "{f} missing");
+    }
+    // Same settings: reused, identical. Other settings: an error naming the file.
+    assert_eq!(lab::eval_run(&dir, Protocol::Prefix, 6, 0, &mut |_, _| {}).unwrap(), e);
+    let err = lab::eval_run(&dir, Protocol::Prefix, 7, 0, &mut |_, _| {}).unwrap_err().to_string();
+    assert!(err.contains("eval-prefix.json") && err.contains("never overwritten"), "{err}");
+    let g = lab::gates_run(&dir, 4, 0, &mut |_, _| {}).unwrap().expect("w4s4 has gates");
+    assert_eq!(g.snapshots.iter().map(|s| s.step).collect::<Vec<_>>(), vec![8, 16, 24]);
+    for s in &g.snapshots {
+        assert_eq!(s.gates.len(), 2 * 2, "key and value gate of one head in each of 2 layers");
+        for x in &s.gates {
+            assert!(x.static_concentration >= 1.0 - 1e-9 && x.static_concentration <= 4.0 + 1e-9);
+            assert!(x.input_concentration >= 1.0 - 1e-9 && x.input_concentration <= 4.0 + 1e-9);
+            assert!((x.profile.iter().sum::<f64>() - 1.0).abs() < 1e-5);
+        }
+    }
+    let k = lab::knockout_run(&dir, 2, 2, 0, &mut |_, _| {}).unwrap();
+    assert_eq!(k.map.rows.len(), 2);
+    assert!(dir.join("knockout.png").exists() && dir.join("gates-trajectory.svg").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn phasekv() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_phasekv"))
+}
+
+#[test]
+fn audit_round_trip_through_the_cli() {
+    let dir = tmp_dir("audit");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.json");
+    std::fs::write(&config, serde_json::to_string(&tiny("full")).unwrap()).unwrap();
+    let prompts = dir.join("prompts.jsonl");
+    let out = phasekv()
+        .args(["audit", "export", "--protocol", "in-sequence", "--samples", "10", "--filler", "um"])
+        .arg("--config")
+        .arg(&config)
+        .arg("--out")
+        .arg(&prompts)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&prompts).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 40);
+    for l in &lines {
+        let toks = l["tokens"].as_array().unwrap();
+        assert_eq!(toks.len(), l["answer_pos"].as_u64().unwrap() as usize);
+        assert!(l["text"].as_str().unwrap().contains("um") || l["target_pos"].as_u64().unwrap() < 3);
+        assert!(l["answer_text"].as_str().unwrap().starts_with('v'));
+    }
+    // An "external model" that is right exactly on even groups: the analysis must see period 2.
+    let mut results = String::new();
+    for l in &lines {
+        let g = l["group"].as_u64().unwrap();
+        results.push_str(&format!("{{\"id\": {}, \"group\": {g}, \"correct\": {}}}\n", l["id"], g % 2 == 0));
+    }
+    let res = dir.join("results.jsonl");
+    std::fs::write(&res, results).unwrap();
+    let report = dir.join("audit");
+    let out =
+        phasekv().args(["audit", "analyze", "--modulus", "4"]).arg(&res).arg("--out").arg(&report).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.join("profile.json")).unwrap()).unwrap();
+    assert_eq!(p["max_gap_pp"].as_f64().unwrap(), 100.0);
+    assert_eq!(p["period"]["period"].as_u64(), Some(2));
+    assert!(report.join("phase.png").exists() && report.join("groups.csv").exists());
+    // The export is never overwritten.
+    let again = phasekv().args(["audit", "export", "--out"]).arg(&prompts).output().unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn malformed_results_are_reported_with_their_line_number() {
+    let cases = [
+        ("{\"group\": 1, \"correct\": true}\n{\"correct\": true}\n", "line 2: group"),
+        ("{\"group\": \"3\", \"correct\": true}\n", "line 1: group"),
+        ("{\"group\": 1, \"correct\": true}\n\n{\"group\": 30, \"correct\": true}\n", "line 3: group"),
+        ("{\"group\": 1, \"correct\": \"yes\"}\n", "line 1: correct"),
+        ("{\"group\": 1}\n", "line 1: correct"),
+        ("{\"group\": 1, \"prob\": 1.5}\n", "line 1: prob"),
+        ("{\"group\": 1, \"correct\": true}\n{\"group\": 2, \"correct\": tru\n", "line 2: JSON"),
+        ("[1, 2]\n", "line 1"),
+        ("", "no result lines"),
+    ];
+    for (text, want) in cases {
+        let e = parse_results(text, 24).unwrap_err().to_string();
+        assert!(e.contains(want), "{text:?}: {e}");
+    }
+    let ok = parse_results("{\"group\": 3, \"prob\": 0.7, \"extra\": 1}\n{\"group\": 3, \"prob\": 0.2}\n", 24).unwrap();
+    assert_eq!(ok.iter().map(|o| o.correct).collect::<Vec<_>>(), vec![true, false]);
+    // Through the CLI: one error line with the line number, exit status 2.
+    let dir = tmp_dir("badjsonl");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("bad.jsonl");
+    std::fs::write(&f, "{\"group\": 1, \"correct\": true}\n{\"group\": 99, \"correct\": true}\n").unwrap();
+    let out = phasekv().args(["audit", "analyze"]).arg(&f).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("line 2") && err.contains("unknown group 99"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn export_text_follows_the_templates() {
+    let task = tiny("full").task;
+    let prompts = protocol::generate(&task, Protocol::Prefix, 1, 0).unwrap();
+    let tpl = TextTemplate { filler: "x".into(), record: "<{key}={value}>".into(), query: "{key}=?".into() };
+    let text = export_jsonl(&task, Protocol::Prefix, &prompts, &tpl).unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let t = first["text"].as_str().unwrap();
+    assert_eq!(t.matches('<').count(), task.n_records, "{t}");
+    assert!(t.ends_with("=?"), "the scored query ends the text unanswered: {t}");
+    let bad = TextTemplate { record: "{key}".into(), ..TextTemplate::default() };
+    assert!(export_jsonl(&task, Protocol::Prefix, &prompts, &bad).unwrap_err().to_string().contains("{value}"));
+}

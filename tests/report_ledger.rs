@@ -1,0 +1,328 @@
+//! `phasekv report` and `phasekv reproduce` (issue 6): the ledger is rebuilt from a fixture run
+//! set, each verdict follows the data (flipping the data flips it), and sharded reproductions
+//! merge to the same ledger as one run.
+
+use phasekv::analysis::eval::{KnockoutMap, KnockoutRow};
+use phasekv::analysis::gates::{Branch, GateSnapshot, GateStats};
+use phasekv::analysis::phase::{self, Outcome};
+use phasekv::analysis::protocol::{Balance, Protocol};
+use phasekv::analysis::stats::GroupAccuracy;
+use phasekv::lab::{EvalResult, GatesResult, KnockoutResult, LabSettings};
+use phasekv::report::ledger::{build_report, Claim, Verdict};
+use phasekv::reproduce::{self, InvariantRow, KernelsResult, Plan, Scale, TheoryResult};
+use phasekv::theory::flow::FlowSummary;
+use std::path::{Path, PathBuf};
+
+mod common;
+
+const M: usize = 24;
+const N: usize = 60;
+
+fn tmp_dir(label: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("phasekv-report-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write<T: serde::Serialize>(path: &Path, v: &T) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, serde_json::to_string_pretty(v).unwrap()).unwrap();
+}
+
+/// Outcomes with accuracy `acc(group)` in each of M groups of N prompts.
+fn outcomes(acc: impl Fn(usize) -> f64) -> Vec<Outcome> {
+    let mut out = Vec::new();
+    for g in 0..M {
+        let k = (acc(g) * N as f64).round() as usize;
+        for i in 0..N {
+            out.push(Outcome { id: out.len(), group: g, correct: i < k, prob: None });
+        }
+    }
+    out
+}
+
+fn stride(preset: &str) -> Option<usize> {
+    phasekv::lab::stride_of(preset).unwrap()
+}
+
+/// Periodic accuracy: high on the first half of each stride, low on the rest.
+fn periodic(s: usize) -> impl Fn(usize) -> f64 {
+    move |g| if g % s < s / 2 { 0.95 } else { 0.4 }
+}
+
+fn write_eval(dir: &Path, preset: &str, protocol: Protocol, acc: &dyn Fn(usize) -> f64) {
+    let s = stride(preset);
+    let profile = phase::profile(&outcomes(acc), M, s, 0).unwrap();
+    let balance = Balance { groups: vec![], mean_spread: 0.0, std_spread: 0.0 };
+    let r = EvalResult { preset: preset.into(), protocol, per_group: N, seed: 0, stride: s, balance, profile };
+    write(&dir.join(format!("eval-{}.json", protocol.name())), &r);
+}
+
+fn write_knockout(dir: &Path, preset: &str, drop: impl Fn(usize) -> f64) {
+    let clean: Vec<GroupAccuracy> = (0..M).map(|g| GroupAccuracy::new(g, N, N)).collect();
+    let rows = (0..2)
+        .map(|l| {
+            let groups: Vec<GroupAccuracy> =
+                (0..M).map(|g| GroupAccuracy::new(g, N - (drop(g) / 100.0 * N as f64).round() as usize, N)).collect();
+            let drop_pp: Vec<f64> = groups.iter().map(|k| 100.0 * (1.0 - k.accuracy)).collect();
+            let mean_drop_pp = drop_pp.iter().sum::<f64>() / M as f64;
+            KnockoutRow { layer: l, head: 0, groups, drop_pp, mean_drop_pp }
+        })
+        .collect();
+    let map = KnockoutMap { modulus: M, reference: 4, replaced_entries: 10, clean, rows };
+    write(
+        &dir.join("knockout.json"),
+        &KnockoutResult { preset: preset.into(), protocol: Protocol::InSequence, per_group: N, seed: 0, map },
+    );
+}
+
+fn write_gates(dir: &Path, preset: &str, end_static: f64) {
+    let gate = |s: f64, branch, peak: usize| GateStats {
+        layer: 0,
+        head: 0,
+        branch,
+        static_concentration: s,
+        input_concentration: 3.0,
+        profile: (0..8).map(|i| if i == peak { 0.6 } else { 0.4 / 7.0 }).collect(),
+        windows: 100,
+    };
+    let snaps = vec![
+        GateSnapshot { step: 100, gates: vec![gate(7.5, Branch::Key, 2), gate(7.5, Branch::Value, 5)] },
+        GateSnapshot { step: 200, gates: vec![gate(end_static, Branch::Key, 2), gate(7.0, Branch::Value, 3)] },
+    ];
+    write(
+        &dir.join("gates.json"),
+        &GatesResult { preset: preset.into(), window: 8, samples: 16, seed: 0, snapshots: snaps },
+    );
+}
+
+fn write_run(out: &Path, plan: &Plan, preset: &str) {
+    let dir = out.join(plan.run_dir(preset));
+    write(&dir.join("config.json"), &plan.run_config(preset));
+    write(
+        &dir.join("metrics.json"),
+        &serde_json::json!({
+            "preset": preset, "seed": 0, "steps": 2500, "best_accuracy": 0.97, "chance_in_context": 0.125,
+            "train_seconds": 300.0, "tokens_per_second": 1e4, "parameters": 1000,
+            "final_eval": {"step": 2500, "loss": 0.1, "accuracy": 0.97, "token_accuracy": 0.97, "queries": 100},
+            "evals": [{"step": 2500, "loss": 0.1, "accuracy": 0.97, "token_accuracy": 0.97, "queries": 100}]
+        }),
+    );
+    if preset == "full" {
+        for p in Protocol::ALL {
+            write_eval(&dir, preset, p, &|_| 0.9);
+        }
+        write_knockout(&dir, preset, |_| 50.0);
+    } else {
+        let s = stride(preset).unwrap();
+        for p in Protocol::ALL {
+            write_eval(&dir, preset, p, &periodic(s));
+        }
+        write_knockout(&dir, preset, move |g| if g % s < s / 2 { 80.0 } else { 0.0 });
+        write_gates(&dir, preset, 2.0);
+    }
+}
+
+/// A complete fixture: every claim's data present and supporting it.
+fn fixture(out: &Path) -> Plan {
+    let plan = Plan::new(Scale::Full);
+    write(&out.join("plan.json"), &plan);
+    for p in &plan.presets {
+        write_run(out, &plan, p);
+    }
+    write(
+        &out.join("theory/theory.json"),
+        &TheoryResult {
+            t1_verdict: '+',
+            t1_f1: 3.3,
+            t1_best_loss: 3.3,
+            t1_restarts: 10,
+            diagram: "+ +\n".into(),
+            diagram_agree: (48, 48),
+            t2: FlowSummary {
+                runs: 64,
+                converged_fraction: 1.0,
+                median_t_conv: Some(400.0),
+                t_conv_range: Some((300.0, 500.0)),
+                coincide_fraction: 0.2,
+                offset_counts: vec![10, 10, 10],
+                max_content_norm: 0.0,
+            },
+            seconds: 2.0,
+        },
+    );
+    let rows = ["w8s4", "full"]
+        .iter()
+        .flat_map(|p| {
+            (1..=13).map(move |k| InvariantRow {
+                preset: p.to_string(),
+                implementation: "reference-f64".into(),
+                invariant: format!("K{k}"),
+                status: "pass".into(),
+                cases_passed: 4,
+                failure: None,
+            })
+        })
+        .collect();
+    write(&out.join("kernels/kernels.json"), &KernelsResult { cases: 4, rows, seconds: 1.0 });
+    plan
+}
+
+fn verdict(claims: &[Claim], id: &str) -> Verdict {
+    claims.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no claim {id}")).verdict
+}
+
+#[test]
+fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
+    let dir = tmp_dir("fixture");
+    let plan = fixture(&dir);
+    let claims = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    let ids: Vec<&str> = claims.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["T1", "T2", "E1", "E2", "E3", "E4", "E5", "E6", "E7", "K"]);
+    for c in &claims {
+        assert_eq!(c.verdict, Verdict::Reproduced, "{}: {}", c.id, c.measured);
+        for f in c.figures.iter().chain(&c.data) {
+            assert!(dir.join(f).exists(), "{}: linked file {f} missing", c.id);
+        }
+    }
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    assert!(readme.contains("| E4 |") && readme.contains("**reproduced**"));
+    assert!(readme.contains("figures/phase-prefix.png") && dir.join("figures/phase-prefix.svg").exists());
+    let ledger: Vec<Claim> = serde_json::from_str(&std::fs::read_to_string(dir.join("ledger.json")).unwrap()).unwrap();
+    assert_eq!(ledger, claims);
+
+    // Flip the data, one claim at a time.
+    let full = dir.join(plan.run_dir("full"));
+    write_eval(&full, "full", Protocol::Prefix, &periodic(4));
+    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    assert_eq!(verdict(&c, "E1"), Verdict::NotReproduced, "a periodic baseline breaks E1");
+    assert_eq!(verdict(&c, "E5"), Verdict::NotReproduced, "a large baseline gap breaks E5");
+    assert_eq!(verdict(&c, "E2"), Verdict::Reproduced);
+    write_eval(&full, "full", Protocol::Prefix, &|_| 0.9);
+
+    let w8s6 = dir.join(plan.run_dir("w8s6"));
+    for p in Protocol::ALL {
+        write_eval(&w8s6, "w8s6", p, &periodic(4)); // period 4 where the stride is 6
+    }
+    assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E2"), Verdict::NotReproduced);
+    std::fs::remove_dir_all(&w8s6).unwrap();
+    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    assert_eq!(verdict(&c, "E2"), Verdict::NotRun, "a missing model is 'not run'");
+
+    let w8s8 = dir.join(plan.run_dir("w8s8"));
+    for p in Protocol::ALL {
+        write_eval(&w8s8, "w8s8", p, &|g| if g % 8 == 7 { 0.4 } else { 0.9 }); // phases 0..6 flat
+    }
+    assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E4"), Verdict::NotReproduced);
+
+    write_knockout(&dir.join(plan.run_dir("full")), "full", |g| if g % 4 == 0 { 90.0 } else { 0.0 });
+    assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E6"), Verdict::NotReproduced);
+
+    for p in ["w8s4", "w8s8", "w8s4-norope", "w8s4-uniform"] {
+        write_gates(&dir.join(plan.run_dir(p)), p, 7.4);
+    }
+    assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E7"), Verdict::NotReproduced);
+
+    let mut t: TheoryResult = phasekv::lab::read_json(&dir.join("theory/theory.json")).unwrap();
+    t.t2.converged_fraction = 0.5;
+    t.t1_verdict = 'g';
+    write(&dir.join("theory/theory.json"), &t);
+    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    assert_eq!((verdict(&c, "T1"), verdict(&c, "T2")), (Verdict::NotReproduced, Verdict::NotReproduced));
+
+    let mut k: KernelsResult = phasekv::lab::read_json(&dir.join("kernels/kernels.json")).unwrap();
+    k.rows[3].status = "fail".into();
+    write(&dir.join("kernels/kernels.json"), &k);
+    assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "K"), Verdict::NotReproduced);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_empty_run_set_gives_not_run_everywhere_and_bad_input_one_error() {
+    let dir = tmp_dir("empty");
+    let claims = build_report(std::slice::from_ref(&dir), &dir.join("out")).unwrap();
+    assert!(claims.iter().all(|c| c.verdict == Verdict::NotRun));
+    let e = build_report(&[dir.join("missing")], &dir.join("out")).unwrap_err().to_string();
+    assert!(e.contains("--from") && e.contains("not a directory"), "{e}");
+    assert!(reproduce::parse_shard("3/3").is_err() && reproduce::parse_shard("a/2").is_err());
+    assert_eq!(reproduce::parse_shard("1/4").unwrap(), (1, 4));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A plan small enough to run twice in a test: two tiny models, a few prompts, one proptest
+/// case per invariant.
+fn tiny_plan() -> Plan {
+    let mut run = common::configs::tiny_config("full");
+    run.task.residue_modulus = 4;
+    run.train.steps = 6;
+    run.train.batch_size = 2;
+    run.train.warmup_steps = 2;
+    run.train.eval_every = 6;
+    run.train.eval_samples = 4;
+    run.train.checkpoint_every = 3;
+    Plan {
+        scale: Scale::Quick,
+        presets: vec!["full".into(), "w4s4".into()],
+        run,
+        lab: LabSettings { eval_per_group: 2, knockout_per_group: 1, knockout_reference: 2, gate_samples: 2, seed: 0 },
+        t2_seeds: 2,
+        kernel_cases: 1,
+    }
+}
+
+struct Quiet(phasekv::model::train::Silent);
+impl reproduce::Progress for Quiet {
+    fn message(&mut self, _: &str) {}
+    fn trainer(&mut self) -> &mut dyn phasekv::model::train::Observer {
+        &mut self.0
+    }
+    fn step(&mut self, _: &str, _: usize, _: usize) {}
+}
+
+fn run_units(out: &Path, plan: &Plan, units: &[reproduce::Unit]) {
+    reproduce::write_plan(out, plan).unwrap();
+    for u in units {
+        reproduce::run_unit(out, plan, u, &mut Quiet(phasekv::model::train::Silent)).unwrap();
+    }
+}
+
+#[test]
+fn sharded_reproductions_merge_to_the_ledger_of_one_run() {
+    let dir = tmp_dir("shards");
+    let plan = tiny_plan();
+    let units = plan.units();
+    let single = dir.join("single");
+    run_units(&single, &plan, &units);
+    let one = build_report(std::slice::from_ref(&single), &single).unwrap();
+    let n = 3;
+    let shards: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("shard{i}"))).collect();
+    let mut covered = Vec::new();
+    for (i, s) in shards.iter().enumerate() {
+        let part = reproduce::shard(&units, i, n);
+        covered.extend(part.clone());
+        run_units(s, &plan, &part);
+    }
+    covered.sort_by_key(|u| u.name());
+    let mut all = units.clone();
+    all.sort_by_key(|u| u.name());
+    assert_eq!(covered, all, "shards are disjoint and cover the plan");
+    let merged_dir = dir.join("merged");
+    let merged = build_report(&shards, &merged_dir).unwrap();
+    assert_eq!(merged, one, "sharded runs merge to the same ledger");
+    assert_ne!(merged.iter().filter(|c| c.verdict == Verdict::NotRun).count(), merged.len());
+    for f in ["figures/phase-prefix.csv", "figures/knockout-w4s4.json", "figures/gates-w4s4.json"] {
+        assert_eq!(
+            std::fs::read_to_string(single.join(f)).unwrap(),
+            std::fs::read_to_string(merged_dir.join(f)).unwrap(),
+            "{f} differs"
+        );
+    }
+    // A second run of the same plan reuses everything; another plan in the same place is refused.
+    run_units(&single, &plan, &units);
+    let mut other = plan.clone();
+    other.t2_seeds = 3;
+    let e = reproduce::write_plan(&single, &other).unwrap_err().to_string();
+    assert!(e.contains("different plan"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
