@@ -38,8 +38,7 @@ pub enum Error {
     Io {
         /// The path being read or written.
         path: PathBuf,
-        /// The underlying error.
-        #[source]
+        /// The underlying error (in the message, not chained, so it prints once).
         source: std::io::Error,
     },
     /// A run directory that already holds a finished run (never overwritten).

@@ -135,7 +135,26 @@ fn existing<T: DeserializeOwned>(path: &Path, same: impl Fn(&T) -> bool) -> Resu
 }
 
 fn run_config(run: &Path) -> Result<RunConfig> {
+    check_run(run)?;
     read_json(&run.join(crate::model::run::CONFIG_FILE))
+}
+
+/// A run directory must exist and hold `config.json`.
+fn check_run(run: &Path) -> Result<()> {
+    if !run.join(crate::model::run::CONFIG_FILE).is_file() {
+        return Err(Error::File {
+            path: run.to_path_buf(),
+            reason: "not a run directory (no config.json; train one with `phasekv train`)".into(),
+        });
+    }
+    Ok(())
+}
+
+fn at_least_one(field: &str, v: usize) -> Result<()> {
+    if v == 0 {
+        return Err(Error::invalid(field, "must be at least 1, got 0"));
+    }
+    Ok(())
 }
 
 /// Evaluates the finished run in `run` under `protocol` with `per_group` prompts per group.
@@ -146,6 +165,8 @@ pub fn eval_run(
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<EvalResult> {
+    check_run(run)?;
+    at_least_one("samples per group", per_group)?;
     let json = run.join(format!("eval-{}.json", protocol.name()));
     if let Some(r) = existing::<EvalResult>(&json, |r| r.per_group == per_group && r.seed == seed)? {
         return Ok(r);
@@ -185,6 +206,9 @@ pub fn knockout_run(
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<KnockoutResult> {
+    check_run(run)?;
+    at_least_one("samples per group", per_group)?;
+    at_least_one("reference prompts", reference)?;
     let json = run.join("knockout.json");
     let protocol = Protocol::InSequence;
     if let Some(r) = existing::<KnockoutResult>(&json, |r| {
@@ -223,6 +247,7 @@ pub fn gates_run(
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Option<GatesResult>> {
+    at_least_one("samples", samples)?;
     let config = run_config(run)?;
     if config.model.is_full() {
         return Ok(None);

@@ -20,7 +20,7 @@ fn stride_marks(stride: Option<usize>, m: usize, y0: f64, y1: f64) -> Vec<Series
             Series {
                 name,
                 points: vec![(x as f64, y0), (x as f64, y1)],
-                color: 7,
+                color: 6,
                 markers: false,
                 dashed: true,
                 line: true,
@@ -86,6 +86,13 @@ pub fn knockout_map(stem: &Path, title: &str, map: &KnockoutMap) -> Result<Vec<P
     plot::category_grid(stem, &grid)
 }
 
+/// Palette index of the diagonal (black); gates take the other colours.
+const DIAGONAL: usize = 9;
+
+fn gate_color(i: usize) -> usize {
+    i % DIAGONAL
+}
+
 fn gate_label(layer: usize, head: usize, branch: Branch) -> String {
     let b = match branch {
         Branch::Key => "K",
@@ -100,7 +107,7 @@ pub fn gate_figures(stem: &Path, title: &str, snapshots: &[GateSnapshot], window
     let mut files = Vec::new();
     let Some(last) = snapshots.last() else { return Ok(files) };
     let w = window as f64;
-    let diag = Series { dashed: true, ..Series::line("diagonal", vec![(1.0, 1.0), (w, w)], 7) };
+    let diag = Series { dashed: true, ..Series::line("diagonal", vec![(1.0, 1.0), (w, w)], DIAGONAL) };
     let mut traj = vec![diag.clone()];
     for (i, g) in last.gates.iter().enumerate() {
         let pts: Vec<(f64, f64)> = snapshots
@@ -112,14 +119,14 @@ pub fn gate_figures(stem: &Path, title: &str, snapshots: &[GateSnapshot], window
                     .map(|x| (x.static_concentration, x.input_concentration))
             })
             .collect();
-        traj.push(Series { markers: true, ..Series::line(gate_label(g.layer, g.head, g.branch), pts, i) });
+        traj.push(Series { markers: true, ..Series::line(gate_label(g.layer, g.head, g.branch), pts, gate_color(i)) });
     }
     let mut scatter = vec![diag];
     for (i, g) in last.gates.iter().enumerate() {
         scatter.push(Series::markers(
             gate_label(g.layer, g.head, g.branch),
             vec![(g.static_concentration, g.input_concentration)],
-            i,
+            gate_color(i),
         ));
     }
     let axes = |t: String, series: Vec<Series>| Panel {
