@@ -845,6 +845,13 @@ pub fn build_report(from: &[PathBuf], out: &Path) -> Result<Vec<Claim>> {
     );
     if let Some(p) = &c.plan {
         let _ = writeln!(md, "Scale: **{:?}** (presets: {}).\n", p.scale, p.presets.join(", "));
+        if p.scale == crate::reproduce::Scale::Quick {
+            let _ = writeln!(
+                md,
+                "This is a smoke run: every model trains for {} steps only (full attention leaves its plateau later) and is evaluated on {} prompts per group, so the E verdicts below test the pipeline, not the paper. The full-scale run is `phasekv reproduce` (committed in the repository's `reports/`).\n",
+                p.run.train.steps, p.lab.eval_per_group
+            );
+        }
     }
     let _ = writeln!(md, "## Claims ledger\n");
     let _ =
