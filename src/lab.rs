@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `eval-<protocol>.json`, `.csv`, `-outcomes.jsonl`, `.svg`, `.png` | [`eval_run`] |
 //! | `knockout.json`, `.csv`, `.svg`, `.png` | [`knockout_run`] |
-//! | `gates.json`, `gates-{scatter,trajectory,profile}.{svg,png}` | [`gates_run`] |
+//! | `gates.json`, `gates.csv`, `gates-{scatter,trajectory,profile}.{svg,png}` | [`gates_run`] |
 
 use crate::analysis::eval::{self, KnockoutMap};
 use crate::analysis::gates::{self, GateSnapshot};
@@ -272,6 +272,23 @@ pub fn gates_run(
     let window = KernelSpec::preset(&config.model.preset)?.geometry.window();
     let result = GatesResult { preset: config.model.preset.clone(), window, samples, seed, snapshots };
     figures::gate_figures(&run.join("gates"), &result.preset, &result.snapshots, window)?;
+    let mut csv = String::from("step,layer,head,branch,static_concentration,input_concentration,profile\n");
+    for snap in &result.snapshots {
+        for g in &snap.gates {
+            let profile: Vec<String> = g.profile.iter().map(|a| format!("{a:.6}")).collect();
+            csv.push_str(&format!(
+                "{},{},{},{:?},{:.6},{:.6},{}\n",
+                snap.step,
+                g.layer,
+                g.head,
+                g.branch,
+                g.static_concentration,
+                g.input_concentration,
+                profile.join(" ")
+            ));
+        }
+    }
+    atomic_write(&run.join("gates.csv"), csv.as_bytes())?;
     write_json(&json, &result)?;
     Ok(Some(result))
 }

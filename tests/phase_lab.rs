@@ -238,6 +238,8 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
     let k = lab::knockout_run(&dir, 2, 2, 0, &mut |_, _| {}).unwrap();
     assert_eq!(k.map.rows.len(), 2);
     assert!(dir.join("knockout.png").exists() && dir.join("gates-trajectory.svg").exists());
+    let csv = std::fs::read_to_string(dir.join("gates.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 3 * 4, "a header and one line per gate and snapshot");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -207,7 +207,10 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
                         );
                     }
                 }
-                println!("  written: {}/gates.json, gates-{{scatter,trajectory,profile}}.{{svg,png}}", run.display());
+                println!(
+                    "  written: {}/gates.{{json,csv}}, gates-{{scatter,trajectory,profile}}.{{svg,png}}",
+                    run.display()
+                );
             }
         },
     }
