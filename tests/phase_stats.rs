@@ -77,7 +77,7 @@ fn does_not_invent_a_period_in_flat_data() {
 #[test]
 fn exactly_flat_and_degenerate_profiles() {
     // sample k goes to group k mod M; within each group, alternate right and wrong
-    let groups = group_accuracies(&(0..M * 10).map(|k| (k % M, (k / M) % 2 == 0)).collect::<Vec<_>>(), M).unwrap();
+    let groups = group_accuracies(&(0..M * 10).map(|k| (k % M, (k / M).is_multiple_of(2))).collect::<Vec<_>>(), M).unwrap();
     // every group exactly 50 %: no period, gap 0
     assert_eq!(estimate_period(&groups, 0.05).unwrap().period, None);
     assert_eq!(max_gap_pp(&groups), 0.0);
@@ -101,7 +101,7 @@ fn permutation_test_separates_signal_from_none() {
         let flat = permutation_test(&samples_from(&[0.6; M], n, &u), M, 999, 7).unwrap();
         prop_assert!(flat > 0.001, "flat p = {flat}");
         // Exactly equal groups: no shuffle can have a smaller gap, so p = 1.
-        let exact: Vec<(usize, bool)> = (0..M * n).map(|k| (k % M, (k / M) % 2 == 0)).collect();
+        let exact: Vec<(usize, bool)> = (0..M * n).map(|k| (k % M, (k / M).is_multiple_of(2))).collect();
         prop_assert_eq!(permutation_test(&exact, M, 99, 7).unwrap(), 1.0);
         Ok(())
     })

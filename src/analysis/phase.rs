@@ -93,7 +93,7 @@ pub fn profile(outcomes: &[Outcome], m: usize, stride: Option<usize>, seed: u64)
     let (statistic, df, p_value) = stats::chi_square_independence(&groups)?;
     let permutation_p = stats::permutation_test(&pairs, m, PERMUTATION_ROUNDS, seed)?;
     let folded = match stride {
-        Some(s) if s > 1 && m % s == 0 => {
+        Some(s) if s > 1 && m.is_multiple_of(s) => {
             let phases = stats::fold_by_phase(&groups, s)?;
             Some(Folded { stride: s, gap_pp: stats::max_gap_pp(&phases), phases })
         }

@@ -90,7 +90,7 @@ pub fn max_gap_pp(groups: &[GroupAccuracy]) -> f64 {
 
 /// Accuracy folded by phase `rho mod s` (pooling the samples of the groups of each phase).
 pub fn fold_by_phase(groups: &[GroupAccuracy], s: usize) -> Result<Vec<GroupAccuracy>> {
-    if s == 0 || groups.len() % s != 0 {
+    if s == 0 || !groups.len().is_multiple_of(s) {
         return Err(Error::invalid("stride", format!("must divide M = {}, got {s}", groups.len())));
     }
     let mut n = vec![0usize; s];
@@ -194,7 +194,7 @@ pub fn estimate_period(groups: &[GroupAccuracy], alpha: f64) -> Result<PeriodEst
     let mean = acc.iter().sum::<f64>() / m as f64;
     let ss_total: f64 = acc.iter().map(|a| (a - mean).powi(2)).sum();
     let mut candidates = Vec::new();
-    for p in (2..m).filter(|p| m % p == 0) {
+    for p in (2..m).filter(|p| m.is_multiple_of(*p)) {
         let mut fold_mean = vec![0.0; p];
         for (rho, a) in acc.iter().enumerate() {
             fold_mean[rho % p] += a / (m / p) as f64;

@@ -79,7 +79,7 @@ impl ModelConfig {
                 format!("must be in (0, 100], got {}", self.qk_norm_gain),
             ));
         }
-        if self.n_head % self.n_kv_head != 0 {
+        if !self.n_head.is_multiple_of(self.n_kv_head) {
             return Err(Error::invalid(
                 "model.n_head",
                 format!("must be a multiple of n_kv_head ({}), got {}", self.n_kv_head, self.n_head),

@@ -475,7 +475,7 @@ pub fn train(
         let mut line = serde_json::to_value(&report).unwrap_or_default();
         line["kind"] = "train".into();
         run.append_log(&line)?;
-        if step % tc.eval_every == 0 || step == tc.steps {
+        if step.is_multiple_of(tc.eval_every) || step == tc.steps {
             let e = evaluate(&model.decoder, &config.task, tc.seed, tc.eval_samples, eval_chunk, step, &device)?;
             let mut line = serde_json::to_value(&e).unwrap_or_default();
             line["kind"] = "eval".into();
@@ -484,7 +484,7 @@ pub fn train(
             evals.push(e);
         }
         let stop = observer.on_step(&report).is_break();
-        if step % tc.checkpoint_every == 0 || step == tc.steps || stop {
+        if step.is_multiple_of(tc.checkpoint_every) || step == tc.steps || stop {
             save_checkpoint(step, elapsed(&t0), &evals, &opt)?;
         }
         if stop && step < tc.steps {

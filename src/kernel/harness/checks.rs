@@ -177,7 +177,7 @@ fn k3_stride_shift(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
 
 /// Proper divisors `p < S` of `S`.
 fn proper_divisors(n: usize) -> Vec<usize> {
-    (1..n).filter(|p| n % p == 0).collect()
+    (1..n).filter(|p| n.is_multiple_of(*p)).collect()
 }
 
 fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
