@@ -77,7 +77,8 @@ fn does_not_invent_a_period_in_flat_data() {
 #[test]
 fn exactly_flat_and_degenerate_profiles() {
     // sample k goes to group k mod M; within each group, alternate right and wrong
-    let groups = group_accuracies(&(0..M * 10).map(|k| (k % M, (k / M).is_multiple_of(2))).collect::<Vec<_>>(), M).unwrap();
+    let groups =
+        group_accuracies(&(0..M * 10).map(|k| (k % M, (k / M).is_multiple_of(2))).collect::<Vec<_>>(), M).unwrap();
     // every group exactly 50 %: no period, gap 0
     assert_eq!(estimate_period(&groups, 0.05).unwrap().period, None);
     assert_eq!(max_gap_pp(&groups), 0.0);

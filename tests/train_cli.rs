@@ -77,3 +77,49 @@ fn print_config_shows_the_recorded_defaults() {
     want.model.preset = "w8s4".into();
     assert_eq!(back, want);
 }
+
+/// Ctrl-C (SIGINT) stops training after the current step with a checkpoint at that step,
+/// exit status 130; the log holds exactly the steps the checkpoint covers.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_with_a_checkpoint_at_the_last_step() {
+    let dir = std::env::temp_dir().join(format!("phasekv-cli-sigint-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("tiny.json");
+    std::fs::write(&cfg, TINY).unwrap();
+    let run = dir.join("run");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_phasekv"))
+        .args(["train", "--preset", "w8s4", "--steps", "1000000", "--quiet", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&run)
+        .env("RAYON_NUM_THREADS", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = run.join("log.jsonl");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&log).map(|t| t.lines().count()).unwrap_or(0) < 3 {
+        assert!(t0.elapsed().as_secs() < 120, "training never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let idx: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("checkpoint.json")).unwrap()).unwrap();
+    let step = idx["step"].as_u64().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let logged: Vec<u64> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["kind"] == "train")
+        .map(|l| l["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(logged, (1..=step).collect::<Vec<_>>(), "checkpoint at step {step} covers the log");
+    assert!(run.join(idx["file"].as_str().unwrap()).exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

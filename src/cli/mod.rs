@@ -3,6 +3,28 @@
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set by the first Ctrl-C: long runs stop after the current step, with a checkpoint, and the
+/// same command resumes them. A second Ctrl-C exits at once.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether Ctrl-C was pressed.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Exit status of a run stopped by Ctrl-C (128 + SIGINT).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+fn install_interrupt_handler() {
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(EXIT_INTERRUPTED as i32);
+        }
+        eprintln!("\ninterrupt: stopping after the current step with a checkpoint (Ctrl-C again to quit now)");
+    });
+}
 
 mod kernel;
 mod lab;
@@ -46,6 +68,7 @@ enum Command {
 /// Entry point: one-line errors, exit status 2 for bad input.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    install_interrupt_handler();
     let result: anyhow::Result<ExitCode> = match cli.command {
         Command::Kernel(cmd) => kernel::run(cmd),
         Command::Theory(cmd) => theory::run(cmd),

@@ -70,6 +70,9 @@ impl Observer for Bars {
     fn on_step(&mut self, r: &StepReport) -> ControlFlow<()> {
         let b = self.bar("training", r.total);
         b.set_position(r.step as u64);
+        if super::interrupted() {
+            return ControlFlow::Break(());
+        }
         ControlFlow::Continue(())
     }
     fn on_eval(&mut self, e: &EvalReport) {
@@ -115,7 +118,12 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     let mut bars = Bars { bar: None, stage: String::new() };
     for u in &units {
-        reproduce::run_unit(&out, &plan, u, &mut bars)?;
+        let done = reproduce::run_unit(&out, &plan, u, &mut bars);
+        if super::interrupted() {
+            bars.message("interrupted: finished units and checkpoints are kept; rerun the same command to continue");
+            return Ok(ExitCode::from(super::EXIT_INTERRUPTED));
+        }
+        done?;
     }
     bars.message(&format!("all units of shard {i}/{n} done in {:.1} min", t0.elapsed().as_secs_f64() / 60.0));
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);

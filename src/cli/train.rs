@@ -67,6 +67,9 @@ impl Observer for Progress {
             bar.set_position(r.step as u64);
             bar.set_message(format!("loss {:.3} acc {:.3} lr {:.2e}", r.loss, r.accuracy, r.lr));
         }
+        if super::interrupted() {
+            return ControlFlow::Break(());
+        }
         ControlFlow::Continue(())
     }
 
@@ -145,8 +148,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Outcome::Interrupted { step } => {
-            println!("stopped after {step} steps; rerun the same command to resume");
-            Ok(ExitCode::from(1))
+            println!("stopped after {step} steps with a checkpoint; rerun the same command to resume");
+            Ok(ExitCode::from(super::EXIT_INTERRUPTED))
         }
     }
 }
