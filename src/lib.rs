@@ -2,17 +2,20 @@
 //!
 //! A verification and simulation suite for *phase sensitivity* in chunked KV-cache compression.
 //!
-//! Crate map (data flows one way: geometry <- kernel <- model <- analysis <- report, and
-//! theory <- report; the `phasekv` binary sits on top and is the only place that prints):
+//! Crate map (data flows one way: geometry <- kernel <- model <- analysis <- report's plots and
+//! figures <- lab <- reproduce <- report's ledger, with theory feeding reproduce; the `phasekv`
+//! binary sits on top and is the only place that prints):
 //!
 //! | module | owns |
 //! |---|---|
 //! | [`error`] | the one error enum |
 //! | [`geometry`] | windows, phases, multiplicity, visibility, entry positions: the only place those formulas live |
 //! | [`kernel`] | kernel specs and presets, the f64 reference, the candle implementation, streaming, compressed attention, the invariant harness K1-K13 |
-//! | [`analysis`] | phase statistics of per-sample results (Wilson intervals, max gap, period estimate, chi-square and permutation tests) |
+//! | [`analysis`] | the phase lab: padding protocols, phase statistics, evaluation and knockouts, gate preferences, the JSONL audit |
+//! | [`lab`] | the phase lab on a run directory: evaluation, knockouts, gates, written as data and figures |
+//! | [`reproduce`] | the reproduction plan: units (kernels, theory, one per model), shards, resume |
 //! | [`theory`] | the idealized induction task, Theorem 1 (oracle, argmin) and Theorem 2 (gradient flow) |
-//! | [`report`] | plotting helpers (line chart, category grid, scatter; SVG + PNG) |
+//! | [`report`] | plotting helpers (line chart, category grid, scatter; SVG + PNG), lab figures, the claims ledger |
 //! | [`run_dir`] | run directories: config, results, environment; a finished run is never overwritten |
 //! | [`task`] | the synthetic retrieval task: seeded generator, per-sample records with positions |
 //! | [`model`] | the small decoder with compressed attention, training, checkpoints, run directories |
