@@ -269,8 +269,8 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     atomic_write(path, format!("{text}\n").as_bytes())
 }
 
-/// Runs one unit into `out` (reusing what is done).
-pub fn run_unit(out: &Path, plan: &Plan, unit: &Unit, progress: &mut dyn Progress) -> Result<()> {
+/// Runs one unit into `out`, reusing what is done; returns whether it did any work.
+pub fn run_unit(out: &Path, plan: &Plan, unit: &Unit, progress: &mut dyn Progress) -> Result<bool> {
     match unit {
         Unit::Kernels => run_kernels(out, plan, progress),
         Unit::Theory => run_theory(out, plan, progress),
@@ -278,11 +278,11 @@ pub fn run_unit(out: &Path, plan: &Plan, unit: &Unit, progress: &mut dyn Progres
     }
 }
 
-fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<()> {
+fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<bool> {
     let path = out.join("kernels").join("kernels.json");
     if path.exists() {
         progress.message("kernels: done before, reused");
-        return Ok(());
+        return Ok(false);
     }
     let t0 = Instant::now();
     let names = preset_names();
@@ -311,14 +311,14 @@ fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<(
     let failed = rows.iter().filter(|r| r.status == "fail").count();
     write_json(&path, &KernelsResult { cases: plan.kernel_cases, rows, seconds: t0.elapsed().as_secs_f64() })?;
     progress.message(&format!("kernels: {failed} failing (preset, implementation, invariant) rows"));
-    Ok(())
+    Ok(true)
 }
 
-fn run_theory(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<()> {
+fn run_theory(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<bool> {
     let path = out.join("theory").join("theory.json");
     if path.exists() {
         progress.message("theory: done before, reused");
-        return Ok(());
+        return Ok(false);
     }
     let t0 = Instant::now();
     let p = TaskParams::default();
@@ -355,15 +355,15 @@ fn run_theory(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<()
         100.0 * result.t2.converged_fraction,
         plan.t2_seeds
     ));
-    Ok(())
+    Ok(true)
 }
 
-fn run_model(out: &Path, plan: &Plan, preset: &str, progress: &mut dyn Progress) -> Result<()> {
+fn run_model(out: &Path, plan: &Plan, preset: &str, progress: &mut dyn Progress) -> Result<bool> {
     let dir = out.join(plan.run_dir(preset));
     let unit_file = dir.join("unit.json");
     if unit_file.exists() {
         progress.message(&format!("{preset}: done before, reused"));
-        return Ok(());
+        return Ok(false);
     }
     let config = plan.run_config(preset);
     if !dir.join(crate::model::run::METRICS_FILE).exists() {
@@ -399,5 +399,5 @@ fn run_model(out: &Path, plan: &Plan, preset: &str, progress: &mut dyn Progress)
         &ModelUnitResult { preset: preset.to_string(), analysis_seconds: t0.elapsed().as_secs_f64() },
     )?;
     progress.message(&format!("{preset}: analyses done"));
-    Ok(())
+    Ok(true)
 }

@@ -280,11 +280,13 @@ impl reproduce::Progress for Quiet {
     fn step(&mut self, _: &str, _: usize, _: usize) {}
 }
 
-fn run_units(out: &Path, plan: &Plan, units: &[reproduce::Unit]) {
+/// Runs the units; returns which of them did work.
+fn run_units(out: &Path, plan: &Plan, units: &[reproduce::Unit]) -> Vec<bool> {
     reproduce::write_plan(out, plan).unwrap();
-    for u in units {
-        reproduce::run_unit(out, plan, u, &mut Quiet(phasekv::model::train::Silent)).unwrap();
-    }
+    units
+        .iter()
+        .map(|u| reproduce::run_unit(out, plan, u, &mut Quiet(phasekv::model::train::Silent)).unwrap())
+        .collect()
 }
 
 #[test]
@@ -293,7 +295,7 @@ fn sharded_reproductions_merge_to_the_ledger_of_one_run() {
     let plan = tiny_plan();
     let units = plan.units();
     let single = dir.join("single");
-    run_units(&single, &plan, &units);
+    assert!(run_units(&single, &plan, &units).iter().all(|&w| w));
     let one = build_report(std::slice::from_ref(&single), &single).unwrap();
     let n = 3;
     let shards: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("shard{i}"))).collect();
@@ -301,7 +303,7 @@ fn sharded_reproductions_merge_to_the_ledger_of_one_run() {
     for (i, s) in shards.iter().enumerate() {
         let part = reproduce::shard(&units, i, n);
         covered.extend(part.clone());
-        run_units(s, &plan, &part);
+        let _ = run_units(s, &plan, &part);
     }
     covered.sort_by_key(|u| u.name());
     let mut all = units.clone();
@@ -319,7 +321,7 @@ fn sharded_reproductions_merge_to_the_ledger_of_one_run() {
         );
     }
     // A second run of the same plan reuses everything; another plan in the same place is refused.
-    run_units(&single, &plan, &units);
+    assert!(run_units(&single, &plan, &units).iter().all(|&w| !w), "a rerun must reuse every unit");
     let mut other = plan.clone();
     other.t2_seeds = 3;
     let e = reproduce::write_plan(&single, &other).unwrap_err().to_string();

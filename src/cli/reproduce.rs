@@ -117,13 +117,14 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
     eprintln!("reproduce ({scale:?}, shard {i}/{n}) into {}: {}", out.display(), names.join(", "));
     let t0 = Instant::now();
     let mut bars = Bars { bar: None, stage: String::new() };
+    let mut worked = false;
     for u in &units {
         let done = reproduce::run_unit(&out, &plan, u, &mut bars);
         if super::interrupted() {
             bars.message("interrupted: finished units and checkpoints are kept; rerun the same command to continue");
             return Ok(ExitCode::from(super::EXIT_INTERRUPTED));
         }
-        done?;
+        worked |= done?;
     }
     bars.message(&format!("all units of shard {i}/{n} done in {:.1} min", t0.elapsed().as_secs_f64() / 60.0));
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
@@ -134,12 +135,15 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
         "rayon_threads": std::env::var("RAYON_NUM_THREADS").ok(),
         "cpus": std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1),
     });
-    let tdir = out.join("timing");
-    std::fs::create_dir_all(&tdir)?;
-    phasekv::run_dir::atomic_write(
-        &tdir.join(format!("{stamp}-shard-{i}-of-{n}.json")),
-        format!("{}\n", serde_json::to_string_pretty(&timing)?).as_bytes(),
-    )?;
+    // Wall time of invocations that did work (a rerun that only reuses results records nothing).
+    if worked {
+        let tdir = out.join("timing");
+        std::fs::create_dir_all(&tdir)?;
+        phasekv::run_dir::atomic_write(
+            &tdir.join(format!("{stamp}-shard-{i}-of-{n}.json")),
+            format!("{}\n", serde_json::to_string_pretty(&timing)?).as_bytes(),
+        )?;
+    }
     let claims = ledger::build_report(std::slice::from_ref(&out), &out)?;
     print_claims(&claims);
     println!("report: {}", out.join("README.md").display());
