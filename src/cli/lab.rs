@@ -138,6 +138,9 @@ pub fn print_profile(title: &str, balance: Option<&Balance>, p: &PhaseProfile) {
             100.0 * b.std_spread,
             if b.agrees() { "balanced" } else { "NOT balanced" }
         );
+        let per: Vec<String> =
+            b.groups.iter().map(|g| format!("{}: {:.1}\u{b1}{:.1}", g.group, g.mean, g.std)).collect();
+        println!("  target position per group (mean\u{b1}std): {}", per.join(", "));
     }
     let accs: Vec<String> = p.groups.iter().map(|g| format!("{:.0}", 100.0 * g.accuracy)).collect();
     println!("  accuracy % by group 0..{}: {}", p.modulus, accs.join(" "));
