@@ -19,7 +19,7 @@ use crate::kernel::spec::KernelSpec;
 use crate::model::train::{list_snapshots, load_run, EVAL_STREAM};
 use crate::model::RunConfig;
 use crate::report::figures;
-use crate::run_dir::atomic_write;
+use crate::run_dir::{atomic_write, write_json_atomic};
 use crate::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -110,12 +110,6 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
         .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("unreadable result: {e}") })
 }
 
-fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let text = serde_json::to_string_pretty(value)
-        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("cannot serialise: {e}") })?;
-    atomic_write(path, format!("{text}\n").as_bytes())
-}
-
 /// An existing result with the same settings (reused), or `None` when there is none; a
 /// result with other settings is an error (never overwritten).
 fn existing<T: DeserializeOwned>(path: &Path, same: impl Fn(&T) -> bool) -> Result<Option<T>> {
@@ -194,7 +188,7 @@ pub fn eval_run(
         &result.profile,
         result.stride,
     )?;
-    write_json(&json, &result)?;
+    write_json_atomic(&json, &result)?;
     Ok(result)
 }
 
@@ -235,7 +229,7 @@ pub fn knockout_run(
         &format!("{}: accuracy drop (pp) when one KV head is mean-replaced", result.preset),
         &result.map,
     )?;
-    write_json(&json, &result)?;
+    write_json_atomic(&json, &result)?;
     Ok(result)
 }
 
@@ -289,7 +283,7 @@ pub fn gates_run(
         }
     }
     atomic_write(&run.join("gates.csv"), csv.as_bytes())?;
-    write_json(&json, &result)?;
+    write_json_atomic(&json, &result)?;
     Ok(Some(result))
 }
 
@@ -301,7 +295,7 @@ pub fn audit_analyze(results: &Path, m: usize, stride: Option<usize>, seed: u64,
         .map_err(|e| Error::File { path: results.to_path_buf(), reason: e.to_string() })?;
     let profile = phase::profile(&outcomes, m, stride, seed)?;
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    write_json(&out.join("profile.json"), &profile)?;
+    write_json_atomic(&out.join("profile.json"), &profile)?;
     atomic_write(&out.join("groups.csv"), phase::groups_csv(&profile.groups).as_bytes())?;
     let name = results.file_name().and_then(|n| n.to_str()).unwrap_or("results");
     figures::phase_profile(&out.join("phase"), &format!("audit of {name}"), &profile, stride)?;

@@ -19,7 +19,7 @@ use crate::kernel::spec::{preset_names, KernelSpec};
 use crate::lab::{self, LabSettings};
 use crate::model::train::Observer;
 use crate::model::RunConfig;
-use crate::run_dir::atomic_write;
+use crate::run_dir::write_json_atomic;
 use crate::theory::diagram::{compare_with_reference, phase_diagram, spec_grid};
 use crate::theory::flow::{run_seeds, summarise, FlowConfig, FlowSummary};
 use crate::theory::oracle::{theorem1, OracleOptions, Verdict};
@@ -256,17 +256,15 @@ pub fn write_plan(out: &Path, plan: &Plan) -> Result<()> {
         }
         return Ok(());
     }
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-    let text = serde_json::to_string_pretty(plan).map_err(|e| Error::invalid("plan", e.to_string()))?;
-    atomic_write(&path, format!("{text}\n").as_bytes())
+    write_json(&path, plan)
 }
 
-fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+/// Writes a unit's result file, creating its directory.
+fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
     }
-    let text = serde_json::to_string_pretty(value).map_err(|e| Error::invalid("result", e.to_string()))?;
-    atomic_write(path, format!("{text}\n").as_bytes())
+    write_json_atomic(path, value)
 }
 
 /// Runs one unit into `out`, reusing what is done; returns whether it did any work.

@@ -112,6 +112,13 @@ impl RunDir {
     }
 }
 
+/// Pretty JSON of `value` (and a final newline), written with [`atomic_write`].
+pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("cannot serialise: {e}") })?;
+    atomic_write(path, format!("{text}\n").as_bytes())
+}
+
 /// Write `bytes` to `path` through a temporary sibling file, flushed to disk, and a rename: an
 /// interrupted run never leaves a half-written file. The one atomic write of the crate.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -4,7 +4,7 @@
 //! ([`crate::Error::FinishedRun`]); an unfinished one with the same config is resumed; one with a
 //! different config is an error. Every file is written to a temporary name and renamed.
 
-pub use crate::run_dir::{atomic_write as write_atomic, git_hash};
+pub use crate::run_dir::{atomic_write as write_atomic, git_hash, write_json_atomic};
 use crate::{Error, Result};
 use serde::Serialize;
 use std::io::Write;
@@ -32,13 +32,6 @@ pub enum RunStart {
 #[derive(Clone, Debug)]
 pub struct RunDir {
     path: PathBuf,
-}
-
-/// Pretty JSON of `value`, written atomically.
-pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let text = serde_json::to_string_pretty(value)
-        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("cannot serialise: {e}") })?;
-    write_atomic(path, format!("{text}\n").as_bytes())
 }
 
 impl RunDir {

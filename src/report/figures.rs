@@ -6,6 +6,7 @@ use super::plot::{self, CategoryGrid, Panel, Series};
 use crate::analysis::eval::KnockoutMap;
 use crate::analysis::gates::{Branch, GateSnapshot};
 use crate::analysis::phase::PhaseProfile;
+use crate::analysis::stats::GroupAccuracy;
 use crate::Result;
 use std::path::{Path, PathBuf};
 
@@ -29,15 +30,20 @@ fn stride_marks(stride: Option<usize>, m: usize, y0: f64, y1: f64) -> Vec<Series
         .collect()
 }
 
+/// Accuracy per group (x = group index) with its Wilson 95 % band as dashed lines.
+pub fn accuracy_series(groups: &[GroupAccuracy], color: usize) -> Vec<Series> {
+    let pts = |f: &dyn Fn(&GroupAccuracy) -> f64| groups.iter().map(|g| (g.group as f64, f(g))).collect::<Vec<_>>();
+    vec![
+        Series { markers: true, ..Series::line("accuracy", pts(&|g| g.accuracy), color) },
+        Series { dashed: true, ..Series::line("Wilson 95 %", pts(&|g| g.wilson_lo), color) },
+        Series { dashed: true, ..Series::line("", pts(&|g| g.wilson_hi), color) },
+    ]
+}
+
 /// The panel of one phase profile: accuracy per residue group with its Wilson 95 % band.
 pub fn phase_panel(title: &str, profile: &PhaseProfile, stride: Option<usize>, color: usize) -> Panel {
-    let pts = |f: &dyn Fn(&crate::analysis::stats::GroupAccuracy) -> f64| {
-        profile.groups.iter().map(|g| (g.group as f64, f(g))).collect::<Vec<_>>()
-    };
     let mut series = stride_marks(stride, profile.modulus, 0.0, 1.0);
-    series.push(Series { markers: true, ..Series::line("accuracy", pts(&|g| g.accuracy), color) });
-    series.push(Series { dashed: true, ..Series::line("Wilson 95 %", pts(&|g| g.wilson_lo), color) });
-    series.push(Series { dashed: true, ..Series::line("", pts(&|g| g.wilson_hi), color) });
+    series.extend(accuracy_series(&profile.groups, color));
     let period = match profile.period() {
         Some(p) => format!("period {p}"),
         None => "no period".into(),

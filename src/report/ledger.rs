@@ -13,7 +13,7 @@ use crate::analysis::stats::{self, GroupAccuracy};
 use crate::lab::{read_json, stride_of, EvalResult, GatesResult, KnockoutResult};
 use crate::model::{Metrics, RunConfig};
 use crate::reproduce::{KernelsResult, ModelUnitResult, Plan, TheoryResult, PLAN_FILE};
-use crate::run_dir::atomic_write;
+use crate::run_dir::{atomic_write, write_json_atomic};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -662,6 +662,23 @@ fn write(out: &Path, rel: &str, text: &str) -> Result<()> {
     atomic_write(&path, text.as_bytes())
 }
 
+/// Writes `value` as JSON at `rel` under `out`, creating its directory.
+fn write_json(out: &Path, rel: &str, value: &impl Serialize) -> Result<()> {
+    let path = out.join(rel);
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+    }
+    write_json_atomic(&path, value)
+}
+
+/// Panels in (at most) two columns, each `cell` pixels, under one title.
+fn two_column_panels(stem: &Path, title: &str, panels: &[Panel], cell: (u32, u32)) -> Result<()> {
+    let cols = 2.min(panels.len()).max(1);
+    let rows = panels.len().div_ceil(cols) as u32;
+    plot::line_panels(stem, title, panels, cols, (cell.0 * cols as u32, 60 + cell.1 * rows))?;
+    Ok(())
+}
+
 fn to_json<T: Serialize>(v: &T) -> Result<String> {
     serde_json::to_string_pretty(v).map(|s| s + "\n").map_err(|e| Error::invalid("report", e.to_string()))
 }
@@ -698,31 +715,21 @@ fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
                         r.preset, f.stride, g.group, g.n, g.correct, g.accuracy, g.wilson_lo, g.wilson_hi
                     );
                 }
-                let pts = |h: &dyn Fn(&GroupAccuracy) -> f64| {
-                    f.phases.iter().map(|g| (g.group as f64, h(g))).collect::<Vec<_>>()
-                };
                 fpanels.push(Panel {
                     title: format!("{} (S = {}): phase gap {:.1} pp", r.preset, f.stride, f.gap_pp),
                     x_label: format!("phase (source-key position mod {})", f.stride),
                     y_label: "exact-match accuracy".into(),
                     y_range: Some((0.0, 1.02)),
-                    series: vec![
-                        Series { markers: true, ..Series::line("accuracy", pts(&|g| g.accuracy), i) },
-                        Series { dashed: true, ..Series::line("Wilson 95 %", pts(&|g| g.wilson_lo), i) },
-                        Series { dashed: true, ..Series::line("", pts(&|g| g.wilson_hi), i) },
-                    ],
+                    series: figures::accuracy_series(&f.phases, i),
                 });
             }
         }
-        let cols = 2.min(panels.len());
-        let rows = panels.len().div_ceil(cols) as u32;
         let name = format!("phase-{}", p.name());
-        plot::line_panels(
+        two_column_panels(
             &fig.join(&name),
             &format!("Accuracy by residue group, {} padding (balanced target depth)", p.name()),
             &panels,
-            cols,
-            (760 * cols as u32, 60 + 380 * rows),
+            (760, 380),
         )?;
         write(out, &format!("figures/{name}.csv"), &csv)?;
         caps.push((
@@ -730,15 +737,12 @@ fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
             format!("Per-group exact-match accuracy with Wilson 95 % bands under {} padding; dashed grey lines mark multiples of the stride.", p.name()),
         ));
         if !fpanels.is_empty() {
-            let cols = 2.min(fpanels.len());
-            let rows = fpanels.len().div_ceil(cols) as u32;
             let name = format!("folded-{}", p.name());
-            plot::line_panels(
+            two_column_panels(
                 &fig.join(&name),
                 &format!("Accuracy folded by phase (position mod S), {} padding", p.name()),
                 &fpanels,
-                cols,
-                (700 * cols as u32, 60 + 340 * rows),
+                (700, 340),
             )?;
             write(out, &format!("figures/{name}.csv"), &folded)?;
             caps.push((
@@ -755,7 +759,7 @@ fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
                 &format!("{}: accuracy drop (pp) when one KV head is mean-replaced", r.preset),
                 &k.map,
             )?;
-            write(out, &format!("figures/{name}.json"), &to_json(k)?)?;
+            write_json(out, &format!("figures/{name}.json"), k)?;
             caps.push((
                 format!("figures/{name}.png"),
                 format!(
@@ -767,7 +771,7 @@ fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
         if let Some(g) = &r.gates {
             let name = format!("gates-{}", r.preset);
             figures::gate_figures(&fig.join(&name), &r.preset, &g.snapshots, g.window)?;
-            write(out, &format!("figures/{name}.json"), &to_json(g)?)?;
+            write_json(out, &format!("figures/{name}.json"), g)?;
             caps.push((
                 format!("figures/{name}-trajectory.png"),
                 format!("{}: every gate's (static, input-dependent) concentration across checkpoints; below the diagonal = more input-dependent.", r.preset),
@@ -829,14 +833,14 @@ pub fn build_report(from: &[PathBuf], out: &Path) -> Result<Vec<Claim>> {
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     // Theory and kernel data travel with the report.
     if let Some(t) = &c.theory {
-        write(out, "theory/theory.json", &to_json(t)?)?;
+        write_json(out, "theory/theory.json", t)?;
     }
     if let Some(k) = &c.kernels {
-        write(out, "kernels/kernels.json", &to_json(k)?)?;
+        write_json(out, "kernels/kernels.json", k)?;
     }
     let caps = build_figures(&c, out)?;
     let claims = claims(&c);
-    write(out, "ledger.json", &to_json(&claims)?)?;
+    write_json(out, "ledger.json", &claims)?;
     let mut md = String::new();
     let _ = writeln!(md, "# phasekv reproduction report\n");
     let _ = writeln!(
