@@ -83,7 +83,19 @@ fn print_config_shows_the_recorded_defaults() {
 #[cfg(unix)]
 #[test]
 fn ctrl_c_stops_with_a_checkpoint_at_the_last_step() {
-    let dir = std::env::temp_dir().join(format!("phasekv-cli-sigint-{}", std::process::id()));
+    signal_stops_with_a_checkpoint_at_the_last_step("INT", 130);
+}
+
+/// SIGTERM (what Slurm and most schedulers send at a time limit) does the same, exit status 143.
+#[cfg(unix)]
+#[test]
+fn sigterm_stops_with_a_checkpoint_at_the_last_step() {
+    signal_stops_with_a_checkpoint_at_the_last_step("TERM", 143);
+}
+
+#[cfg(unix)]
+fn signal_stops_with_a_checkpoint_at_the_last_step(signal: &str, code: i32) {
+    let dir = std::env::temp_dir().join(format!("phasekv-cli-sig{signal}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("tiny.json");
@@ -105,10 +117,10 @@ fn ctrl_c_stops_with_a_checkpoint_at_the_last_step() {
         assert!(t0.elapsed().as_secs() < 120, "training never started");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let kill = Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap();
     assert!(kill.success());
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
+    assert_eq!(status.code(), Some(code));
     let idx: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("checkpoint.json")).unwrap()).unwrap();
     let step = idx["step"].as_u64().unwrap();

@@ -2,8 +2,8 @@
 //! phase lab on trained runs and on external results. Thin: parse, call [`phasekv::lab`],
 //! print.
 
+use super::progress::Progress;
 use clap::{Args, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use phasekv::analysis::audit::{export_jsonl, TextTemplate};
 use phasekv::analysis::phase::PhaseProfile;
 use phasekv::analysis::protocol::{self, Balance, Protocol};
@@ -105,21 +105,13 @@ pub enum AuditCmd {
 }
 
 fn bar(label: &str) -> impl FnMut(usize, usize) {
-    let mut bar: Option<ProgressBar> = None;
+    let mut bar: Option<Progress> = None;
     let label = label.to_string();
     move |done, total| {
-        let b = bar.get_or_insert_with(|| {
-            let b = ProgressBar::new(total as u64);
-            b.set_style(
-                ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}]")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            b.set_message(label.clone());
-            b
-        });
+        let b = bar.get_or_insert_with(|| Progress::new(total as u64, &label));
         b.set_position(done as u64);
         if done >= total {
-            b.finish_and_clear();
+            b.finish();
         }
     }
 }

@@ -4,30 +4,43 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
-/// Set by the first Ctrl-C: long runs stop after the current step, with a checkpoint, and the
-/// same command resumes them. A second Ctrl-C exits at once.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Set by the first SIGINT (Ctrl-C) or SIGTERM (what Slurm and most schedulers send at a time
+/// limit or on preemption): long runs stop after the current step, with a checkpoint, and the
+/// same command resumes them. A second signal of the same kind exits at once.
+static SIGNALS: OnceLock<(Arc<AtomicBool>, Arc<AtomicBool>)> = OnceLock::new();
 
-/// Whether Ctrl-C was pressed.
-pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
+fn signal_flags() -> &'static (Arc<AtomicBool>, Arc<AtomicBool>) {
+    SIGNALS.get_or_init(|| (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false))))
 }
 
-/// Exit status of a run stopped by Ctrl-C (128 + SIGINT).
-pub const EXIT_INTERRUPTED: u8 = 130;
+/// Whether SIGINT or SIGTERM was received.
+pub fn interrupted() -> bool {
+    let (int, term) = signal_flags();
+    int.load(Ordering::SeqCst) || term.load(Ordering::SeqCst)
+}
+
+/// Exit status of a run stopped by a signal: 128 + the signal's number (130 for SIGINT, 143
+/// for SIGTERM, SIGTERM winning when both came).
+pub fn interrupted_exit_code() -> ExitCode {
+    let (_, term) = signal_flags();
+    ExitCode::from(if term.load(Ordering::SeqCst) { 143 } else { 130 })
+}
 
 fn install_interrupt_handler() {
-    let _ = ctrlc::set_handler(|| {
-        if INTERRUPTED.swap(true, Ordering::SeqCst) {
-            std::process::exit(EXIT_INTERRUPTED as i32);
-        }
-        eprintln!("\ninterrupt: stopping after the current step with a checkpoint (Ctrl-C again to quit now)");
-    });
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let (int, term) = signal_flags();
+    for (sig, flag, code) in [(SIGINT, int, 130), (SIGTERM, term, 143)] {
+        // Order matters: the conditional shutdown sees the flag a first signal set and exits.
+        let _ = signal_hook::flag::register_conditional_shutdown(sig, code, Arc::clone(flag));
+        let _ = signal_hook::flag::register(sig, Arc::clone(flag));
+    }
 }
 
 mod kernel;
 mod lab;
+mod progress;
 mod reproduce;
 mod theory;
 mod train;

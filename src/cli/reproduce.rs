@@ -1,8 +1,8 @@
 //! `phasekv reproduce` and `phasekv report`: thin wrappers over [`phasekv::reproduce`] and
 //! [`phasekv::report::ledger`].
 
+use super::progress::Progress as Bar;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use phasekv::model::train::Observer;
 use phasekv::model::{EvalReport, StepReport};
 use phasekv::report::ledger;
@@ -40,26 +40,19 @@ pub struct ReportArgs {
 }
 
 struct Bars {
-    bar: Option<ProgressBar>,
+    bar: Option<Bar>,
     stage: String,
 }
 
 impl Bars {
-    fn bar(&mut self, stage: &str, total: usize) -> &ProgressBar {
+    fn bar(&mut self, stage: &str, total: usize) -> &Bar {
         if self.stage != stage || self.bar.is_none() {
             if let Some(b) = self.bar.take() {
-                b.finish_and_clear();
+                b.finish();
             }
-            let b = ProgressBar::new(total as u64);
-            b.set_style(
-                ProgressStyle::with_template("{msg:>24} {bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}]")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            b.set_message(stage.to_string());
-            self.bar = Some(b);
             self.stage = stage.to_string();
         }
-        self.bar.get_or_insert_with(|| ProgressBar::new(total as u64))
+        self.bar.get_or_insert_with(|| Bar::new(total as u64, stage))
     }
 }
 
@@ -87,7 +80,7 @@ impl Observer for Bars {
 impl Progress for Bars {
     fn message(&mut self, msg: &str) {
         if let Some(b) = self.bar.take() {
-            b.finish_and_clear();
+            b.finish();
         }
         eprintln!("{msg}");
     }
@@ -122,7 +115,7 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
         let done = reproduce::run_unit(&out, &plan, u, &mut bars);
         if super::interrupted() {
             bars.message("interrupted: finished units and checkpoints are kept; rerun the same command to continue");
-            return Ok(ExitCode::from(super::EXIT_INTERRUPTED));
+            return Ok(super::interrupted_exit_code());
         }
         worked |= done?;
     }

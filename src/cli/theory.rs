@@ -1,9 +1,9 @@
 //! `phasekv theory t1|t2|diagram`: parse options, call `phasekv::theory`, write a run
 //! directory with config, JSON results and SVG+PNG figures, and print a short summary.
 
+use super::progress::Progress;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use phasekv::report::plot::{category_grid, line_panels, scatter, CategoryGrid, Panel, Series};
 use phasekv::run_dir::RunDir;
 use phasekv::theory::diagram::{compare_with_reference, phase_diagram, spec_grid};
@@ -171,12 +171,8 @@ pub struct DiagramArgs {
     split_per_pairs: usize,
 }
 
-fn bar(len: u64, msg: &'static str) -> ProgressBar {
-    let style = ProgressStyle::default_bar()
-        .template("{msg:>12} [{bar:40}] {pos}/{len} {elapsed_precise}")
-        .map(|s| s.progress_chars("=> "))
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-    ProgressBar::new(len).with_style(style).with_message(msg)
+fn bar(len: u64, label: &str) -> Progress {
+    Progress::new(len, label)
 }
 
 /// Run a theory command.
@@ -212,7 +208,7 @@ fn t1(a: T1Args) -> Result<ExitCode> {
     let n = phasekv::theory::oracle::restart_plan(&p, &opts).len() as u64;
     let pb = bar(n, "restarts");
     let report = theorem1(&p, &opts, || pb.inc(1))?;
-    pb.finish_and_clear();
+    pb.finish();
     dir.write_json("theorem1.json", &report)?;
     // Figure: every restart's gap to F_1, by class of its end point.
     let mut series = vec![
@@ -263,7 +259,7 @@ fn t1(a: T1Args) -> Result<ExitCode> {
             };
             let pb = bar(a.contexts as u64, "contexts");
             let r = phasekv::theory::noisy::theorem1_eps(&p, &vocab, a.contexts, &small, || pb.inc(1))?;
-            pb.finish_and_clear();
+            pb.finish();
             dir.write_json("theorem1-eps.json", &r)?;
             Some(r)
         }
@@ -364,7 +360,7 @@ fn t2(a: T2Args) -> Result<ExitCode> {
     let t_seeds = Instant::now();
     let runs = run_seeds(&cfg, &seeds, || pb.inc(1))?;
     let wall_seeds = t_seeds.elapsed().as_secs_f64();
-    pb.finish_and_clear();
+    pb.finish();
     let summary = summarise(&p, &runs);
     let euler_check = if a.no_euler_check {
         None
@@ -372,7 +368,7 @@ fn t2(a: T2Args) -> Result<ExitCode> {
         let ecfg = FlowConfig { integrator: Integrator::Euler, dt: cfg.dt / 2.0, ..cfg };
         let pb = bar(seeds.len() as u64, "euler dt/2");
         let eruns = run_seeds(&ecfg, &seeds, || pb.inc(1))?;
-        pb.finish_and_clear();
+        pb.finish();
         let mut same = 0;
         let mut both = 0;
         let mut worst: f64 = 0.0;
@@ -548,7 +544,7 @@ fn diagram(a: DiagramArgs) -> Result<ExitCode> {
     })?;
     let pb = bar((betas.len() * gammas.len()) as u64, "grid points");
     let d = phase_diagram(&p, &betas, &gammas, &opts, || pb.inc(1)).context("phase diagram")?;
-    pb.finish_and_clear();
+    pb.finish();
     dir.write_json("diagram.json", &d)?;
     let text = d.to_text();
     dir.write_bytes("diagram.txt", text.as_bytes())?;

@@ -1,7 +1,7 @@
 //! `phasekv train`: train one model on the retrieval task and print its accuracy.
 
+use super::progress::Progress as Bar;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use phasekv::model::train::{Observer, Outcome};
 use phasekv::model::{EvalReport, RunConfig, StepReport};
 use std::ops::ControlFlow;
@@ -42,7 +42,7 @@ pub struct TrainArgs {
 }
 
 struct Progress {
-    bar: Option<ProgressBar>,
+    bar: Option<Bar>,
     quiet: bool,
 }
 
@@ -52,11 +52,7 @@ impl Observer for Progress {
             eprintln!("resuming at step {start_step} of {total}");
         }
         if !self.quiet {
-            let bar = ProgressBar::new(total as u64);
-            bar.set_style(
-                ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
+            let bar = Bar::new(total as u64, "training");
             bar.set_position(start_step as u64);
             self.bar = Some(bar);
         }
@@ -68,6 +64,7 @@ impl Observer for Progress {
             bar.set_message(format!("loss {:.3} acc {:.3} lr {:.2e}", r.loss, r.accuracy, r.lr));
         }
         if super::interrupted() {
+            eprintln!("signal received: stopping after step {} with a checkpoint (send it again to quit now)", r.step);
             return ControlFlow::Break(());
         }
         ControlFlow::Continue(())
@@ -130,7 +127,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let env = serde_json::json!({ "command": std::env::args().collect::<Vec<_>>() });
     let outcome = phasekv::model::train(&config, &out, env, &mut progress)?;
     if let Some(bar) = &progress.bar {
-        bar.finish_and_clear();
+        bar.finish();
     }
     match outcome {
         Outcome::Finished(m) => {
@@ -149,7 +146,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         }
         Outcome::Interrupted { step } => {
             println!("stopped after {step} steps with a checkpoint; rerun the same command to resume");
-            Ok(ExitCode::from(super::EXIT_INTERRUPTED))
+            Ok(super::interrupted_exit_code())
         }
     }
 }
