@@ -75,6 +75,9 @@ pub struct Claim {
 pub struct RunData {
     /// Preset.
     pub preset: String,
+    /// Name in figures and tables: the preset, or the run directory's name where several runs
+    /// share a preset (seeds, arms of a sweep).
+    pub label: String,
     /// Where it was read from.
     pub dir: PathBuf,
     /// Its config.
@@ -128,6 +131,7 @@ fn read_run(dir: &Path) -> Result<Option<RunData>> {
     }
     Ok(Some(RunData {
         preset: config.model.preset.clone(),
+        label: config.model.preset.clone(),
         dir: dir.to_path_buf(),
         metrics: opt_json(&dir.join(crate::model::run::METRICS_FILE))?,
         evals,
@@ -186,15 +190,26 @@ pub fn collect(from: &[PathBuf]) -> Result<Collected> {
             dirs.sort();
             for d in dirs {
                 if let Some(r) = read_run(&d)? {
-                    if !c.runs.iter().any(|x| x.preset == r.preset) {
+                    if !c.runs.iter().any(|x| x.dir.file_name() == r.dir.file_name()) {
                         c.runs.push(r);
                     }
                 }
             }
         }
     }
-    let order: Vec<String> = c.plan.as_ref().map(|p| p.presets.clone()).unwrap_or_default();
-    c.runs.sort_by_key(|r| (order.iter().position(|p| p == &r.preset).unwrap_or(usize::MAX), r.preset.clone()));
+    // Plan order (runs of one directory name merge over outputs: the first output wins).
+    let order: Vec<String> = match &c.plan {
+        Some(p) => p.models()?.iter().map(|m| m.key()).collect(),
+        None => vec![],
+    };
+    let key = |r: &RunData| r.dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    c.runs.sort_by_key(|r| (order.iter().position(|k| k == &key(r)).unwrap_or(usize::MAX), key(r)));
+    let shared: Vec<bool> = c.runs.iter().map(|r| c.runs.iter().filter(|x| x.preset == r.preset).count() > 1).collect();
+    for (r, shared) in c.runs.iter_mut().zip(shared) {
+        if shared {
+            r.label = key(r);
+        }
+    }
     Ok(c)
 }
 
@@ -703,20 +718,20 @@ fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
                 let _ = writeln!(
                     csv,
                     "{},{},{},{},{:.6},{:.6},{:.6}",
-                    r.preset, g.group, g.n, g.correct, g.accuracy, g.wilson_lo, g.wilson_hi
+                    r.label, g.group, g.n, g.correct, g.accuracy, g.wilson_lo, g.wilson_hi
                 );
             }
-            panels.push(figures::phase_panel(&r.preset, &e.profile, e.stride, i));
+            panels.push(figures::phase_panel(&r.label, &e.profile, e.stride, i));
             if let Some(f) = &e.profile.folded {
                 for g in &f.phases {
                     let _ = writeln!(
                         folded,
                         "{},{},{},{},{},{:.6},{:.6},{:.6}",
-                        r.preset, f.stride, g.group, g.n, g.correct, g.accuracy, g.wilson_lo, g.wilson_hi
+                        r.label, f.stride, g.group, g.n, g.correct, g.accuracy, g.wilson_lo, g.wilson_hi
                     );
                 }
                 fpanels.push(Panel {
-                    title: format!("{} (S = {}): phase gap {:.1} pp", r.preset, f.stride, f.gap_pp),
+                    title: format!("{} (S = {}): phase gap {:.1} pp", r.label, f.stride, f.gap_pp),
                     x_label: format!("phase (source-key position mod {})", f.stride),
                     y_label: "exact-match accuracy".into(),
                     y_range: Some((0.0, 1.02)),
@@ -753,10 +768,10 @@ fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
     }
     for r in &c.runs {
         if let Some(k) = &r.knockout {
-            let name = format!("knockout-{}", r.preset);
+            let name = format!("knockout-{}", r.label);
             figures::knockout_map(
                 &fig.join(&name),
-                &format!("{}: accuracy drop (pp) when one KV head is mean-replaced", r.preset),
+                &format!("{}: accuracy drop (pp) when one KV head is mean-replaced", r.label),
                 &k.map,
             )?;
             write_json(out, &format!("figures/{name}.json"), k)?;
@@ -764,21 +779,21 @@ fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
                 format!("figures/{name}.png"),
                 format!(
                     "{}: knockout map, rows layer.head, columns residue group; cells give the drop in accuracy (pp).",
-                    r.preset
+                    r.label
                 ),
             ));
         }
         if let Some(g) = &r.gates {
-            let name = format!("gates-{}", r.preset);
-            figures::gate_figures(&fig.join(&name), &r.preset, &g.snapshots, g.window)?;
+            let name = format!("gates-{}", r.label);
+            figures::gate_figures(&fig.join(&name), &r.label, &g.snapshots, g.window)?;
             write_json(out, &format!("figures/{name}.json"), g)?;
             caps.push((
                 format!("figures/{name}-trajectory.png"),
-                format!("{}: every gate's (static, input-dependent) concentration across checkpoints; below the diagonal = more input-dependent.", r.preset),
+                format!("{}: every gate's (static, input-dependent) concentration across checkpoints; below the diagonal = more input-dependent.", r.label),
             ));
             caps.push((
                 format!("figures/{name}-profile.png"),
-                format!("{}: each gate's average weight over window offsets at the end of training.", r.preset),
+                format!("{}: each gate's average weight over window offsets at the end of training.", r.label),
             ));
         }
     }
@@ -789,9 +804,9 @@ fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
         if let Some(m) = &r.metrics {
             let pts: Vec<(f64, f64)> = m.evals.iter().map(|e| (e.step as f64, e.accuracy)).collect();
             for e in &m.evals {
-                let _ = writeln!(csv, "{},{},{:.6}", r.preset, e.step, e.accuracy);
+                let _ = writeln!(csv, "{},{},{:.6}", r.label, e.step, e.accuracy);
             }
-            series.push(Series { markers: true, ..Series::line(r.preset.clone(), pts, i) });
+            series.push(Series { markers: true, ..Series::line(r.label.clone(), pts, i) });
         }
     }
     if !series.is_empty() {
@@ -848,7 +863,8 @@ pub fn build_report(from: &[PathBuf], out: &Path) -> Result<Vec<Claim>> {
         "Generated by `phasekv report` from run data; every number and verdict below is computed from the files linked here. Do not edit by hand: rerun `phasekv report`.\n"
     );
     if let Some(p) = &c.plan {
-        let _ = writeln!(md, "Scale: **{:?}** (presets: {}).\n", p.scale, p.presets.join(", "));
+        let arms: Vec<String> = p.arms()?.into_iter().map(|(name, _)| name).collect();
+        let _ = writeln!(md, "Scale: **{:?}** (presets: {}).\n", p.scale, arms.join(", "));
         if p.scale == crate::reproduce::Scale::Quick {
             let _ = writeln!(
                 md,
@@ -888,14 +904,14 @@ pub fn build_report(from: &[PathBuf], out: &Path) -> Result<Vec<Claim>> {
             None => ("unfinished".into(), "-".into(), "-".into()),
         };
         if r.evals.is_empty() {
-            let _ = writeln!(md, "| {} | {steps} | {acc} | {mins} | - | - | - | - | - | - | - |", r.preset);
+            let _ = writeln!(md, "| {} | {steps} | {acc} | {mins} | - | - | - | - | - | - | - |", r.label);
         }
         for (p, e) in &r.evals {
             let runner = e.profile.period.runner_up().map(|x| x.period.to_string()).unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 md,
                 "| {} | {steps} | {acc} | {mins} | {} | {:.1} % | {:.1} | {} ({runner}) | {} | {} | {:.2} tokens / {:.1} % |",
-                r.preset,
+                r.label,
                 p.name(),
                 100.0 * e.profile.mean_accuracy,
                 e.profile.max_gap_pp,
@@ -940,7 +956,7 @@ pub fn build_report(from: &[PathBuf], out: &Path) -> Result<Vec<Claim>> {
         let _ = writeln!(
             md,
             "| model {} (train {:.0} s + analyses {:.0} s) | {:.0} | {} | {} |",
-            r.preset,
+            r.label,
             train,
             analysis,
             train + analysis,

@@ -1,5 +1,5 @@
 //! `phasekv reproduce`: the plan of work behind the report, split into independent units that
-//! can run in any order, on any machine (`--shard i/n`), and resume.
+//! can run in any order, on any machine (`--shard i/n`, a Slurm array), and resume.
 //!
 //! Units, each writing only under its own directory of the output:
 //!
@@ -7,18 +7,23 @@
 //! |---|---|---|
 //! | `kernels` | `kernels/` | the invariant harness K1-K13 on every preset, reference and candle |
 //! | `theory` | `theory/` | Theorem 1 at the defaults, the phase diagram, Theorem 2 over seeds |
-//! | `model:<preset>` | `runs/<preset>-seed<seed>/` | training (resumed or reused), both protocols, knockouts, gates |
+//! | `model:<arm>-seed<k>` | `runs/<arm>-seed<k>/` | training (resumed or reused), both protocols, knockouts, gates |
 //!
 //! A unit that finished (its result file exists) is reused; a model run that was interrupted
 //! resumes from its last checkpoint. Shard `i` of `n` runs units `i, i+n, i+2n, ...` of the
-//! plan's list, heaviest first, so shards are disjoint and their union is the plan.
+//! plan's list, heaviest first, so shards are disjoint and their union is the plan. Plans are
+//! files ([`plan`]); [`slurm`] writes the array job that runs one.
+
+pub mod plan;
+pub mod slurm;
+
+pub use plan::{parse_shard, shard, slurm_shard, Arm, Axis, Minutes, ModelUnit, Plan, Scale, Sweep, Unit};
 
 use crate::kernel::harness::subjects::{ReferenceSubject, TensorSubject};
 use crate::kernel::harness::{run_all, Invariant};
 use crate::kernel::spec::{preset_names, KernelSpec};
 use crate::lab::{self, LabSettings};
 use crate::model::train::Observer;
-use crate::model::RunConfig;
 use crate::run_dir::write_json_atomic;
 use crate::theory::diagram::{compare_with_reference, phase_diagram, spec_grid};
 use crate::theory::flow::{run_seeds, summarise, FlowConfig, FlowSummary};
@@ -26,150 +31,11 @@ use crate::theory::oracle::{theorem1, OracleOptions, Verdict};
 use crate::theory::task::TaskParams;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 /// The plan file written at the top of an output directory.
 pub const PLAN_FILE: &str = "plan.json";
-
-/// How much work a reproduction does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scale {
-    /// Every claim at the scale of the committed report (about an hour on 2 cores).
-    Full,
-    /// Two models, fewer steps and prompts: a smoke run in a few minutes.
-    Quick,
-}
-
-/// Everything a reproduction runs (written to `plan.json`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Plan {
-    /// Scale name.
-    pub scale: Scale,
-    /// Kernel presets to train (`full` is the baseline).
-    pub presets: Vec<String>,
-    /// Training config of every model (the preset is set per model).
-    pub run: RunConfig,
-    /// Phase-lab settings.
-    pub lab: LabSettings,
-    /// Theorem 2 seeds.
-    pub t2_seeds: u64,
-    /// Proptest cases per invariant, preset and implementation.
-    pub kernel_cases: u32,
-}
-
-impl Plan {
-    /// The plan of a scale.
-    pub fn new(scale: Scale) -> Self {
-        match scale {
-            Scale::Full => Plan {
-                scale,
-                presets: ["full", "w8s4", "w8s6", "w8s8", "w8s4-norope", "w8s4-uniform"]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect(),
-                run: RunConfig::default(),
-                lab: LabSettings::default(),
-                t2_seeds: 64,
-                kernel_cases: 32,
-            },
-            Scale::Quick => {
-                let mut run = RunConfig::default();
-                run.train.steps = 1000;
-                run.train.eval_every = 250;
-                run.train.checkpoint_every = 250;
-                Plan {
-                    scale,
-                    presets: vec!["full".into(), "w8s4".into()],
-                    run,
-                    lab: LabSettings {
-                        eval_per_group: 48,
-                        knockout_per_group: 8,
-                        knockout_reference: 4,
-                        gate_samples: 16,
-                        seed: 0,
-                    },
-                    t2_seeds: 16,
-                    kernel_cases: 8,
-                }
-            }
-        }
-    }
-
-    /// Checks the presets and every config.
-    pub fn validate(&self) -> Result<()> {
-        if self.presets.is_empty() {
-            return Err(Error::invalid("plan.presets", "needs at least one preset"));
-        }
-        for p in &self.presets {
-            self.run_config(p).validate()?;
-        }
-        if self.t2_seeds == 0 || self.kernel_cases == 0 {
-            return Err(Error::invalid("plan", "t2_seeds and kernel_cases must be at least 1"));
-        }
-        Ok(())
-    }
-
-    /// The run config of one preset.
-    pub fn run_config(&self, preset: &str) -> RunConfig {
-        let mut c = self.run.clone();
-        c.model.preset = preset.to_string();
-        c
-    }
-
-    /// The run directory of a preset, relative to the output.
-    pub fn run_dir(&self, preset: &str) -> PathBuf {
-        Path::new("runs").join(format!("{preset}-seed{}", self.run.train.seed))
-    }
-
-    /// Every unit, heaviest first (models, then theory, then kernels).
-    pub fn units(&self) -> Vec<Unit> {
-        let mut u: Vec<Unit> = self.presets.iter().map(|p| Unit::Model(p.clone())).collect();
-        u.push(Unit::Theory);
-        u.push(Unit::Kernels);
-        u
-    }
-}
-
-/// One independent piece of work.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Unit {
-    /// The invariant harness.
-    Kernels,
-    /// The theory checks.
-    Theory,
-    /// One trained model and its analyses.
-    Model(String),
-}
-
-impl Unit {
-    /// A short name (`kernels`, `theory`, `model:<preset>`).
-    pub fn name(&self) -> String {
-        match self {
-            Unit::Kernels => "kernels".into(),
-            Unit::Theory => "theory".into(),
-            Unit::Model(p) => format!("model:{p}"),
-        }
-    }
-}
-
-/// Parses `i/n` (0-based `i < n`).
-pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
-    let bad = || Error::invalid("--shard", format!("must be i/n with 0 <= i < n, got {s:?}"));
-    let (i, n) = s.split_once('/').ok_or_else(bad)?;
-    let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
-    if n == 0 || i >= n {
-        return Err(bad());
-    }
-    Ok((i, n))
-}
-
-/// The units of shard `i` of `n`.
-pub fn shard(units: &[Unit], i: usize, n: usize) -> Vec<Unit> {
-    units.iter().enumerate().filter(|(k, _)| k % n == i).map(|(_, u)| u.clone()).collect()
-}
 
 /// One row of the kernel-invariant table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -239,24 +105,33 @@ pub trait Progress {
     fn step(&mut self, stage: &str, done: usize, total: usize);
 }
 
-/// Writes `plan.json` into `out`, or checks that the one there is the same plan.
+/// Writes `plan.json` into `out`, or checks that the one there is the same plan. Idempotent, so
+/// that many tasks sharing one output may call it at once: the file is written only where
+/// absent, through an atomic rename, and a writer that loses a race checks what won.
 pub fn write_plan(out: &Path, plan: &Plan) -> Result<()> {
     plan.validate()?;
     let path = out.join(PLAN_FILE);
-    if path.exists() {
-        let have: Plan = lab::read_json(&path)?;
+    let check = |path: &Path| -> Result<()> {
+        let have: Plan = lab::read_json(path)?;
         if &have != plan {
             return Err(Error::File {
-                path,
+                path: path.to_path_buf(),
                 reason: format!(
                     "holds a different plan ({:?} scale); use another --out or move it away (results are never overwritten)",
                     have.scale
                 ),
             });
         }
-        return Ok(());
+        Ok(())
+    };
+    if path.exists() {
+        return check(&path);
     }
-    write_json(&path, plan)
+    match write_json(&path, plan) {
+        Ok(()) => check(&path),
+        Err(e) if path.exists() => check(&path).map_err(|_| e),
+        Err(e) => Err(e),
+    }
 }
 
 /// Writes a unit's result file, creating its directory.
@@ -272,7 +147,7 @@ pub fn run_unit(out: &Path, plan: &Plan, unit: &Unit, progress: &mut dyn Progres
     match unit {
         Unit::Kernels => run_kernels(out, plan, progress),
         Unit::Theory => run_theory(out, plan, progress),
-        Unit::Model(p) => run_model(out, plan, p, progress),
+        Unit::Model(m) => run_model(out, m, &plan.lab, progress),
     }
 }
 
@@ -356,18 +231,20 @@ fn run_theory(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<bo
     Ok(true)
 }
 
-fn run_model(out: &Path, plan: &Plan, preset: &str, progress: &mut dyn Progress) -> Result<bool> {
-    let dir = out.join(plan.run_dir(preset));
+fn run_model(out: &Path, unit: &ModelUnit, lab_settings: &LabSettings, progress: &mut dyn Progress) -> Result<bool> {
+    let dir = out.join(unit.dir());
+    let key = unit.key();
+    let preset = key.as_str();
     let unit_file = dir.join("unit.json");
     if unit_file.exists() {
         progress.message(&format!("{preset}: done before, reused"));
         return Ok(false);
     }
-    let config = plan.run_config(preset);
+    let config = &unit.config;
     if !dir.join(crate::model::run::METRICS_FILE).exists() {
         progress.message(&format!("{preset}: training {} steps", config.train.steps));
         let env = serde_json::json!({ "command": "phasekv reproduce" });
-        match crate::model::train(&config, &dir, env, progress.trainer())? {
+        match crate::model::train(config, &dir, env, progress.trainer())? {
             crate::model::Outcome::Finished(m) => progress.message(&format!(
                 "{preset}: trained, exact match {:.1} % in {:.1} min",
                 100.0 * m.final_eval.accuracy,
@@ -381,7 +258,7 @@ fn run_model(out: &Path, plan: &Plan, preset: &str, progress: &mut dyn Progress)
         progress.message(&format!("{preset}: trained before, reused"));
     }
     let t0 = Instant::now();
-    let s = &plan.lab;
+    let s = lab_settings;
     for protocol in crate::analysis::protocol::Protocol::ALL {
         let stage = format!("{preset} eval {}", protocol.name());
         lab::eval_run(&dir, protocol, s.eval_per_group, s.seed, &mut |d, t| progress.step(&stage, d, t))?;
@@ -394,7 +271,7 @@ fn run_model(out: &Path, plan: &Plan, preset: &str, progress: &mut dyn Progress)
     lab::gates_run(&dir, s.gate_samples, s.seed, &mut |d, t| progress.step(&stage, d, t))?;
     write_json(
         &unit_file,
-        &ModelUnitResult { preset: preset.to_string(), analysis_seconds: t0.elapsed().as_secs_f64() },
+        &ModelUnitResult { preset: unit.preset().to_string(), analysis_seconds: t0.elapsed().as_secs_f64() },
     )?;
     progress.message(&format!("{preset}: analyses done"));
     Ok(true)

@@ -1,0 +1,611 @@
+//! Plans: what a reproduction runs, as a JSON file (`plans/*.json` are the built-in ones).
+//!
+//! A plan lists model arms (plain `presets`, explicit `arms` with config overrides, and a
+//! `sweep`: the cartesian product of named axes, filtered by `require`), the `seeds` every arm
+//! is trained with, the base training config `run`, the phase-lab settings `lab`, and whether the
+//! `theory` and `kernels` units run. Expansion gives units with stable ids: `model:<arm>-seed<k>`
+//! (the arm's name comes from its preset, its own `name`, or the sweep's `name` template filled
+//! with the axis values), `theory` and `kernels`. Ids depend only on names and values, never on
+//! positions, so adding an axis value or a seed leaves every other id (and run directory) as it
+//! was.
+
+use crate::lab::LabSettings;
+use crate::model::RunConfig;
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The built-in full plan (`phasekv reproduce`).
+pub const FULL_PLAN: &str = include_str!("../../plans/full.json");
+/// The built-in quick plan (`phasekv reproduce --quick`).
+pub const QUICK_PLAN: &str = include_str!("../../plans/quick.json");
+
+/// At most this many units in one plan (a sweep that expands further is almost surely a typo).
+pub const MAX_UNITS: usize = 100_000;
+
+/// Which kind of plan: the two built-in scales, or a plan of one's own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scale {
+    /// Every claim at the scale of the committed report (about an hour on 2 cores).
+    Full,
+    /// Two models, fewer steps and prompts: a smoke run in a few minutes.
+    Quick,
+    /// Any other plan (the default of a plan file).
+    #[default]
+    Custom,
+}
+
+/// A model arm given by hand: a preset and config overrides.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Arm {
+    /// The arm's name (its run directories are `runs/<name>-seed<k>`).
+    pub name: String,
+    /// Kernel preset or spec name (default: the name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    /// Config overrides over `run`: keys are dotted paths (`"model.n_kv_head": 1`) or nested
+    /// sections (`"model": {"n_kv_head": 1}`).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub overrides: Map<String, Value>,
+}
+
+/// One named axis of a sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Axis {
+    /// Name, used as `{name}` in the templates and in `require`.
+    pub name: String,
+    /// Values (numbers or strings).
+    pub values: Vec<Value>,
+}
+
+/// A sweep: one arm per combination of axis values that satisfies every `require`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    /// The axes, outermost first.
+    pub axes: Vec<Axis>,
+    /// Conditions `a OP b` (OP one of `<`, `<=`, `==`, `!=`, `>=`, `>`; a and b axis names or
+    /// numbers), e.g. `"s <= w"`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub require: Vec<String>,
+    /// Arm name template (default: each axis name followed by its value, joined by `-`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Preset template, e.g. `"w{w}s{s}"`.
+    pub preset: String,
+    /// Override templates: a string that is exactly `"{axis}"` becomes the axis value (a
+    /// number stays a number); other strings have `{axis}` replaced by the value as text.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub overrides: Map<String, Value>,
+}
+
+/// Estimated minutes of one unit on one core, used for Slurm time requests where no measured
+/// time exists. `model` is for a model with the plan's `run` config; other models scale by
+/// steps x batch size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Minutes {
+    /// One model (training and analyses).
+    pub model: f64,
+    /// The theory unit.
+    pub theory: f64,
+    /// The kernels unit.
+    pub kernels: f64,
+}
+
+impl Default for Minutes {
+    /// The committed full reproduction: 5.8 to 9.0 min a model, theory and kernels under 10 s
+    /// (`reports/README.md`, configuration section), rounded up.
+    fn default() -> Self {
+        Minutes { model: 9.0, theory: 0.5, kernels: 0.5 }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_t2_seeds() -> u64 {
+    16
+}
+fn default_kernel_cases() -> u32 {
+    8
+}
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+/// Everything a reproduction runs (written to `plan.json` at the top of the output).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Scale name (`custom` for a plan file of one's own).
+    #[serde(default)]
+    pub scale: Scale,
+    /// Kernel presets to train with the base config, one arm each (`full` is the baseline).
+    #[serde(default)]
+    pub presets: Vec<String>,
+    /// Arms with their own preset and overrides.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arms: Vec<Arm>,
+    /// A sweep over named axes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<Sweep>,
+    /// Training seeds of every arm (empty: the one in `run.train.seed`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seeds: Vec<u64>,
+    /// Base training config of every model (sections and fields left out take defaults).
+    #[serde(default)]
+    pub run: RunConfig,
+    /// Phase-lab settings.
+    #[serde(default)]
+    pub lab: LabSettings,
+    /// Whether the theory unit runs.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub theory: bool,
+    /// Whether the kernels unit runs.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub kernels: bool,
+    /// Theorem 2 seeds.
+    #[serde(default = "default_t2_seeds")]
+    pub t2_seeds: u64,
+    /// Proptest cases per invariant, preset and implementation.
+    #[serde(default = "default_kernel_cases")]
+    pub kernel_cases: u32,
+    /// Unit time estimates for Slurm time requests.
+    #[serde(default)]
+    pub minutes: Minutes,
+}
+
+/// One trained model of a plan: an arm and a seed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelUnit {
+    /// The arm's name.
+    pub arm: String,
+    /// Training seed.
+    pub seed: u64,
+    /// The full training config (preset, overrides and seed applied).
+    pub config: RunConfig,
+}
+
+impl ModelUnit {
+    /// `<arm>-seed<seed>`: the run directory's name and, after `model:`, the unit id.
+    pub fn key(&self) -> String {
+        format!("{}-seed{}", self.arm, self.seed)
+    }
+
+    /// The run directory, relative to the output.
+    pub fn dir(&self) -> PathBuf {
+        Path::new("runs").join(self.key())
+    }
+
+    /// The kernel preset.
+    pub fn preset(&self) -> &str {
+        &self.config.model.preset
+    }
+}
+
+/// One independent piece of work.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Unit {
+    /// The invariant harness.
+    Kernels,
+    /// The theory checks.
+    Theory,
+    /// One trained model and its analyses.
+    Model(Box<ModelUnit>),
+}
+
+impl Unit {
+    /// The unit's stable id: `kernels`, `theory`, `model:<arm>-seed<k>`.
+    pub fn name(&self) -> String {
+        match self {
+            Unit::Kernels => "kernels".into(),
+            Unit::Theory => "theory".into(),
+            Unit::Model(m) => format!("model:{}", m.key()),
+        }
+    }
+}
+
+impl Plan {
+    /// A built-in plan (`Scale::Custom` has none).
+    pub fn builtin(scale: Scale) -> Result<Plan> {
+        match scale {
+            Scale::Full => Plan::from_json(FULL_PLAN, "plans/full.json"),
+            Scale::Quick => Plan::from_json(QUICK_PLAN, "plans/quick.json"),
+            Scale::Custom => Err(Error::invalid("scale", "custom plans come from a file (--plan FILE)")),
+        }
+    }
+
+    /// Parses and validates a plan; `origin` names it in errors.
+    pub fn from_json(text: &str, origin: &str) -> Result<Plan> {
+        let plan: Plan =
+            serde_json::from_str(text).map_err(|e| Error::invalid(format!("plan {origin}"), e.to_string()))?;
+        plan.validate()?;
+        Ok(plan)
+    }
+
+    /// Reads a plan file (JSON).
+    pub fn from_file(path: &Path) -> Result<Plan> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        if path.extension().is_some_and(|x| x == "toml") {
+            return Err(Error::invalid(
+                "--plan",
+                format!("{} is TOML; plans are JSON (`phasekv reproduce --print-plan` writes one)", path.display()),
+            ));
+        }
+        Plan::from_json(&text, &path.display().to_string())
+    }
+
+    /// Checks every arm, seed and setting, and that the plan has at least one unit.
+    pub fn validate(&self) -> Result<()> {
+        if self.t2_seeds == 0 {
+            return Err(Error::invalid("plan.t2_seeds", "must be at least 1, got 0"));
+        }
+        if self.kernel_cases == 0 {
+            return Err(Error::invalid("plan.kernel_cases", "must be at least 1, got 0"));
+        }
+        for (field, v) in [("model", self.minutes.model), ("theory", self.minutes.theory), ("kernels", self.minutes.kernels)] {
+            if !(v.is_finite() && v > 0.0 && v <= 1e6) {
+                return Err(Error::invalid(format!("plan.minutes.{field}"), format!("must be in (0, 1e6], got {v}")));
+            }
+        }
+        let mut seen = BTreeSet::new();
+        for s in &self.seeds {
+            if !seen.insert(*s) {
+                return Err(Error::invalid("plan.seeds", format!("seed {s} appears twice")));
+            }
+        }
+        if self.units()?.is_empty() {
+            return Err(Error::invalid(
+                "plan",
+                "has no units: give presets, arms or a sweep, or leave theory or kernels on",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The seeds every arm trains with.
+    pub fn seed_list(&self) -> Vec<u64> {
+        if self.seeds.is_empty() {
+            vec![self.run.train.seed]
+        } else {
+            self.seeds.clone()
+        }
+    }
+
+    /// Every arm as `(name, config)` with its preset and overrides applied (seed not yet):
+    /// presets first, then arms, then the sweep.
+    pub fn arms(&self) -> Result<Vec<(String, RunConfig)>> {
+        let mut out: Vec<(String, RunConfig)> = Vec::new();
+        let base = serde_json::to_value(&self.run).map_err(|e| Error::invalid("plan.run", e.to_string()))?;
+        let mut add = |name: String, preset: &str, overrides: &Map<String, Value>, field: &str| -> Result<()> {
+            check_name(&name, field)?;
+            if out.iter().any(|(n, _)| n == &name) {
+                return Err(Error::invalid(field, format!("arm name '{name}' appears twice")));
+            }
+            let mut v = base.clone();
+            for (k, x) in overrides {
+                set_path(&mut v, k, x, &format!("{field}.overrides"))?;
+            }
+            v["model"]["preset"] = Value::String(preset.to_string());
+            let config: RunConfig = serde_json::from_value(v)
+                .map_err(|e| Error::invalid(format!("{field}.overrides"), e.to_string()))?;
+            config.validate().map_err(|e| Error::invalid(field, format!("arm '{name}': {e}")))?;
+            out.push((name, config));
+            Ok(())
+        };
+        for p in &self.presets {
+            add(p.clone(), p, &Map::new(), "plan.presets")?;
+        }
+        for a in &self.arms {
+            add(a.name.clone(), a.preset.as_deref().unwrap_or(&a.name), &a.overrides, "plan.arms")?;
+        }
+        if let Some(s) = &self.sweep {
+            for combo in s.combinations()? {
+                let name = match &s.name {
+                    Some(t) => fill(t, &combo),
+                    None => combo.iter().map(|(k, v)| format!("{k}{}", text(v))).collect::<Vec<_>>().join("-"),
+                };
+                let preset = fill(&s.preset, &combo);
+                let overrides: Map<String, Value> =
+                    s.overrides.iter().map(|(k, v)| (k.clone(), fill_value(v, &combo))).collect();
+                add(name, &preset, &overrides, "plan.sweep")?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every model: each arm with each seed, arm-major.
+    pub fn models(&self) -> Result<Vec<ModelUnit>> {
+        let seeds = self.seed_list();
+        let arms = self.arms()?;
+        if arms.len().saturating_mul(seeds.len()) > MAX_UNITS {
+            return Err(Error::invalid(
+                "plan",
+                format!("expands to more than {MAX_UNITS} models ({} arms x {} seeds)", arms.len(), seeds.len()),
+            ));
+        }
+        let mut out = Vec::new();
+        for (arm, config) in arms {
+            for &seed in &seeds {
+                let mut config = config.clone();
+                config.train.seed = seed;
+                out.push(ModelUnit { arm: arm.clone(), seed, config });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every unit, heaviest first (models, then theory, then kernels).
+    pub fn units(&self) -> Result<Vec<Unit>> {
+        let mut u: Vec<Unit> = self.models()?.into_iter().map(|m| Unit::Model(Box::new(m))).collect();
+        if self.theory {
+            u.push(Unit::Theory);
+        }
+        if self.kernels {
+            u.push(Unit::Kernels);
+        }
+        Ok(u)
+    }
+
+    /// The units named by `ids`, in plan order; an unknown id is an error.
+    pub fn select(&self, ids: &[String]) -> Result<Vec<Unit>> {
+        let units = self.units()?;
+        for id in ids {
+            if !units.iter().any(|u| &u.name() == id) {
+                return Err(Error::invalid(
+                    "--unit",
+                    format!("no unit '{id}' in the plan (`phasekv reproduce --plan FILE --list-units` lists the ids)"),
+                ));
+            }
+        }
+        Ok(units.into_iter().filter(|u| ids.contains(&u.name())).collect())
+    }
+
+    /// Estimated seconds of a unit on one core (see [`Minutes`]).
+    pub fn estimate_seconds(&self, unit: &Unit) -> f64 {
+        60.0 * match unit {
+            Unit::Kernels => self.minutes.kernels,
+            Unit::Theory => self.minutes.theory,
+            Unit::Model(m) => {
+                let work = |c: &RunConfig| (c.train.steps * c.train.batch_size.max(1)) as f64;
+                self.minutes.model * work(&m.config) / work(&self.run).max(1.0)
+            }
+        }
+    }
+}
+
+impl Sweep {
+    /// Every combination of axis values (axis name, value), outermost axis first, that
+    /// satisfies `require`.
+    pub fn combinations(&self) -> Result<Vec<Vec<(String, Value)>>> {
+        if self.axes.is_empty() {
+            return Err(Error::invalid("plan.sweep.axes", "needs at least one axis"));
+        }
+        let mut names = BTreeSet::new();
+        for a in &self.axes {
+            check_name(&a.name, "plan.sweep.axes")?;
+            if !names.insert(a.name.as_str()) {
+                return Err(Error::invalid("plan.sweep.axes", format!("axis '{}' appears twice", a.name)));
+            }
+            if a.values.is_empty() {
+                return Err(Error::invalid("plan.sweep.axes", format!("axis '{}' has no values", a.name)));
+            }
+            for v in &a.values {
+                if !(v.is_number() || v.is_string()) {
+                    return Err(Error::invalid(
+                        "plan.sweep.axes",
+                        format!("axis '{}': values must be numbers or strings, got {v}", a.name),
+                    ));
+                }
+            }
+        }
+        let conds: Vec<Condition> = self.require.iter().map(|r| Condition::parse(r, &names)).collect::<Result<_>>()?;
+        let total = self.axes.iter().map(|a| a.values.len()).try_fold(1usize, |t, n| t.checked_mul(n));
+        if total.is_none_or(|t| t > MAX_UNITS) {
+            return Err(Error::invalid("plan.sweep", format!("has more than {MAX_UNITS} combinations")));
+        }
+        let mut out: Vec<Vec<(String, Value)>> = vec![vec![]];
+        for a in &self.axes {
+            out = out
+                .into_iter()
+                .flat_map(|c| {
+                    a.values.iter().map(move |v| {
+                        let mut c = c.clone();
+                        c.push((a.name.clone(), v.clone()));
+                        c
+                    })
+                })
+                .collect();
+        }
+        let mut kept = Vec::new();
+        for c in out {
+            let mut ok = true;
+            for cond in &conds {
+                ok &= cond.holds(&c)?;
+            }
+            if ok {
+                kept.push(c);
+            }
+        }
+        if kept.is_empty() {
+            return Err(Error::invalid("plan.sweep.require", "no combination of axis values satisfies it"));
+        }
+        Ok(kept)
+    }
+}
+
+/// `a OP b` over axis values and numbers.
+struct Condition {
+    text: String,
+    lhs: String,
+    op: String,
+    rhs: String,
+}
+
+impl Condition {
+    fn parse(text: &str, axes: &BTreeSet<&str>) -> Result<Condition> {
+        let bad = |why: String| Error::invalid("plan.sweep.require", format!("'{text}': {why}"));
+        let parts: Vec<&str> = text.split_whitespace().collect();
+        let [lhs, op, rhs] = parts[..] else {
+            return Err(bad("must be 'a OP b' with spaces, OP one of < <= == != >= >".into()));
+        };
+        if !["<", "<=", "==", "!=", ">=", ">"].contains(&op) {
+            return Err(bad(format!("unknown operator '{op}' (allowed: < <= == != >= >)")));
+        }
+        for x in [lhs, rhs] {
+            if !axes.contains(x) && x.parse::<f64>().is_err() {
+                return Err(bad(format!("'{x}' is neither an axis nor a number")));
+            }
+        }
+        Ok(Condition { text: text.into(), lhs: lhs.into(), op: op.into(), rhs: rhs.into() })
+    }
+
+    fn holds(&self, combo: &[(String, Value)]) -> Result<bool> {
+        let num = |x: &str| -> Result<f64> {
+            match combo.iter().find(|(k, _)| k == x) {
+                Some((_, v)) => v.as_f64().ok_or_else(|| {
+                    Error::invalid("plan.sweep.require", format!("'{}': axis {x} has a non-number value {v}", self.text))
+                }),
+                None => Ok(x.parse::<f64>().unwrap_or(f64::NAN)),
+            }
+        };
+        let (a, b) = (num(&self.lhs)?, num(&self.rhs)?);
+        Ok(match self.op.as_str() {
+            "<" => a < b,
+            "<=" => a <= b,
+            "==" => a == b,
+            "!=" => a != b,
+            ">=" => a >= b,
+            _ => a > b,
+        })
+    }
+}
+
+/// Names become directory names: letters, digits, `.`, `_`, `-`, not starting with `.` or `-`.
+fn check_name(name: &str, field: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with(['.', '-'])
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            field,
+            format!("name '{name}' must be 1-100 of A-Z a-z 0-9 . _ - (not starting with . or -)"),
+        ))
+    }
+}
+
+/// A value as text (strings without quotes).
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn fill(template: &str, combo: &[(String, Value)]) -> String {
+    combo.iter().fold(template.to_string(), |t, (k, v)| t.replace(&format!("{{{k}}}"), &text(v)))
+}
+
+fn fill_value(v: &Value, combo: &[(String, Value)]) -> Value {
+    match v {
+        Value::String(s) => match combo.iter().find(|(k, _)| s == &format!("{{{k}}}")) {
+            Some((_, x)) => x.clone(),
+            None => Value::String(fill(s, combo)),
+        },
+        Value::Array(a) => Value::Array(a.iter().map(|x| fill_value(x, combo)).collect()),
+        Value::Object(o) => Value::Object(o.iter().map(|(k, x)| (k.clone(), fill_value(x, combo))).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Sets `path` (dotted) in the serialised config to `value`, merging objects; a path the config
+/// does not have is an error naming it.
+fn set_path(root: &mut Value, path: &str, value: &Value, field: &str) -> Result<()> {
+    let mut cur = root;
+    let keys: Vec<&str> = path.split('.').collect();
+    for (i, k) in keys.iter().enumerate() {
+        let here = keys[..=i].join(".");
+        let Some(next) = cur.as_object_mut().and_then(|o| o.get_mut(*k)) else {
+            return Err(Error::invalid(field, format!("the config has no field '{here}'")));
+        };
+        cur = next;
+    }
+    match value {
+        Value::Object(o) => {
+            if !cur.is_object() {
+                return Err(Error::invalid(field, format!("'{path}' is a value, not a section")));
+            }
+            for (k, x) in o {
+                set_path(cur, k, x, field).map_err(|_| {
+                    Error::invalid(field, format!("the config has no field '{path}.{k}'"))
+                })?;
+            }
+        }
+        other => {
+            if cur.is_object() {
+                return Err(Error::invalid(field, format!("'{path}' is a section; give its fields")));
+            }
+            *cur = other.clone();
+        }
+    }
+    Ok(())
+}
+
+/// Parses `i/n` (0-based `i < n`).
+pub fn parse_shard(s: &str) -> Result<(usize, usize)> {
+    let bad = || Error::invalid("--shard", format!("must be i/n with 0 <= i < n, or slurm, got {s:?}"));
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// The shard of a Slurm array task, from `SLURM_ARRAY_TASK_ID`, `SLURM_ARRAY_TASK_MIN` and
+/// `SLURM_ARRAY_TASK_COUNT` (as given, `None` where unset): `(id - min, count)`.
+pub fn slurm_shard(id: Option<&str>, min: Option<&str>, count: Option<&str>) -> Result<(usize, usize)> {
+    let var = |name: &str, v: Option<&str>| -> Result<usize> {
+        let v = v.ok_or_else(|| {
+            Error::invalid("--shard", format!("slurm needs {name}, which is not set (not inside a Slurm array job?)"))
+        })?;
+        v.trim().parse().map_err(|_| Error::invalid("--shard", format!("{name} must be a number, got {v:?}")))
+    };
+    let id = var("SLURM_ARRAY_TASK_ID", id)?;
+    let min = match min {
+        Some(m) => var("SLURM_ARRAY_TASK_MIN", Some(m))?,
+        None => 0,
+    };
+    let count = var("SLURM_ARRAY_TASK_COUNT", count)?;
+    if id < min || id - min >= count {
+        return Err(Error::invalid(
+            "--shard",
+            format!("SLURM_ARRAY_TASK_ID {id} is outside the array {min}..{} (SLURM_ARRAY_TASK_MIN, _COUNT)", min + count),
+        ));
+    }
+    Ok((id - min, count))
+}
+
+/// The units of shard `i` of `n`: `i, i+n, i+2n, ...`. A shard that would be empty (more parts
+/// than units) is an error naming the allowed range.
+pub fn shard(units: &[Unit], i: usize, n: usize) -> Result<Vec<Unit>> {
+    if n == 0 || i >= n {
+        return Err(Error::invalid("--shard", format!("must be i/n with 0 <= i < n, got {i}/{n}")));
+    }
+    if n > units.len() {
+        return Err(Error::invalid(
+            "--shard",
+            format!("{i}/{n} splits a plan of {} units into {n} parts; n must be 1..={}", units.len(), units.len()),
+        ));
+    }
+    Ok(units.iter().enumerate().filter(|(k, _)| k % n == i).map(|(_, u)| u.clone()).collect())
+}
