@@ -97,9 +97,18 @@ fn write_gates(dir: &Path, preset: &str, end_static: f64) {
     );
 }
 
+/// The model unit of `preset` (the first seed).
+fn model(plan: &Plan, preset: &str) -> reproduce::ModelUnit {
+    plan.models().unwrap().into_iter().find(|m| m.preset() == preset).unwrap()
+}
+
+fn run_dir(plan: &Plan, preset: &str) -> PathBuf {
+    model(plan, preset).dir()
+}
+
 fn write_run(out: &Path, plan: &Plan, preset: &str) {
-    let dir = out.join(plan.run_dir(preset));
-    write(&dir.join("config.json"), &plan.run_config(preset));
+    let dir = out.join(run_dir(plan, preset));
+    write(&dir.join("config.json"), &model(plan, preset).config);
     write(
         &dir.join("metrics.json"),
         &serde_json::json!({
@@ -126,7 +135,7 @@ fn write_run(out: &Path, plan: &Plan, preset: &str) {
 
 /// A complete fixture: every claim's data present and supporting it.
 fn fixture(out: &Path) -> Plan {
-    let plan = Plan::new(Scale::Full);
+    let plan = Plan::builtin(Scale::Full).unwrap();
     write(&out.join("plan.json"), &plan);
     for p in &plan.presets {
         write_run(out, &plan, p);
@@ -193,7 +202,7 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     assert_eq!(ledger, claims);
 
     // Flip the data, one claim at a time.
-    let full = dir.join(plan.run_dir("full"));
+    let full = dir.join(run_dir(&plan, "full"));
     write_eval(&full, "full", Protocol::Prefix, &periodic(4));
     let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
     assert_eq!(verdict(&c, "E1"), Verdict::NotReproduced, "a periodic baseline breaks E1");
@@ -201,7 +210,7 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     assert_eq!(verdict(&c, "E2"), Verdict::Reproduced);
     write_eval(&full, "full", Protocol::Prefix, &|_| 0.9);
 
-    let w8s6 = dir.join(plan.run_dir("w8s6"));
+    let w8s6 = dir.join(run_dir(&plan, "w8s6"));
     for p in Protocol::ALL {
         write_eval(&w8s6, "w8s6", p, &periodic(4)); // period 4 where the stride is 6
     }
@@ -210,17 +219,17 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
     assert_eq!(verdict(&c, "E2"), Verdict::NotRun, "a missing model is 'not run'");
 
-    let w8s8 = dir.join(plan.run_dir("w8s8"));
+    let w8s8 = dir.join(run_dir(&plan, "w8s8"));
     for p in Protocol::ALL {
         write_eval(&w8s8, "w8s8", p, &|g| if g % 8 == 7 { 0.4 } else { 0.9 }); // phases 0..6 flat
     }
     assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E4"), Verdict::NotReproduced);
 
-    write_knockout(&dir.join(plan.run_dir("full")), "full", |g| if g % 4 == 0 { 90.0 } else { 0.0 });
+    write_knockout(&dir.join(run_dir(&plan, "full")), "full", |g| if g % 4 == 0 { 90.0 } else { 0.0 });
     assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E6"), Verdict::NotReproduced);
 
     for p in ["w8s4", "w8s8", "w8s4-norope", "w8s4-uniform"] {
-        write_gates(&dir.join(plan.run_dir(p)), p, 7.4);
+        write_gates(&dir.join(run_dir(&plan, p)), p, 7.4);
     }
     assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E7"), Verdict::NotReproduced);
 
@@ -268,6 +277,12 @@ fn tiny_plan() -> Plan {
         lab: LabSettings { eval_per_group: 2, knockout_per_group: 1, knockout_reference: 2, gate_samples: 2, seed: 0 },
         t2_seeds: 2,
         kernel_cases: 1,
+        arms: vec![],
+        sweep: None,
+        seeds: vec![],
+        theory: true,
+        kernels: true,
+        minutes: Default::default(),
     }
 }
 
@@ -293,7 +308,7 @@ fn run_units(out: &Path, plan: &Plan, units: &[reproduce::Unit]) -> Vec<bool> {
 fn sharded_reproductions_merge_to_the_ledger_of_one_run() {
     let dir = tmp_dir("shards");
     let plan = tiny_plan();
-    let units = plan.units();
+    let units = plan.units().unwrap();
     let single = dir.join("single");
     assert!(run_units(&single, &plan, &units).iter().all(|&w| w));
     let one = build_report(std::slice::from_ref(&single), &single).unwrap();
@@ -301,7 +316,7 @@ fn sharded_reproductions_merge_to_the_ledger_of_one_run() {
     let shards: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("shard{i}"))).collect();
     let mut covered = Vec::new();
     for (i, s) in shards.iter().enumerate() {
-        let part = reproduce::shard(&units, i, n);
+        let part = reproduce::shard(&units, i, n).unwrap();
         covered.extend(part.clone());
         let _ = run_units(s, &plan, &part);
     }

@@ -429,9 +429,13 @@ pub fn train(
         let (state, _) = opt.state();
         map.extend(state);
         let file = format!("ckpt-{step:07}.safetensors");
-        let snapshots = run.file(SNAPSHOT_DIR);
-        std::fs::create_dir_all(&snapshots).map_err(|e| Error::io(&snapshots, e))?;
-        save_tensors(&model.tensors(), &snapshots.join(snapshot_name(step)))?;
+        // Snapshots on the cadence only: a stop by a signal at another step leaves none, so a run
+        // that was interrupted and resumed has the same snapshots (gate trajectories) as one that was not.
+        if step.is_multiple_of(tc.checkpoint_every) || step == tc.steps {
+            let snapshots = run.file(SNAPSHOT_DIR);
+            std::fs::create_dir_all(&snapshots).map_err(|e| Error::io(&snapshots, e))?;
+            save_tensors(&model.tensors(), &snapshots.join(snapshot_name(step)))?;
+        }
         save_tensors(&map, &run.file(&file))?;
         let previous: Option<CheckpointIndex> =
             std::fs::read_to_string(&index_path).ok().and_then(|t| serde_json::from_str(&t).ok());

@@ -2,6 +2,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod configs;
+pub mod plans;
 pub mod strategies;
 
 pub use strategies::*;

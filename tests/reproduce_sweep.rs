@@ -1,0 +1,84 @@
+//! A plan file describing a W x S x seed sweep runs the same in one process and as `--shard`
+//! parts sharing one output (issue 16): byte-identical `ledger.json` and figure data. Any unit
+//! runs alone (`--unit`), and a rerun reuses what is done.
+
+mod common;
+
+use common::plans::{assert_same_report, phasekv, phasekv_ok, scratch, tiny_sweep, write_plan};
+use std::process::{Command, Stdio};
+
+#[test]
+fn a_sweep_plan_gives_the_same_report_in_one_process_and_as_concurrent_shards() {
+    let dir = scratch("sweep");
+    let plan_file = dir.join("sweep.json");
+    let plan = tiny_sweep(6);
+    write_plan(&plan_file, &plan);
+    let pf = plan_file.to_str().unwrap();
+
+    // The unit ids are the sweep's names with seeds, stable and in plan order.
+    let list = phasekv_ok(&["reproduce", "--plan", pf, "--list-units"]);
+    let ids: Vec<&str> = list.lines().map(|l| l.split_whitespace().next().unwrap()).collect();
+    assert_eq!(ids, ["model:w4-s2-seed0", "model:w4-s2-seed1", "model:w4-s4-seed0", "model:w4-s4-seed1"]);
+
+    // One process.
+    let one = dir.join("one");
+    let out = phasekv_ok(&["reproduce", "--plan", pf, "--out", one.to_str().unwrap()]);
+    assert!(out.contains("report:"), "{out}");
+    for id in &ids {
+        let run = one.join("runs").join(id.trim_start_matches("model:"));
+        assert!(run.join("unit.json").exists(), "{id} did not finish");
+    }
+
+    // Three shards at once into one output, then the report.
+    let shared = dir.join("shared");
+    let children: Vec<_> = (0..3)
+        .map(|i| {
+            Command::new(env!("CARGO_BIN_EXE_phasekv"))
+                .args(["reproduce", "--plan", pf, "--out", shared.to_str().unwrap(), "--shard", &format!("{i}/3")])
+                .env("RAYON_NUM_THREADS", "1")
+                .env("CANDLE_NUM_THREADS", "1")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("phasekv report --from"), "a shard points at the merge");
+    }
+    assert!(!shared.join("ledger.json").exists(), "a shard must not write a partial report");
+    phasekv_ok(&["report", "--from", shared.to_str().unwrap(), "--out", shared.to_str().unwrap()]);
+    assert_same_report(&one, &shared);
+
+    // Runs that share a preset are told apart in the figures by their directory.
+    let csv = std::fs::read_to_string(one.join("figures/learning-curves.csv")).unwrap();
+    for key in ["w4-s2-seed0", "w4-s2-seed1", "w4-s4-seed0", "w4-s4-seed1"] {
+        assert!(csv.contains(&format!("\n{key},")), "{key} missing from the learning curves:\n{csv}");
+        assert!(one.join(format!("figures/knockout-{key}.json")).exists());
+    }
+
+    // One unit alone, into a third output: the same files as that unit's in the full run.
+    let alone = dir.join("alone");
+    phasekv_ok(&["reproduce", "--plan", pf, "--out", alone.to_str().unwrap(), "--unit", "model:w4-s4-seed1"]);
+    let runs: Vec<_> = std::fs::read_dir(alone.join("runs")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(runs, ["w4-s4-seed1"]);
+    for f in ["eval-prefix.json", "knockout.json", "gates.json", "model.safetensors"] {
+        let a = std::fs::read(alone.join("runs/w4-s4-seed1").join(f)).unwrap();
+        let b = std::fs::read(one.join("runs/w4-s4-seed1").join(f)).unwrap();
+        assert!(a == b, "{f} of a unit run alone differs from the full run's");
+    }
+
+    // A rerun reuses every unit; another plan in the same output is refused.
+    let (code, _, err) = phasekv(&["reproduce", "--plan", pf, "--out", one.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err.matches("done before, reused").count(), 4, "{err}");
+    let mut other = plan.clone();
+    other.seeds = vec![0, 1, 2];
+    write_plan(&plan_file, &other);
+    let (code, _, err) = phasekv(&["reproduce", "--plan", pf, "--out", one.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("different plan") && err.trim().lines().count() == 1, "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
