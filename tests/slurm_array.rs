@@ -94,7 +94,10 @@ fn emit_and_submit(plan_file: &Path, out: &Path, job_dir: &Path, tasks: usize) -
         &tasks.to_string(),
     ]);
     assert!(o.contains(&format!("in {tasks} array tasks")), "{o}");
-    let ids = cmd("sh", &[job_dir.join("submit.sh").to_str().unwrap()]);
+    // The job inherits the environment: progress lines every second in the task logs.
+    let o = Command::new("sh").arg(job_dir.join("submit.sh")).env("PHASEKV_PROGRESS_SECS", "1").output().unwrap();
+    assert!(o.status.success(), "submit.sh: {}", String::from_utf8_lossy(&o.stderr));
+    let ids = String::from_utf8_lossy(&o.stdout).to_string();
     let ids: Vec<&str> = ids.split_whitespace().collect();
     assert_eq!(ids.len(), 2, "submit.sh printed {ids:?}");
     let report = job_lines(ids[1]).join("\n");
@@ -186,6 +189,9 @@ fn a_task_stopped_by_sigterm_requeues_itself_and_resumes_exactly() {
     let text = logs(&job_dir);
     assert!(text.contains("restart 0") && text.contains("restart 1"), "{text}");
     assert!(text.contains("stopped by SIGTERM; requeueing"), "{text}");
+    // Line-based progress in the task log (stderr is not a terminal there).
+    let lines = text.lines().filter(|l| l.starts_with("progress training:")).count();
+    assert!(lines >= 3, "{lines} progress lines in the task log:\n{text}");
     // Resumed exactly: the same weights and the same per-step training log as without the stop.
     let a = std::fs::read(run.join("model.safetensors")).unwrap();
     let b = std::fs::read(reference.join("runs/w4-s4-seed0/model.safetensors")).unwrap();
@@ -209,4 +215,4 @@ fn a_task_stopped_by_sigterm_requeues_itself_and_resumes_exactly() {
 }
 
 /// Training steps of the SIGTERM test's model (a few seconds).
-const STEPS: usize = 3000;
+const STEPS: usize = 5000;
