@@ -240,7 +240,10 @@ fn emit_slurm(plan: &Plan, name: &str, out: &Path, dir: &Path, tasks: usize, mem
         tasks,
         mem: mem.to_string(),
         minutes,
-        name: format!("phasekv-{name}"),
+        name: format!(
+            "phasekv-{}",
+            name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect::<String>()
+        ),
     };
     reproduce::slurm::emit(plan, &job)?;
     println!(

@@ -175,6 +175,12 @@ echo "$array $report"
 /// Writes `plan.json`, the three scripts and `logs/` into `job.dir`.
 pub fn emit(plan: &Plan, job: &SlurmJob) -> Result<()> {
     let units = plan.units()?.len();
+    if job.dir.to_string_lossy().chars().any(char::is_whitespace) {
+        return Err(Error::invalid(
+            "--emit-slurm",
+            format!("{:?} contains whitespace, which #SBATCH lines cannot quote; choose another directory", job.dir),
+        ));
+    }
     if job.tasks == 0 || job.tasks > units {
         return Err(Error::invalid(
             "--slurm-tasks",
