@@ -42,7 +42,11 @@ fn the_built_in_plans_are_files_and_print_plan_writes_one() {
     // --print-plan is a plan file: it reads back to the same plan.
     let dir = scratch("plans-print");
     for (flag, plan) in [("--quick", &quick), ("--print-plan", &full)] {
-        let args: Vec<&str> = if flag == "--quick" { vec!["reproduce", "--quick", "--print-plan"] } else { vec!["reproduce", "--print-plan"] };
+        let args: Vec<&str> = if flag == "--quick" {
+            vec!["reproduce", "--quick", "--print-plan"]
+        } else {
+            vec!["reproduce", "--print-plan"]
+        };
         let text = phasekv_ok(&args);
         let f = dir.join("printed.json");
         std::fs::write(&f, &text).unwrap();
@@ -109,11 +113,20 @@ fn bad_plans_and_options_are_one_line_errors() {
     let dir = scratch("plans-bad");
     let cases: [(&str, &[&str]); 9] = [
         (r#"{"presets": ["w8s9"]}"#, &["plan.presets", "stride"]),
-        (r#"{"presets": ["full"], "arms": [{"name": "a", "preset": "w8s4", "overrides": {"model.n_kv_heads": 1}}]}"#, &["plan.arms.overrides", "model.n_kv_heads"]),
+        (
+            r#"{"presets": ["full"], "arms": [{"name": "a", "preset": "w8s4", "overrides": {"model.n_kv_heads": 1}}]}"#,
+            &["plan.arms.overrides", "model.n_kv_heads"],
+        ),
         (r#"{"presets": ["full", "full"]}"#, &["appears twice"]),
         (r#"{"arms": [{"name": "../x"}]}"#, &["plan.arms", "../x"]),
-        (r#"{"sweep": {"axes": [{"name": "w", "values": [4]}], "require": ["w <== 3"], "preset": "w{w}s4"}}"#, &["plan.sweep.require", "<=="]),
-        (r#"{"sweep": {"axes": [{"name": "w", "values": [4]}], "require": ["w < 3"], "preset": "w{w}s4"}}"#, &["no combination"]),
+        (
+            r#"{"sweep": {"axes": [{"name": "w", "values": [4]}], "require": ["w <== 3"], "preset": "w{w}s4"}}"#,
+            &["plan.sweep.require", "<=="],
+        ),
+        (
+            r#"{"sweep": {"axes": [{"name": "w", "values": [4]}], "require": ["w < 3"], "preset": "w{w}s4"}}"#,
+            &["no combination"],
+        ),
         (r#"{"presets": ["full"], "t2_seeds": 0}"#, &["plan.t2_seeds", "0"]),
         (r#"{"presets": ["full"], "seeds": [1, 1]}"#, &["plan.seeds", "twice"]),
         (r#"{"theory": false, "kernels": false}"#, &["no units"]),
@@ -134,7 +147,10 @@ fn bad_plans_and_options_are_one_line_errors() {
     one_line_error(&["reproduce", "--quick", "--out", o, "--shard", "99/100"], &["--shard", "99/100", "1..=4"]);
     one_line_error(&["reproduce", "--quick", "--out", o, "--shard", "4/4x"], &["--shard"]);
     one_line_error(&["reproduce", "--quick", "--out", o, "--shard", "slurm"], &["SLURM_ARRAY_TASK_ID"]);
-    one_line_error(&["reproduce", "--quick", "--out", o, "--unit", "model:w8s4"], &["--unit", "model:w8s4", "--list-units"]);
+    one_line_error(
+        &["reproduce", "--quick", "--out", o, "--unit", "model:w8s4"],
+        &["--unit", "model:w8s4", "--list-units"],
+    );
     let job = dir.join("job");
     one_line_error(
         &["reproduce", "--quick", "--out", o, "--emit-slurm", job.to_str().unwrap(), "--slurm-tasks", "9"],

@@ -17,7 +17,12 @@ use std::time::{Duration, Instant};
 /// Whether Slurm answers with a node that takes jobs; panics when it must (CI) and does not.
 fn slurm_available() -> bool {
     let run = |cmd: &str, args: &[&str]| {
-        Command::new(cmd).args(args).output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        Command::new(cmd)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
     };
     let why = match (run("scontrol", &["ping"]), run("sinfo", &["-h", "-N", "-o", "%t"])) {
         (None, _) => "`scontrol ping` failed (Slurm is not installed or slurmctld is not running)".to_string(),
@@ -66,7 +71,9 @@ fn wait_completed(ids: &[&str], job_dir: &Path, limit: Duration) {
     loop {
         let lines: Vec<String> = ids.iter().flat_map(|id| job_lines(id)).collect();
         let states: Vec<&str> = lines.iter().map(|l| field(l, "JobState")).collect();
-        if !states.is_empty() && states.iter().all(|s| !matches!(*s, "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "REQUEUED")) {
+        if !states.is_empty()
+            && states.iter().all(|s| !matches!(*s, "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "REQUEUED"))
+        {
             assert!(states.iter().all(|s| *s == "COMPLETED"), "jobs ended as {states:?}\n{}", logs(job_dir));
             return;
         }
@@ -177,7 +184,8 @@ fn a_task_stopped_by_sigterm_requeues_itself_and_resumes_exactly() {
         assert!(t0.elapsed() < Duration::from_secs(60), "the task was not requeued: {l}\n{}", logs(&job_dir));
         std::thread::sleep(Duration::from_millis(100));
     }
-    let ckpt: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(run.join("checkpoint.json")).unwrap()).unwrap();
+    let ckpt: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("checkpoint.json")).unwrap()).unwrap();
     let stopped_at = ckpt["step"].as_u64().unwrap();
     assert!(stopped_at > 0 && (stopped_at as usize) < STEPS, "checkpoint at step {stopped_at} of {STEPS}");
     assert!(!run.join("metrics.json").exists(), "training must not have finished");

@@ -242,15 +242,13 @@ fn emit_slurm(plan: &Plan, name: &str, out: &Path, dir: &Path, tasks: usize, mem
         minutes,
         name: format!(
             "phasekv-{}",
-            name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect::<String>()
+            name.chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+                .collect::<String>()
         ),
     };
     reproduce::slurm::emit(plan, &job)?;
-    println!(
-        "{} units in {tasks} array tasks of {minutes} min each, output {}",
-        plan.units()?.len(),
-        out.display()
-    );
+    println!("{} units in {tasks} array tasks of {minutes} min each, output {}", plan.units()?.len(), out.display());
     println!("submit: sh {}", dir.join(reproduce::slurm::SUBMIT_SCRIPT).display());
     Ok(ExitCode::SUCCESS)
 }

@@ -249,7 +249,9 @@ impl Plan {
         if self.kernel_cases == 0 {
             return Err(Error::invalid("plan.kernel_cases", "must be at least 1, got 0"));
         }
-        for (field, v) in [("model", self.minutes.model), ("theory", self.minutes.theory), ("kernels", self.minutes.kernels)] {
+        for (field, v) in
+            [("model", self.minutes.model), ("theory", self.minutes.theory), ("kernels", self.minutes.kernels)]
+        {
             if !(v.is_finite() && v > 0.0 && v <= 1e6) {
                 return Err(Error::invalid(format!("plan.minutes.{field}"), format!("must be in (0, 1e6], got {v}")));
             }
@@ -293,8 +295,8 @@ impl Plan {
                 set_path(&mut v, k, x, &format!("{field}.overrides"))?;
             }
             v["model"]["preset"] = Value::String(preset.to_string());
-            let config: RunConfig = serde_json::from_value(v)
-                .map_err(|e| Error::invalid(format!("{field}.overrides"), e.to_string()))?;
+            let config: RunConfig =
+                serde_json::from_value(v).map_err(|e| Error::invalid(format!("{field}.overrides"), e.to_string()))?;
             config.validate().map_err(|e| Error::invalid(field, format!("arm '{name}': {e}")))?;
             out.push((name, config));
             Ok(())
@@ -470,7 +472,10 @@ impl Condition {
         let num = |x: &str| -> Result<f64> {
             match combo.iter().find(|(k, _)| k == x) {
                 Some((_, v)) => v.as_f64().ok_or_else(|| {
-                    Error::invalid("plan.sweep.require", format!("'{}': axis {x} has a non-number value {v}", self.text))
+                    Error::invalid(
+                        "plan.sweep.require",
+                        format!("'{}': axis {x} has a non-number value {v}", self.text),
+                    )
                 }),
                 None => Ok(x.parse::<f64>().unwrap_or(f64::NAN)),
             }
@@ -545,9 +550,8 @@ fn set_path(root: &mut Value, path: &str, value: &Value, field: &str) -> Result<
                 return Err(Error::invalid(field, format!("'{path}' is a value, not a section")));
             }
             for (k, x) in o {
-                set_path(cur, k, x, field).map_err(|_| {
-                    Error::invalid(field, format!("the config has no field '{path}.{k}'"))
-                })?;
+                set_path(cur, k, x, field)
+                    .map_err(|_| Error::invalid(field, format!("the config has no field '{path}.{k}'")))?;
             }
         }
         other => {
@@ -589,7 +593,10 @@ pub fn slurm_shard(id: Option<&str>, min: Option<&str>, count: Option<&str>) -> 
     if id < min || id - min >= count {
         return Err(Error::invalid(
             "--shard",
-            format!("SLURM_ARRAY_TASK_ID {id} is outside the array {min}..{} (SLURM_ARRAY_TASK_MIN, _COUNT)", min + count),
+            format!(
+                "SLURM_ARRAY_TASK_ID {id} is outside the array {min}..{} (SLURM_ARRAY_TASK_MIN, _COUNT)",
+                min + count
+            ),
         ));
     }
     Ok((id - min, count))

@@ -64,7 +64,11 @@ pub fn phasekv(args: &[&str]) -> (i32, String, String) {
         .env_remove("SLURM_ARRAY_TASK_MIN")
         .output()
         .expect("run phasekv");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 /// Runs the CLI and asserts success.
