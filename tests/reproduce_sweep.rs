@@ -29,6 +29,18 @@ fn a_sweep_plan_gives_the_same_report_in_one_process_and_as_concurrent_shards() 
         assert!(run.join("unit.json").exists(), "{id} did not finish");
     }
 
+    // A Slurm job for an output that holds results requests their measured time (seconds a
+    // unit here: 2 min of SIGTERM lead + 5 min + rounding = 8 min), not the estimate (9 min a
+    // model: 1.5 x 9 + 2 + 5 = 21 min).
+    let job = dir.join("job");
+    let (j, o) = (job.to_str().unwrap(), one.to_str().unwrap());
+    phasekv_ok(&["reproduce", "--plan", pf, "--out", &format!("{o}-empty"), "--emit-slurm", j]);
+    let script = std::fs::read_to_string(job.join("array.sbatch")).unwrap();
+    assert!(script.contains("#SBATCH --time=0:21:00") && script.contains("#SBATCH --array=0-3"), "{script}");
+    phasekv_ok(&["reproduce", "--plan", pf, "--out", o, "--emit-slurm", j]);
+    let script = std::fs::read_to_string(job.join("array.sbatch")).unwrap();
+    assert!(script.contains("#SBATCH --time=0:08:00"), "{script}");
+
     // Three shards at once into one output, then the report.
     let shared = dir.join("shared");
     let children: Vec<_> = (0..3)
