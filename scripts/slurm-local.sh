@@ -21,12 +21,22 @@ conf_dir=/etc/slurm
 conf=$conf_dir/slurm.conf
 log_dir=/var/log/slurm
 
+# A daemon of ours runs (its pid file names a live process, not a zombie).
+alive() {
+    local pid
+    pid=$(cat "/run/$1.pid" 2>/dev/null) || return 1
+    [ -n "$pid" ] && [ -r "/proc/$pid/status" ] && ! grep -q '^State:.*Z' "/proc/$pid/status"
+}
+
 stop() {
     for d in slurmd slurmctld; do
-        pidfile=/run/$d.pid
-        if [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-            kill "$(cat "$pidfile")"
+        if alive "$d"; then
+            kill "$(cat "/run/$d.pid")"
         fi
+    done
+    for _ in $(seq 100); do
+        alive slurmd || alive slurmctld || return 0
+        sleep 0.1
     done
 }
 
@@ -35,11 +45,12 @@ if [ "${1:-}" = "--stop" ]; then
     exit 0
 fi
 
-# Slurm answers and the node takes jobs.
+# Both daemons run, Slurm answers and the node takes jobs.
 up() {
     command -v sinfo >/dev/null 2>&1 || return 1
+    alive slurmctld && alive slurmd || return 1
     scontrol ping 2>/dev/null | grep -q "is UP" || return 1
-    sinfo -h -N -o "%t" 2>/dev/null | grep -Eq "^(idle|mix|alloc)"
+    sinfo -h -N -o "%t" 2>/dev/null | grep -Eq "^(idle|mix|alloc)$"
 }
 
 t0=$(date +%s)
@@ -138,10 +149,6 @@ chmod 0644 "$conf"
 
 # Daemons (restarted, so that a changed slurm.conf takes effect).
 stop
-for _ in $(seq 50); do
-    pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null || break
-    sleep 0.1
-done
 slurmctld -i || die "slurmctld did not start (see $log_dir/slurmctld.log)"
 slurmd || die "slurmd did not start (see $log_dir/slurmd.log)"
 for _ in $(seq 100); do

@@ -27,7 +27,7 @@ fn slurm_available() -> bool {
     let why = match (run("scontrol", &["ping"]), run("sinfo", &["-h", "-N", "-o", "%t"])) {
         (None, _) => "`scontrol ping` failed (Slurm is not installed or slurmctld is not running)".to_string(),
         (Some(p), _) if !p.contains("is UP") => format!("slurmctld does not answer: {}", p.trim()),
-        (_, Some(s)) if s.lines().any(|l| ["idle", "mix", "alloc"].iter().any(|t| l.starts_with(t))) => return true,
+        (_, Some(s)) if s.lines().any(|l| ["idle", "mix", "alloc"].contains(&l.trim())) => return true,
         (_, s) => format!("no node takes jobs (sinfo states: {})", s.unwrap_or_default().trim()),
     };
     if std::env::var("PHASEKV_REQUIRE_SLURM").is_ok_and(|v| v == "1") {
