@@ -28,6 +28,9 @@ fn the_built_in_plans_are_files_and_print_plan_writes_one() {
     let committed: Plan =
         phasekv::lab::read_json(&Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/plan.json")).unwrap();
     assert_eq!(full, committed, "plans/full.json is the plan of the committed report");
+    let committed_text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/plan.json")).unwrap();
+    assert_eq!(phasekv_ok(&["reproduce", "--print-plan"]), committed_text, "--print-plan writes the committed file");
     assert_eq!(
         ids(&full),
         ["full", "w8s4", "w8s6", "w8s8", "w8s4-norope", "w8s4-uniform"]

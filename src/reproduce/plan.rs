@@ -118,6 +118,9 @@ fn default_kernel_cases() -> u32 {
 fn is_true(b: &bool) -> bool {
     *b
 }
+fn is_default_minutes(m: &Minutes) -> bool {
+    m == &Minutes::default()
+}
 
 /// Everything a reproduction runs (written to `plan.json` at the top of the output).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -156,8 +159,9 @@ pub struct Plan {
     /// Proptest cases per invariant, preset and implementation.
     #[serde(default = "default_kernel_cases")]
     pub kernel_cases: u32,
-    /// Unit time estimates for Slurm time requests.
-    #[serde(default)]
+    /// Unit time estimates for Slurm time requests (left out where they are the defaults, so
+    /// that plans written before them read and print the same).
+    #[serde(default, skip_serializing_if = "is_default_minutes")]
     pub minutes: Minutes,
 }
 
