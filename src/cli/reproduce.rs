@@ -40,7 +40,7 @@ pub struct ReproduceArgs {
     list_units: bool,
     /// Write a Slurm array job for the plan (array.sbatch, report.sbatch, submit.sh) into DIR
     /// and exit; `sh DIR/submit.sh` submits it.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["shard", "unit"])]
     emit_slurm: Option<PathBuf>,
     /// Array tasks of --emit-slurm (default: one per unit).
     #[arg(long, value_name = "N", requires = "emit_slurm")]
