@@ -226,7 +226,15 @@ impl Dump {
             Some("false") => false,
             Some(v) => return Err(err(format!("metadata deterministic = '{v}'; expected true or false"))),
         };
+        // NaN or infinity in the inputs or parameters makes the dump unusable; in the kernel's
+        // outputs it is a failed kernel, reported by validation (`finite outputs`).
         for (name, t) in &tensors {
+            let base = name.rsplit('.').next().unwrap_or(name);
+            let output = matches!(base, "keys" | "values" | "pooled_keys" | "pooled_values" | "gate_k" | "gate_v")
+                && (name == base || name.starts_with("shifted.") || name.starts_with("perturbed."));
+            if output {
+                continue;
+            }
             if let Some(k) = t.data.iter().position(|v| !v.is_finite()) {
                 return Err(err(format!("tensor {name} contains {} at flat index {k}", t.data[k])));
             }
@@ -710,6 +718,25 @@ pub fn reference_dump(
     dtype: DType,
     extras: Option<(&Array2<f64>, usize)>,
 ) -> Result<Dump> {
+    mutant_dump(spec, spec, crate::kernel::reference::Mutation::None, dims, params, x, dtype, extras)
+}
+
+/// A known-bad dump for the test suite: the outputs computed by the reference under `computed`
+/// (another spec, e.g. the wrong RoPE base) with the planted bug `mutation`, labelled as the
+/// kernel `claimed`. `validate` must fail it; [`reference_dump`] is the case `claimed ==
+/// computed`, no mutation.
+#[allow(clippy::too_many_arguments)]
+pub fn mutant_dump(
+    claimed: &KernelSpec,
+    computed: &KernelSpec,
+    mutation: crate::kernel::reference::Mutation,
+    dims: KernelDims,
+    params: &KernelParams<f64>,
+    x: &Array3<f64>,
+    dtype: DType,
+    extras: Option<(&Array2<f64>, usize)>,
+) -> Result<Dump> {
+    let spec = computed;
     let params = params_rounded(params, dtype);
     let round3 = |a: &Array3<f64>| a.mapv(|v| round_to(dtype, v));
     let x = round3(x);
@@ -718,7 +745,7 @@ pub fn reference_dump(
         let mut outs = Vec::new();
         for s in 0..b {
             let xs = x.index_axis(ndarray::Axis(0), s).to_owned();
-            let c = crate::kernel::harness::checks::low_reference(dtype, spec, dims, &params, &xs)?
+            let c = crate::kernel::harness::checks::low_reference_mutated(dtype, spec, dims, &params, &xs, mutation)?
                 .ok_or_else(|| Error::invalid("dtype", format!("no reference in {dtype:?}")))?;
             outs.push(c);
         }
@@ -761,7 +788,7 @@ pub fn reference_dump(
             perturbed = Some((run(&round3(&xp))?, t));
         }
     }
-    Ok(Dump { spec: spec.clone(), dims, dtype, deterministic: true, params, main, shifted, perturbed, batched: true })
+    Ok(Dump { spec: claimed.clone(), dims, dtype, deterministic: true, params, main, shifted, perturbed, batched: true })
 }
 
 fn params_rounded(p: &KernelParams<f64>, dtype: DType) -> KernelParams<f64> {
