@@ -19,7 +19,9 @@ fn python_with_transformers() -> Option<&'static str> {
         return Some("python3");
     }
     if std::env::var("PHASEKV_REQUIRE_TRANSFORMERS").is_ok_and(|v| v == "1") {
-        panic!("PHASEKV_REQUIRE_TRANSFORMERS=1 but python3 cannot import torch, safetensors and transformers' deepseek_v4");
+        panic!(
+            "PHASEKV_REQUIRE_TRANSFORMERS=1 but python3 cannot import torch, safetensors and transformers' deepseek_v4"
+        );
     }
     eprintln!("\n!!!!!! SKIPPING the Hugging Face DeepSeek-V4 check: no python3 with transformers 5.23 !!!!!!\n");
     None
@@ -70,6 +72,7 @@ fn hugging_face_dsv4_compressors_validate_against_the_released_presets() {
     assert_eq!(code, 1, "prev and cur swapped must fail:\n{out}");
     assert!(out.contains("verdict: FAIL") && out.contains("K13 tolerance: pooled keys"), "{out}");
     for label in ["oneshot", "streaming", "swapped"] {
-        std::fs::remove_dir_all(std::env::temp_dir().join(format!("phasekv-hf-{}-{label}", std::process::id()))).unwrap();
+        std::fs::remove_dir_all(std::env::temp_dir().join(format!("phasekv-hf-{}-{label}", std::process::id())))
+            .unwrap();
     }
 }

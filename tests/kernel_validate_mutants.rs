@@ -53,7 +53,9 @@ fn preset(name: &str) -> KernelSpec {
 
 #[test]
 fn the_reference_passes_in_every_dtype_with_no_hint() {
-    for (name, dtype) in [("w8s4", DType::F32), ("dsv4-csa", DType::F64), ("dsv4-csa", DType::BF16), ("w4s4", DType::F16)] {
+    for (name, dtype) in
+        [("w8s4", DType::F32), ("dsv4-csa", DType::F64), ("dsv4-csa", DType::BF16), ("w4s4", DType::F16)]
+    {
         let spec = preset(name);
         let v = validate(&dump(&spec, &spec, Mutation::None, KernelDims::new(6, 32).unwrap(), dtype)).unwrap();
         assert!(v.passed, "{name} {dtype:?}: {:?}", failed(&v));
@@ -74,7 +76,10 @@ fn a_window_shift_fails_with_the_displacement_diagnosis() {
         assert!(diag.contains("1 token late"), "{name}: {diag}");
         let (code, out) = cli(&d, name);
         assert_eq!(code, 1, "{out}");
-        assert!(out.contains("diagnosis: the kernel matches the reference with windows starting 1 token late"), "{out}");
+        assert!(
+            out.contains("diagnosis: the kernel matches the reference with windows starting 1 token late"),
+            "{out}"
+        );
     }
 }
 
@@ -84,7 +89,10 @@ fn a_bias_row_bug_fails_on_the_pooled_entries_and_gates() {
     let d = dump(&spec, &spec, Mutation::BiasByWindow, KernelDims::new(6, 8).unwrap(), DType::F32);
     let v = validate(&d).unwrap();
     let f = failed(&v);
-    assert!(f.iter().any(|f| f == "K13 tolerance: pooled keys") && f.iter().any(|f| f == "K13 tolerance: key gate"), "{f:?}");
+    assert!(
+        f.iter().any(|f| f == "K13 tolerance: pooled keys") && f.iter().any(|f| f == "K13 tolerance: key gate"),
+        "{f:?}"
+    );
     assert_eq!(cli(&d, "bias").0, 1);
 }
 

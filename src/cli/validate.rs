@@ -63,7 +63,11 @@ fn print(v: &Validation, path: &Path) {
         println!("{:>6} {:>6} {:>11.3e} {:>8}{mark}", p.delta, p.phase, p.error, p.entries);
     }
     if shown.len() < v.phase_profile.len() {
-        println!("  ({} of {} displacements shown: delta 0 and the smallest errors; all in validation.json)", shown.len(), v.phase_profile.len());
+        println!(
+            "  ({} of {} displacements shown: delta 0 and the smallest errors; all in validation.json)",
+            shown.len(),
+            v.phase_profile.len()
+        );
     }
     println!();
     let line: Vec<String> = v.window_errors.iter().map(|e| format!("{e:.1e}")).collect();

@@ -163,7 +163,10 @@ impl RopeSpec {
             None => {}
             Some(RopeScaling::Yarn { factor, original_max_position, beta_fast, beta_slow }) => {
                 if !(factor.is_finite() && *factor >= 1.0) {
-                    return Err(Error::invalid("rope.scaling.yarn.factor", format!("must be finite and >= 1, got {factor}")));
+                    return Err(Error::invalid(
+                        "rope.scaling.yarn.factor",
+                        format!("must be finite and >= 1, got {factor}"),
+                    ));
                 }
                 if *original_max_position == 0 {
                     return Err(Error::invalid("rope.scaling.yarn.original_max_position", "must be at least 1, got 0"));
@@ -171,13 +174,18 @@ impl RopeSpec {
                 if !(beta_fast.is_finite() && beta_slow.is_finite() && *beta_slow > 0.0 && beta_fast > beta_slow) {
                     return Err(Error::invalid(
                         "rope.scaling.yarn",
-                        format!("needs finite beta_fast > beta_slow > 0, got beta_fast {beta_fast}, beta_slow {beta_slow}"),
+                        format!(
+                            "needs finite beta_fast > beta_slow > 0, got beta_fast {beta_fast}, beta_slow {beta_slow}"
+                        ),
                     ));
                 }
             }
             Some(RopeScaling::Frequencies(f)) => {
                 if let Some((k, v)) = f.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-                    return Err(Error::invalid("rope.scaling.frequencies", format!("entry {k} is {v}, must be finite")));
+                    return Err(Error::invalid(
+                        "rope.scaling.frequencies",
+                        format!("entry {k} is {v}, must be finite"),
+                    ));
                 }
                 if let Some(d) = d_head {
                     let half = self.rotated_channels(d) / 2;
@@ -355,6 +363,26 @@ impl KernelSpec {
         Ok(spec)
     }
 
+    /// A spec from its JSON form (what `phasekv kernel list --json`, dumps' `spec` metadata and
+    /// `kernel check --spec` use), with the geometry re-validated (serde does not call
+    /// [`Geometry::new`]) and group maps checked before any code indexes with them.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let spec: KernelSpec =
+            serde_json::from_str(text).map_err(|e| Error::invalid("spec", format!("not a kernel spec: {e}")))?;
+        let g = spec.geometry;
+        Geometry::new(g.window(), g.stride(), g.alignment())?;
+        if let ParamGroups::Map(m) = &spec.groups {
+            if let Some(&bad) = m.iter().find(|&&k| k >= g.window().max(m.len())) {
+                return Err(Error::invalid(
+                    "groups",
+                    format!("group index {bad} in the group map is not below the window {}", g.window()),
+                ));
+            }
+        }
+        spec.validate()?;
+        Ok(spec)
+    }
+
     /// The paper's generic kernel: vector gates, per-offset parameters, untied, separate K/V,
     /// no RMSNorm, RoPE on every channel at the entry's first token.
     fn generic(name: &str, geometry: Geometry) -> Self {
@@ -398,7 +426,10 @@ impl KernelSpec {
             rope.validate(None)?;
         }
         if !(self.rms_norm_eps > 0.0 && self.rms_norm_eps.is_finite()) {
-            return Err(Error::invalid("rms_norm_eps", format!("must be positive and finite, got {}", self.rms_norm_eps)));
+            return Err(Error::invalid(
+                "rms_norm_eps",
+                format!("must be positive and finite, got {}", self.rms_norm_eps),
+            ));
         }
         Ok(())
     }

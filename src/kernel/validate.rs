@@ -202,7 +202,9 @@ pub fn validate(d: &Dump) -> Result<Validation> {
     };
     let first_n = |a: &Array2<f64>| a.slice(s![..n, ..]).to_owned();
     if let Some(pk) = &run.pooled_keys {
-        rows.extend(rule("pooled keys", &|k| cut2(pk, k), &|k| (first_n(&ref64[k].pooled_k), first_n(&low[k].pooled_k))));
+        rows.extend(rule("pooled keys", &|k| cut2(pk, k), &|k| {
+            (first_n(&ref64[k].pooled_k), first_n(&low[k].pooled_k))
+        }));
     }
     if let Some(pv) = run.pooled_values.as_ref().or(if spec.shared_kv { run.pooled_keys.as_ref() } else { None }) {
         if !spec.shared_kv {
@@ -275,7 +277,9 @@ pub fn validate(d: &Dump) -> Result<Validation> {
         let same = max_abs_diff(vals, &run.keys);
         if same > 0.0 {
             row.status = Status::Fail;
-            row.note = format!("values differ from the kernel's own keys by {same:.3e}; shared_kv means one tensor serves both");
+            row.note = format!(
+                "values differ from the kernel's own keys by {same:.3e}; shared_kv means one tensor serves both"
+            );
         }
         rows.push(row);
     }
@@ -439,7 +443,9 @@ fn finite_outputs(d: &Dump) -> CheckRow {
         for (name, a) in three {
             let Some(a) = a else { continue };
             if let Some(((k, j, c), v)) = a.indexed_iter().find(|(_, v)| !v.is_finite()) {
-                first.get_or_insert(format!("{prefix}{name}[{k}, {j}, {c}] = {v} (sequence {k}, window {j}, channel {c})"));
+                first.get_or_insert(format!(
+                    "{prefix}{name}[{k}, {j}, {c}] = {v} (sequence {k}, window {j}, channel {c})"
+                ));
             }
         }
         for (name, a) in [("gate_k", r.gate_k.as_ref()), ("gate_v", r.gate_v.as_ref())] {
@@ -493,7 +499,9 @@ pub fn hints(
     // pooled entries when dumped (isolates post-processing), else the f64 reference.
     let target = |k: usize| -> Array2<f64> {
         match &run.pooled_keys {
-            Some(p) if pooled_ok => post_rows::<f64>(&d.spec, &d.params, &p.slice(s![k, ..n, ..]).to_owned(), positions),
+            Some(p) if pooled_ok => {
+                post_rows::<f64>(&d.spec, &d.params, &p.slice(s![k, ..n, ..]).to_owned(), positions)
+            }
             _ => ref64[k].keys.slice(s![..n, ..]).to_owned(),
         }
     };

@@ -207,20 +207,29 @@ fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> 
     }
     // (b) Content-free gates: the retention profile of interior tokens has period S, and no
     // smaller one for generic parameters.
+    // The retention of token t is the summed norm of the pooled entries when only t carries the
+    // probe direction. A window spans W consecutive tokens, so probe tokens W apart never share
+    // one: probe sequence o carries the direction at every token t = o (mod W), each entry holds
+    // exactly one of them (the other slots add exact zeros), and W sequences give the profile of
+    // all T tokens, bit for bit what T single-token probes would.
     let mut p0 = case.params.clone();
     p0.zero_gate_content();
-    let probes: Vec<Array2<f64>> = (0..t_len)
-        .map(|t| {
+    let w = spec.geometry.window();
+    let probes: Vec<Array2<f64>> = (0..w.min(t_len))
+        .map(|o| {
             let mut x = Array2::zeros((t_len, case.dims.d_model));
-            x.row_mut(t).assign(&case.direction);
+            for t in (o..t_len).step_by(w) {
+                x.row_mut(t).assign(&case.direction);
+            }
             x
         })
         .collect();
     let outs = s.compress_many(case.dims, &p0, &probes)?;
-    let profile: Vec<f64> = outs
-        .iter()
-        .map(|o| {
+    let profile: Vec<f64> = (0..t_len)
+        .map(|t| {
+            let o = &outs[t % w];
             (0..o.len())
+                .filter(|&j| in_window(spec, j, t))
                 .map(|j| {
                     o.pooled_k.row(j).dot(&o.pooled_k.row(j)).sqrt() + o.pooled_v.row(j).dot(&o.pooled_v.row(j)).sqrt()
                 })
@@ -606,6 +615,9 @@ fn k12_causality(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
 /// near zero amplifies any pooling difference (by ~1000x for `d_h = 1`), so both references
 /// would differ wildly and the rule would measure noise.
 fn k13_reference(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+    if s.is_reference() {
+        return Ok(Verdict::NotApplicable("the f64 reference is what K13 compares implementations with".into()));
+    }
     let spec = s.spec();
     let dims = case.dims;
     // The rule compares maxima over many outputs; three sequences instead of one keep the
