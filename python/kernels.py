@@ -18,14 +18,40 @@ import math
 import torch
 
 
-def rope(u, positions, r, theta=10000.0):
+def inv_frequencies(r, theta=10000.0, yarn=None):
+    """Inverse frequency of each rotated pair (phasekv's RopeSpec::inv_frequencies):
+    theta^(-2k/r), and with yarn = (factor, original_max_position, beta_fast, beta_slow) the
+    DeepSeek-V4 YaRN blend (pairs below the correction range keep their frequency, pairs above
+    it are divided by factor, a linear ramp in between; no magnitude scaling)."""
+    k = torch.arange(r // 2, dtype=torch.float64)
+    f = theta ** (-2.0 * k / r)
+    if yarn is None:
+        return f
+    factor, orig, beta_fast, beta_slow = yarn
+
+    def dim_of(rot):
+        return r * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+
+    low = max(math.floor(dim_of(beta_fast)), 0)
+    high = min(math.ceil(dim_of(beta_slow)), r - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((k - low) / (high - low)).clamp(0, 1)
+    return f / factor * ramp + f * (1 - ramp)
+
+
+# DeepSeek-V4's compressed layers: compress_rope_theta and rope_scaling of the released config.
+DSV4_THETA = 160000.0
+DSV4_YARN = (16.0, 65536, 32.0, 1.0)
+
+
+def rope(u, positions, r, theta=10000.0, yarn=None):
     """Interleaved-pair RoPE on the last r channels at the given positions (phasekv's
-    post::rope: pair (2k, 2k+1) of the rotated slice, angle pos * theta^(-2k/r))."""
+    post::rope: pair (2k, 2k+1) of the rotated slice, angle pos * inv_freq[k])."""
     if r == 0:
         return u
     d = u.shape[-1]
-    k = torch.arange(r // 2, dtype=torch.float64)
-    ang = positions[:, None].to(torch.float64) * theta ** (-2.0 * k / r)
+    ang = positions[:, None].to(torch.float64) * inv_frequencies(r, theta, yarn)
     c, s = ang.cos().to(u.dtype), ang.sin().to(u.dtype)
     x0, x1 = u[..., d - r :: 2], u[..., d - r + 1 :: 2]
     rot = torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
@@ -48,6 +74,7 @@ class GatedCompressor(torch.nn.Module):
     rope_fraction = 1  # rotate the last d_h / rope_fraction channels (1: all)
     position = "first"  # first | stride_start
     start_shift = 0  # the bug knob: every window starts this many tokens late
+    theta, yarn = 10000.0, None  # RoPE base and YaRN (factor, original length, beta_fast, beta_slow)
 
     def __init__(self, d_model, d_head, seed=0):
         super().__init__()
@@ -96,7 +123,7 @@ class GatedCompressor(torch.nn.Module):
             u = self.gamma * (u * torch.rsqrt(u.pow(2).mean(-1, keepdim=True) + 1e-6))
         dh = u.shape[-1]
         r = dh if self.rope_fraction == 1 else min(max(dh // self.rope_fraction, 2), dh)
-        return rope(u, positions, r & ~1)
+        return rope(u, positions, r & ~1, self.theta, self.yarn)
 
     def forward(self, x):
         b, t_len, d = x.shape
@@ -122,11 +149,13 @@ class W8S4(GatedCompressor):
 
 class Dsv4Csa(GatedCompressor):
     """phasekv preset dsv4-csa: W=8, S=4, pad_left, groups {prev, cur}, shared K/V, RMSNorm,
-    RoPE on the last d_h/8 channels at the stride start (DeepSeek-V4's 4w)."""
+    RoPE on the last d_h/8 channels at the stride start (DeepSeek-V4's 4w), base 160000 with
+    the released YaRN."""
 
     pad_left, shared_kv, rms_norm = True, True, True
     group_map = [0, 0, 0, 0, 1, 1, 1, 1]
     rope_fraction, position = 8, "stride_start"
+    theta, yarn = DSV4_THETA, DSV4_YARN
 
     def phasekv_spec(self):
         return "dsv4-csa"

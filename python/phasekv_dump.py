@@ -39,7 +39,7 @@ def stride_of(spec):
     if spec.startswith("dsv4-csa"):
         return 4
     if spec.startswith("dsv4-hca"):
-        return 128
+        return int(spec[len("dsv4-hca"):] or 128)
     if spec == "full":
         return 1
     return int(spec.split("-")[0].split("s")[1])

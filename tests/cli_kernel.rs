@@ -25,9 +25,12 @@ fn list_shows_every_preset_with_its_knobs() {
 fn check_passes_on_dsv4_csa_with_every_invariant_listed() {
     let (code, out, err) = phasekv(&["kernel", "check", "--preset", "dsv4-csa", "--cases", "16"]);
     assert_eq!(code, 0, "{out}\n{err}");
-    for id in ["K1 ", "K2 ", "K7 ", "K12 ", "K13 "] {
+    for id in ["K1 ", "K2 ", "K7 ", "K12 "] {
         assert_eq!(out.lines().filter(|l| l.starts_with(id) && l.contains("PASS")).count(), 2, "{id}:\n{out}");
     }
+    // K13 compares an implementation with the f64 reference: a pass for candle, not applicable
+    // (never a pass against itself) for the reference.
+    assert_eq!(out.lines().filter(|l| l.starts_with("K13 ") && l.contains("PASS")).count(), 1, "{out}");
     assert!(out.contains("verdict: every invariant holds"));
 }
 

@@ -58,7 +58,12 @@ macro_rules! invariant_tests {
                 #[test]
                 fn reference_f64() {
                     let reports = check_every_preset($inv, REFERENCE_CASES, &reference);
-                    assert_exercised($inv, &reports);
+                    if $inv == Invariant::K13ReferenceAgreement {
+                        // Agreement with the reference is no test of the reference itself.
+                        assert!(reports.iter().all(|(_, r)| r.cases_passed == 0 && r.status == "n/a"), "{reports:#?}");
+                    } else {
+                        assert_exercised($inv, &reports);
+                    }
                 }
                 test_device!(candle_f32, |dev: &Device| {
                     let dev = dev.clone();

@@ -14,13 +14,21 @@ use std::time::Instant;
 #[derive(Subcommand, Debug)]
 pub enum KernelCmd {
     /// List the presets with their knobs.
-    List,
-    /// Run the invariant harness (K1-K13) on a preset, for the f64 reference and the candle
-    /// implementation. Exit status 0 when every invariant holds, 1 otherwise.
+    List {
+        /// Print one preset's full spec as JSON instead (the form `--spec` files and dumps use).
+        #[arg(long, value_name = "PRESET")]
+        json: Option<String>,
+    },
+    /// Run the invariant harness (K1-K13) on a preset or a JSON spec, for the f64 reference and
+    /// the candle implementation. Exit status 0 when every invariant holds, 1 otherwise.
     Check {
         /// Preset name (see `phasekv kernel list`).
-        #[arg(long)]
-        preset: String,
+        #[arg(long, required_unless_present = "spec", conflicts_with = "spec")]
+        preset: Option<String>,
+        /// A JSON spec file (any spec `kernel validate` accepts; `kernel list --json PRESET`
+        /// prints one to start from; format in theory/dump-format.md).
+        #[arg(long, value_name = "FILE.json")]
+        spec: Option<std::path::PathBuf>,
         /// Which implementation(s) to check.
         #[arg(long, value_enum, default_value_t = Impl::Both)]
         r#impl: Impl,
@@ -114,7 +122,11 @@ pub fn device() -> Device {
 
 pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        KernelCmd::List => {
+        KernelCmd::List { json: Some(name) } => {
+            println!("{}", serde_json::to_string_pretty(&KernelSpec::preset(&name)?)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        KernelCmd::List { json: None } => {
             for name in preset_names() {
                 let spec = KernelSpec::preset(&name)?;
                 println!("{name:<16} {}", spec.describe());
@@ -126,8 +138,16 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
         KernelCmd::Bench { preset, tokens, d_model, d_head, r#impl, seconds, json } => {
             bench(&preset, &tokens, d_model, d_head, r#impl, seconds, json)
         }
-        KernelCmd::Check { preset, r#impl, dtype, cases, seed, mutant } => {
-            let spec = KernelSpec::preset(&preset)?;
+        KernelCmd::Check { preset, spec, r#impl, dtype, cases, seed, mutant } => {
+            let spec = match (preset, spec) {
+                (Some(name), _) => KernelSpec::preset(&name)?,
+                (None, Some(path)) => {
+                    let text = std::fs::read_to_string(&path).map_err(|e| phasekv::Error::io(&path, e))?;
+                    KernelSpec::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+                }
+                (None, None) => bail!("give --preset NAME or --spec FILE.json"),
+            };
+            let preset = spec.name.clone();
             let mut subjects: Vec<Box<dyn KernelUnderTest>> = Vec::new();
             if let Some(name) = mutant {
                 subjects.push(Box::new(ReferenceSubject::mutant(&spec, Mutation::from_name(&name)?)));

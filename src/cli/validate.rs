@@ -7,6 +7,9 @@ use phasekv::report::plot::{line_chart, Panel, Series};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// Most rows of the phase profile printed (the rest are in `validation.json`).
+const PHASE_ROWS: usize = 15;
+
 /// Loads, validates, prints; writes `validation.json` and the two plots under `report`.
 pub fn run(dump: &Path, dtype: Option<&str>, report: Option<&PathBuf>) -> anyhow::Result<ExitCode> {
     let dtype = match dtype {
@@ -43,15 +46,41 @@ fn print(v: &Validation, path: &Path) {
     println!();
     println!("error by phase of the window start (reference windows displaced by delta tokens):");
     println!("{:>6} {:>6} {:>11} {:>8}", "delta", "phase", "max error", "entries");
-    for p in &v.phase_profile {
+    // Long profiles (large S) print the rows that matter: delta 0, the best, and the next best.
+    let shown: Vec<&phasekv::kernel::validate::PhasePoint> = if v.phase_profile.len() <= PHASE_ROWS {
+        v.phase_profile.iter().collect()
+    } else {
+        let mut by_error: Vec<_> = v.phase_profile.iter().filter(|p| p.entries > 0).collect();
+        by_error.sort_by(|a, b| a.error.total_cmp(&b.error));
+        let mut keep: Vec<_> = by_error.into_iter().take(PHASE_ROWS - 1).collect();
+        keep.extend(v.phase_profile.iter().filter(|p| p.delta == 0));
+        keep.sort_by_key(|p| p.delta);
+        keep.dedup_by_key(|p| p.delta);
+        keep
+    };
+    for p in &shown {
         let mark = if p.delta == v.best_delta { "  <- best" } else { "" };
         println!("{:>6} {:>6} {:>11.3e} {:>8}{mark}", p.delta, p.phase, p.error, p.entries);
+    }
+    if shown.len() < v.phase_profile.len() {
+        println!(
+            "  ({} of {} displacements shown: delta 0 and the smallest errors; all in validation.json)",
+            shown.len(),
+            v.phase_profile.len()
+        );
     }
     println!();
     let line: Vec<String> = v.window_errors.iter().map(|e| format!("{e:.1e}")).collect();
     println!("error by window j (max |impl - ref64| over keys and values): {}", line.join(" "));
     if let Some(diag) = &v.diagnosis {
         println!("diagnosis: {diag}");
+    }
+    if !v.rope_pair_errors.is_empty() && !v.hints.is_empty() {
+        let line: Vec<String> = v.rope_pair_errors.iter().map(|e| format!("{e:.1e}")).collect();
+        println!("error by rotated channel pair k (keys): {}", line.join(" "));
+    }
+    for h in &v.hints {
+        println!("hint: {h}");
     }
     println!();
     if v.passed {

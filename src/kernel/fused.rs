@@ -6,12 +6,12 @@
 //!
 //! 1. the input is padded with `W` zero rows in front and `S` behind, so that slot `i` of
 //!    window `j` is row `base_i + jS` with `base_i = start(0) + i + W` (the one geometry formula
-//!    `Geometry::start`); the rows of slot `i` over all windows are a strided view (row stride
-//!    `S*d`) and **one matmul per offset** projects them with every branch's weights at once
+//!    `Geometry::start`); the rows of slot `i` over all windows of all sequences are a strided
+//!    view and **one matmul per offset** projects them with every branch's weights at once
 //!    (`[C^K | Z^K | C^V | Z^V]` of group `g(i)`), with no gather;
-//! 2. one pass per window (parallel over windows with rayon) does the softmax over the valid
-//!    slots, the weighted sums and the post-processing ([`super::post::apply`], the same code
-//!    as the reference).
+//! 2. one pass per (sequence, window) does the softmax over the valid slots, the weighted sums
+//!    and the post-processing ([`super::post::apply`], the same code as the reference), in
+//!    parallel with rayon once the work is large enough to pay for waking the pool.
 //!
 //! The result is the same [`TensorCompressed`]; the harness checks this path like any other
 //! (`tests/kernel_invariants.rs` runs both the fused and the primitive f32 path).
@@ -92,70 +92,72 @@ pub(crate) fn compress(
     let mut gate_v = vec![0f32; b * h * n * w * c];
     if n > 0 {
         let start0 = g.start(0); // may be negative (pad_left)
-        for bb in 0..b {
-            let xb = x.get(bb)?;
-            let xp = Tensor::cat(
-                &[Tensor::zeros((w, d), DType::F32, &dev)?, xb, Tensor::zeros((s, d), DType::F32, &dev)?],
-                0,
-            )?;
-            // proj[i]: [n, width] for every offset, read in place (no copy out of candle).
-            let mut proj_t = Vec::with_capacity(w);
-            for i in 0..w {
-                let base = (start0 + (i + w) as i64) as usize;
-                let rows = xp.narrow(0, base, n * s)?.reshape((n, s, d))?.narrow(1, 0, 1)?.squeeze(1)?;
-                let wi = wcat.get(spec.group_of(i))?;
-                proj_t.push(rows.matmul(&wi)?);
-            }
-            let guards: Vec<_> = proj_t.iter().map(|t| t.storage_and_layout()).collect();
-            let mut proj: Vec<&[f32]> = Vec::with_capacity(w);
-            for (storage, layout) in &guards {
-                match (&**storage, layout.contiguous_offsets()) {
-                    (Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) => proj.push(&v[a..b]),
-                    _ => {
-                        return Err(Error::Numerical {
-                            what: "fused kernel".into(),
-                            reason: "matmul output is not contiguous f32 on the CPU".into(),
-                        })
-                    }
+        let xp = Tensor::cat(
+            &[Tensor::zeros((b, w, d), DType::F32, &dev)?, x.clone(), Tensor::zeros((b, s, d), DType::F32, &dev)?],
+            1,
+        )?;
+        // proj[i]: [B*n, width] for every offset, all sequences in one matmul (row bb*n + j).
+        let mut proj_t = Vec::with_capacity(w);
+        for i in 0..w {
+            let base = (start0 + (i + w) as i64) as usize;
+            let rows = xp.narrow(1, base, n * s)?.reshape((b, n, s, d))?.narrow(2, 0, 1)?.reshape((b * n, d))?;
+            let wi = wcat.get(spec.group_of(i))?;
+            proj_t.push(rows.matmul(&wi)?);
+        }
+        let guards: Vec<_> = proj_t.iter().map(|t| t.storage_and_layout()).collect();
+        let mut proj: Vec<&[f32]> = Vec::with_capacity(w);
+        for (storage, layout) in &guards {
+            match (&**storage, layout.contiguous_offsets()) {
+                (Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) => proj.push(&v[a..b]),
+                _ => {
+                    return Err(Error::Numerical {
+                        what: "fused kernel".into(),
+                        reason: "matmul output is not contiguous f32 on the CPU".into(),
+                    })
                 }
             }
+        }
+        // One task per (sequence, window); each writes its own rows. Small problems run on this
+        // thread: waking a pool for microseconds of work costs more than the work, and far more
+        // when the machine is busy.
+        let pass = |r: usize| {
+            let j = r % n;
+            window_pass(
+                spec,
+                j,
+                r,
+                h,
+                dh,
+                c,
+                &blocks,
+                &proj,
+                bias_k.as_deref(),
+                bias_v.as_deref(),
+                gamma.as_deref(),
+                positions[j],
+            )
+        };
+        let work = b * n * w * blocks.width;
+        let per_window: Vec<Vec<f32>> = if work >= PARALLEL_WORK {
+            (0..b * n).into_par_iter().map(pass).collect()
+        } else {
+            (0..b * n).map(pass).collect()
+        };
+        for (r, buf) in per_window.into_iter().enumerate() {
+            let (bb, j) = (r / n, r % n);
             let out_at = |head: usize| (bb * h + head) * n;
-            // One task per window; each writes its own rows.
-            let per_window: Vec<(usize, Vec<f32>)> = (0..n)
-                .into_par_iter()
-                .map(|j| {
-                    (
-                        j,
-                        window_pass(
-                            spec,
-                            j,
-                            h,
-                            dh,
-                            c,
-                            &blocks,
-                            &proj,
-                            bias_k.as_deref(),
-                            bias_v.as_deref(),
-                            gamma.as_deref(),
-                            positions[j],
-                        ),
-                    )
-                })
-                .collect();
-            for (j, buf) in per_window {
-                // buf layout per head: key, value, pooled_k, pooled_v (dh each), gate_k, gate_v (w*c each)
-                let stride = 4 * dh + 2 * w * c;
-                for head in 0..h {
-                    let o = &buf[head * stride..(head + 1) * stride];
-                    let row = (out_at(head) + j) * dh;
-                    keys[row..row + dh].copy_from_slice(&o[0..dh]);
-                    values[row..row + dh].copy_from_slice(&o[dh..2 * dh]);
-                    pooled_k[row..row + dh].copy_from_slice(&o[2 * dh..3 * dh]);
-                    pooled_v[row..row + dh].copy_from_slice(&o[3 * dh..4 * dh]);
-                    let gr = (out_at(head) + j) * w * c;
-                    gate_k[gr..gr + w * c].copy_from_slice(&o[4 * dh..4 * dh + w * c]);
-                    gate_v[gr..gr + w * c].copy_from_slice(&o[4 * dh + w * c..]);
-                }
+            // buf layout per head: key, value, pooled_k, pooled_v (dh each), gate_k, gate_v (w*c each)
+            let stride = 4 * dh + 2 * w * c;
+            for head in 0..h {
+                let o = &buf[head * stride..(head + 1) * stride];
+                let row = (out_at(head) + j) * dh;
+                keys[row..row + dh].copy_from_slice(&o[0..dh]);
+                values[row..row + dh].copy_from_slice(&o[dh..2 * dh]);
+                pooled_k[row..row + dh].copy_from_slice(&o[2 * dh..3 * dh]);
+                pooled_v[row..row + dh].copy_from_slice(&o[3 * dh..4 * dh]);
+                let gr = (out_at(head) + j) * w * c;
+                gate_k[gr..gr + w * c].copy_from_slice(&o[4 * dh..4 * dh + w * c]);
+                gate_v[gr..gr + w * c].copy_from_slice(&o[4 * dh + w * c..]);
             }
         }
     }
@@ -172,11 +174,16 @@ pub(crate) fn compress(
     })
 }
 
-/// Softmax, pooling and post-processing of window `j` for every head.
+/// Below this many multiply-adds of window work (`B n W width`), the window passes run on the
+/// calling thread.
+const PARALLEL_WORK: usize = 1 << 20;
+
+/// Softmax, pooling and post-processing of window `j` (projection row `row`) for every head.
 #[allow(clippy::too_many_arguments)]
 fn window_pass(
     spec: &KernelSpec,
     j: usize,
+    row: usize,
     h: usize,
     dh: usize,
     c: usize,
@@ -201,7 +208,7 @@ fn window_pass(
             (Some(zoff), Some(bias)) => {
                 let hd = c; // gate width per head (d_g)
                 for i in first..w {
-                    let row = &proj[i][j * width + zoff + head * hd..j * width + zoff + (head + 1) * hd];
+                    let row = &proj[i][row * width + zoff + head * hd..row * width + zoff + (head + 1) * hd];
                     let brow = &bias[i * h * hd + head * hd..i * h * hd + (head + 1) * hd];
                     for ch in 0..c {
                         logits[i * c + ch] = row[ch] + brow[ch];
@@ -241,7 +248,7 @@ fn window_pass(
         let (pk, pv) = pooled.split_at_mut(dh);
         let pool = |coff: usize, a: &[f32], dst: &mut [f32]| {
             for i in first..w {
-                let row = &proj[i][j * width + coff + head * dh..j * width + coff + (head + 1) * dh];
+                let row = &proj[i][row * width + coff + head * dh..row * width + coff + (head + 1) * dh];
                 if vector {
                     let ai = &a[i * c..i * c + dh];
                     for e in 0..dh {

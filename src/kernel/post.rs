@@ -1,18 +1,19 @@
 //! Post-processing of a pooled entry: RMSNorm, then partial RoPE at the entry position.
 //! The angle formula lives here once; the reference and the tensor implementation both use it.
 
-use super::spec::{KernelSpec, RMS_NORM_EPS};
+use super::spec::KernelSpec;
 use num_traits::Float;
 
-/// Rotation angle of channel pair `k` (of `r / 2`) at position `pos`: `pos * theta^(-2k/r)`.
-pub fn rope_angle(pos: usize, k: usize, r: usize, theta: f64) -> f64 {
-    pos as f64 * theta.powf(-(2.0 * k as f64) / r as f64)
+/// Rotation angle of channel pair `k` at position `pos`: `pos * inv_freq[k]` (frequencies from
+/// [`super::spec::RopeSpec::inv_frequencies`]).
+pub fn rope_angle(pos: usize, inv_freq: f64) -> f64 {
+    pos as f64 * inv_freq
 }
 
 /// RMSNorm in place: `u <- gamma * u / sqrt(mean(u^2) + eps)`.
-pub fn rms_norm<F: Float>(u: &mut [F], gamma: &[F]) {
+pub fn rms_norm<F: Float>(u: &mut [F], gamma: &[F], eps: f64) {
     let n = F::from(u.len()).expect("len");
-    let eps = F::from(RMS_NORM_EPS).expect("eps");
+    let eps = F::from(eps).expect("eps");
     let ms = u.iter().fold(F::zero(), |acc, &v| acc + v * v) / n;
     let scale = F::one() / (ms + eps).sqrt();
     for (v, &g) in u.iter_mut().zip(gamma) {
@@ -20,11 +21,11 @@ pub fn rms_norm<F: Float>(u: &mut [F], gamma: &[F]) {
     }
 }
 
-/// Interleaved-pair RoPE on the last `r` channels of `u` at position `pos`.
-pub fn rope<F: Float>(u: &mut [F], r: usize, pos: usize, theta: f64) {
-    let off = u.len() - r;
-    for k in 0..r / 2 {
-        let angle = rope_angle(pos, k, r, theta);
+/// Interleaved-pair RoPE on the last `2 * inv_freq.len()` channels of `u` at position `pos`.
+pub fn rope<F: Float>(u: &mut [F], inv_freq: &[f64], pos: usize) {
+    let off = u.len() - 2 * inv_freq.len();
+    for (k, &f) in inv_freq.iter().enumerate() {
+        let angle = rope_angle(pos, f);
         let (c, s) = (F::from(angle.cos()).expect("cos"), F::from(angle.sin()).expect("sin"));
         let (a, b) = (u[off + 2 * k], u[off + 2 * k + 1]);
         u[off + 2 * k] = a * c - b * s;
@@ -35,10 +36,10 @@ pub fn rope<F: Float>(u: &mut [F], r: usize, pos: usize, theta: f64) {
 /// Applies the spec's post-processing to one pooled entry carrying position `pos`.
 pub fn apply<F: Float>(spec: &KernelSpec, u: &mut [F], gamma: Option<&[F]>, pos: usize) {
     if let (true, Some(gamma)) = (spec.rms_norm, gamma) {
-        rms_norm(u, gamma);
+        rms_norm(u, gamma, spec.rms_norm_eps);
     }
     if let Some(rs) = &spec.rope {
         let r = rs.rotated_channels(u.len());
-        rope(u, r, pos, rs.theta);
+        rope(u, &rs.inv_frequencies(r), pos);
     }
 }

@@ -117,7 +117,7 @@ pub fn compress_mutated<F: Float>(
     x: ArrayView2<F>,
     mutation: Mutation,
 ) -> Result<Compressed<F>> {
-    spec.validate()?;
+    spec.validate_for(dims.d_head)?;
     params.validate(spec, dims)?;
     check_input(dims, x)?;
     let t_len = x.nrows();
@@ -193,8 +193,7 @@ pub fn compress_window<F: Float>(
         Some(pv) => pool(spec, dims, pv, &gate_v, rows),
         None => pooled_k.clone(),
     };
-    let position =
-        spec.geometry.entry_position(j, spec.rope.map(|r| r.position).unwrap_or(crate::geometry::EntryPosition::First));
+    let position = spec.entry_position(j);
     let gamma = params.gamma.as_ref().map(|g| g.as_slice().expect("contiguous gamma"));
     let mut key = pooled_k.clone();
     post::apply(spec, key.as_slice_mut().expect("contiguous"), gamma, position);
@@ -310,7 +309,7 @@ pub struct ReferenceStream<F> {
 impl<F: Float> ReferenceStream<F> {
     /// A stream at the start of a sequence.
     pub fn new(spec: &KernelSpec, dims: KernelDims, params: &KernelParams<F>) -> Result<Self> {
-        spec.validate()?;
+        spec.validate_for(dims.d_head)?;
         params.validate(spec, dims)?;
         Ok(ReferenceStream {
             spec: spec.clone(),

@@ -15,7 +15,7 @@
 
 use super::params::KernelParams;
 use super::post::rope_angle;
-use super::spec::{GateKind, KernelDims, KernelSpec, RMS_NORM_EPS};
+use super::spec::{GateKind, KernelDims, KernelSpec};
 use super::Compressed;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor, D};
@@ -83,7 +83,7 @@ impl TensorParams {
     /// weights `N(0, 1/d)`, biases 0 (every offset starts equal), RMSNorm weights 1.
     pub fn init(spec: &KernelSpec, dims: KernelDims, heads: usize, vb: &candle_nn::VarBuilder) -> Result<Self> {
         use candle_nn::Init;
-        spec.validate()?;
+        spec.validate_for(dims.d_head)?;
         let (g, w) = (spec.num_groups(), spec.geometry.window());
         let (d, dh) = (dims.d_model, dims.d_head);
         let dg = spec.gate_width(dh);
@@ -307,8 +307,7 @@ impl TensorKernel {
     }
 
     fn entry_position(&self, j: usize) -> usize {
-        let which = self.spec.rope.map(|r| r.position).unwrap_or(crate::geometry::EntryPosition::First);
-        self.spec.geometry.entry_position(j, which)
+        self.spec.entry_position(j)
     }
 
     fn check_x(&self, x: &Tensor) -> Result<(usize, usize, usize)> {
@@ -446,29 +445,30 @@ impl TensorKernel {
         let mut u = u.clone();
         if let (true, Some(gamma)) = (self.spec.rms_norm, &params.gamma) {
             let ms = u.sqr()?.mean_keepdim(D::Minus1)?;
-            let inv = (ms + RMS_NORM_EPS)?.sqrt()?.recip()?;
+            let inv = (ms + self.spec.rms_norm_eps)?.sqrt()?.recip()?;
             u = u.broadcast_mul(&inv)?.broadcast_mul(&gamma.reshape((1, h, 1, dh))?)?;
         }
         if let Some(rs) = &self.spec.rope {
             let r = rs.rotated_channels(dh);
             if r > 0 {
-                u = rope_tensor(&u, r, positions, rs.theta, &self.device)?;
+                u = rope_tensor(&u, &rs.inv_frequencies(r), positions, &self.device)?;
             }
         }
         Ok(u)
     }
 }
 
-/// Interleaved-pair RoPE on the last `r` channels of `u: [B, H, n, d_h]`, entry `j` at
-/// `positions[j]` (angles from [`rope_angle`]).
-pub fn rope_tensor(u: &Tensor, r: usize, positions: &[usize], theta: f64, device: &Device) -> Result<Tensor> {
+/// Interleaved-pair RoPE on the last `r = 2 * inv_freq.len()` channels of
+/// `u: [B, H, n, d_h]`, entry `j` at `positions[j]` (angles from [`rope_angle`]).
+pub fn rope_tensor(u: &Tensor, inv_freq: &[f64], positions: &[usize], device: &Device) -> Result<Tensor> {
     let (b, h, n, dh) = u.dims4()?;
-    let half = r / 2;
+    let half = inv_freq.len();
+    let r = 2 * half;
     let mut cos = Vec::with_capacity(n * half);
     let mut sin = Vec::with_capacity(n * half);
     for &p in positions {
-        for k in 0..half {
-            let a = rope_angle(p, k, r, theta);
+        for &f in inv_freq {
+            let a = rope_angle(p, f);
             cos.push(a.cos());
             sin.push(a.sin());
         }

@@ -20,7 +20,9 @@
 //! phase `(start + delta) mod S`: the profile is the error as a function of the phase of the
 //! window start. A correct kernel is best at `delta = 0`; a kernel whose windows start one token
 //! late matches the reference at `delta = +1` to rounding and is off everywhere else: an error
-//! that depends on phase is the signature of an indexing bug.
+//! that depends on phase is the signature of an indexing bug. Only windows whose every slot holds
+//! a real token under both the spec's and the displaced geometry are compared, so a `pad_left`
+//! kernel's half-empty window 0 (and windows displaced past either end) do not swamp the profile.
 
 use super::dump::{Dump, Run};
 use super::harness::checks::{low_reference, post_rows};
@@ -99,6 +101,11 @@ pub struct Validation {
     pub best_delta: i64,
     /// A diagnosis when the best displacement is not 0 (an indexing bug), else `None`.
     pub diagnosis: Option<String>,
+    /// Named hints from the shape of the error (RoPE, RMSNorm, dtype), see [`hints`].
+    pub hints: Vec<String>,
+    /// Max error of each rotated channel pair of the keys (empty without RoPE or without a
+    /// failure to explain).
+    pub rope_pair_errors: Vec<f64>,
     /// Whether every checkable row passes.
     pub passed: bool,
 }
@@ -132,6 +139,8 @@ pub fn validate(d: &Dump) -> Result<Validation> {
         note: format!("{n_got} entries for T = {t_len}, the geometry gives {n_want}"),
     });
 
+    rows.push(finite_outputs(d));
+
     let ref64 = references(d, run)?;
     let mut low = Vec::new();
     for k in 0..b {
@@ -141,16 +150,26 @@ pub fn validate(d: &Dump) -> Result<Validation> {
 
     // K13: the tolerance rule, per output.
     let cut2 = |a: &ndarray::Array3<f64>, k: usize| a.slice(s![k, ..n, ..]).to_owned();
+    let u = unit_roundoff(d.dtype);
     let rule = |name: &str, got: &dyn Fn(usize) -> Array2<f64>, r: &dyn Fn(usize) -> (Array2<f64>, Array2<f64>)| {
         let (mut err, mut err_low, mut mag) = (0.0f64, 0.0f64, 0.0f64);
+        let (mut cross, mut cross_low, mut norm) = (0.0f64, 0.0f64, 0.0f64);
         for k in 0..b {
             let (r64, rlow) = r(k);
-            err = err.max(max_abs_diff(&got(k), &r64));
+            let g = got(k);
+            err = err.max(max_abs_diff(&g, &r64));
             err_low = err_low.max(max_abs_diff(&rlow, &r64));
             mag = mag.max(max_abs(&r64));
+            if g.shape() == r64.shape() {
+                for ((&x, &y), &l) in g.iter().zip(r64.iter()).zip(rlow.iter()) {
+                    cross += (x - y) * y;
+                    cross_low += (l - y) * y;
+                    norm += y * y;
+                }
+            }
         }
         let bound = two_reference_bound(err_low, d.dtype, mag, terms);
-        CheckRow {
+        let magnitude = CheckRow {
             id: "K13",
             name: format!("tolerance: {name}"),
             status: if err <= bound { Status::Pass } else { Status::Fail },
@@ -160,15 +179,36 @@ pub fn validate(d: &Dump) -> Result<Validation> {
                 "max|impl - ref64| = {err:.3e} vs 2 * max|low - ref64| ({err_low:.3e}) + floor ({:.3e})",
                 floor(d.dtype, mag, terms)
             ),
-        }
+        };
+        // A systematic relative error (impl = ref * (1 + c)) hides under the magnitude rule
+        // when c is a few units of roundoff; rounding errors are unbiased, so the least-squares
+        // scale of the error on the reference, `sum (impl - ref) ref / sum ref^2`, is near 0 for
+        // a correct kernel and c for a scaled one. Held to the same two-reference rule with a
+        // floor of SCALE_FLOOR_ULPS units of roundoff.
+        let (scale, scale_low) = if norm > 0.0 { (cross / norm, cross_low / norm) } else { (0.0, 0.0) };
+        let scale_bound = 2.0 * scale_low.abs() + SCALE_FLOOR_ULPS * u;
+        let systematic = CheckRow {
+            id: "K13",
+            name: format!("systematic scale: {name}"),
+            status: if scale.abs() <= scale_bound { Status::Pass } else { Status::Fail },
+            error: scale.abs(),
+            bound: scale_bound,
+            note: format!(
+                "impl = ref64 * (1 + {scale:.3e}) in least squares ({:.1} units of roundoff); low: {scale_low:.3e}",
+                scale / u
+            ),
+        };
+        [magnitude, systematic]
     };
     let first_n = |a: &Array2<f64>| a.slice(s![..n, ..]).to_owned();
     if let Some(pk) = &run.pooled_keys {
-        rows.push(rule("pooled keys", &|k| cut2(pk, k), &|k| (first_n(&ref64[k].pooled_k), first_n(&low[k].pooled_k))));
+        rows.extend(rule("pooled keys", &|k| cut2(pk, k), &|k| {
+            (first_n(&ref64[k].pooled_k), first_n(&low[k].pooled_k))
+        }));
     }
     if let Some(pv) = run.pooled_values.as_ref().or(if spec.shared_kv { run.pooled_keys.as_ref() } else { None }) {
         if !spec.shared_kv {
-            rows.push(rule("pooled values", &|k| cut2(pv, k), &|k| {
+            rows.extend(rule("pooled values", &|k| cut2(pv, k), &|k| {
                 (first_n(&ref64[k].pooled_v), first_n(&low[k].pooled_v))
             }));
         }
@@ -188,8 +228,7 @@ pub fn validate(d: &Dump) -> Result<Validation> {
                     if pick == 0 { (&ref64[k].gate_k, &low[k].gate_k) } else { (&ref64[k].gate_v, &low[k].gate_v) };
                 (flat(a), flat(l))
             };
-            let mut row = rule(name, &got, &r);
-            row.bound = row.bound.max(0.0);
+            let [row, _] = rule(name, &got, &r);
             rows.push(row);
         }
     }
@@ -215,12 +254,12 @@ pub fn validate(d: &Dump) -> Result<Validation> {
                         _ => post_rows::<f64>(spec, &d.params, &own, &positions),
                     }
                 };
-                rows.push(rule(&format!("{name} (post, given own pooled)"), &|k| cut2(out, k), &|k| {
+                rows.extend(rule(&format!("{name} (post, given own pooled)"), &|k| cut2(out, k), &|k| {
                     (post(k, DType::F64), post(k, d.dtype))
                 }));
             }
             None => {
-                rows.push(rule(&format!("{name} (end to end)"), &|k| cut2(out, k), &|k| {
+                rows.extend(rule(&format!("{name} (end to end)"), &|k| cut2(out, k), &|k| {
                     if is_key {
                         (first_n(&ref64[k].keys), first_n(&low[k].keys))
                     } else {
@@ -230,9 +269,22 @@ pub fn validate(d: &Dump) -> Result<Validation> {
             }
         }
     }
+    // A shared-K/V kernel that also dumps values: they must be its keys (never silently ignored).
+    if let (true, Some(vals)) = (spec.shared_kv, &run.values) {
+        let [mut row, _] = rule("values of a shared K/V kernel (against the keys)", &|k| cut2(vals, k), &|k| {
+            (first_n(&ref64[k].keys), first_n(&low[k].keys))
+        });
+        let same = max_abs_diff(vals, &run.keys);
+        if same > 0.0 {
+            row.status = Status::Fail;
+            row.note = format!(
+                "values differ from the kernel's own keys by {same:.3e}; shared_kv means one tensor serves both"
+            );
+        }
+        rows.push(row);
+    }
 
     // K5: gate normalisation.
-    let u = unit_roundoff(d.dtype);
     match (&run.gate_k, &run.gate_v) {
         (None, None) => rows.push(not_checkable("K5", "gate normalisation", "the dump has no gate_k / gate_v")),
         (gk, gv) => {
@@ -303,18 +355,19 @@ pub fn validate(d: &Dump) -> Result<Validation> {
         let mut count = 0;
         for k in 0..b {
             let x = run.input.index_axis(Axis(0), k);
-            for j in 0..n_got {
-                let rows_j: Vec<Option<ArrayView1<f64>>> = (0..g.window())
+            for j in 0..n_got.min(n_want) {
+                // Only windows whose every slot is real in both geometries (the spec's and the
+                // displaced one): a pad_left window 0, or a window displaced past either end,
+                // would compare a different set of slots and swamp the profile.
+                let rows_j: Option<Vec<Option<ArrayView1<f64>>>> = (0..g.window())
                     .map(|i| {
                         g.token_at(j, i)
                             .map(|t0| t0 as i64 + delta)
                             .filter(|&t| t >= 0 && (t as usize) < t_len)
-                            .map(|t| x.row(t as usize))
+                            .map(|t| Some(x.row(t as usize)))
                     })
                     .collect();
-                if rows_j.iter().all(Option::is_none) {
-                    continue;
-                }
+                let Some(rows_j) = rows_j else { continue };
                 let out = compress_window(spec, d.dims, &d.params, j, &rows_j, Mutation::None);
                 err = err.max(max_abs_diff(&run.keys.slice(s![k, j, ..]), &out.key));
                 err = err.max(max_abs_diff(&run.values_or_keys().slice(s![k, j, ..]), &out.value));
@@ -343,6 +396,7 @@ pub fn validate(d: &Dump) -> Result<Validation> {
         )),
         _ => None,
     };
+    let (hints, rope_pair_errors) = hints(d, &rows, &ref64, n, &positions);
     let passed = rows.iter().all(|r| r.status != Status::Fail);
     Ok(Validation {
         spec: spec.name.clone(),
@@ -356,8 +410,194 @@ pub fn validate(d: &Dump) -> Result<Validation> {
         phase_profile,
         best_delta,
         diagnosis,
+        hints,
+        rope_pair_errors,
         passed,
     })
+}
+
+/// Floor of the systematic-scale check, in units of roundoff of the dump's dtype: a kernel whose
+/// outputs are the reference times `1 + c` fails once `|c|` exceeds this (plus twice the low
+/// reference's own scale). 4 keeps correct kernels (unbiased rounding, scale ~ u / sqrt(N)) far
+/// inside and catches a 16-ulp systematic error with room to spare.
+pub const SCALE_FLOOR_ULPS: f64 = 4.0;
+
+/// A NaN or infinity in the kernel's outputs is a failed kernel (in its inputs or parameters the
+/// dump is unusable, exit 2, see [`super::dump`]); the row names the first place it appears.
+fn finite_outputs(d: &Dump) -> CheckRow {
+    let mut runs: Vec<(&str, &Run)> = vec![("", &d.main)];
+    if let Some(sh) = &d.shifted {
+        runs.push(("shifted.", sh));
+    }
+    if let Some((p, _)) = &d.perturbed {
+        runs.push(("perturbed.", p));
+    }
+    let mut first: Option<String> = None;
+    for (prefix, r) in runs {
+        let three = [
+            ("keys", Some(&r.keys)),
+            ("values", r.values.as_ref()),
+            ("pooled_keys", r.pooled_keys.as_ref()),
+            ("pooled_values", r.pooled_values.as_ref()),
+        ];
+        for (name, a) in three {
+            let Some(a) = a else { continue };
+            if let Some(((k, j, c), v)) = a.indexed_iter().find(|(_, v)| !v.is_finite()) {
+                first.get_or_insert(format!(
+                    "{prefix}{name}[{k}, {j}, {c}] = {v} (sequence {k}, window {j}, channel {c})"
+                ));
+            }
+        }
+        for (name, a) in [("gate_k", r.gate_k.as_ref()), ("gate_v", r.gate_v.as_ref())] {
+            let Some(a) = a else { continue };
+            if let Some(((k, j, i, c), v)) = a.indexed_iter().find(|(_, v)| !v.is_finite()) {
+                first.get_or_insert(format!(
+                    "{prefix}{name}[{k}, {j}, {i}, {c}] = {v} (sequence {k}, window {j}, slot {i}, channel {c})"
+                ));
+            }
+        }
+    }
+    CheckRow {
+        id: "K13",
+        name: "finite outputs".into(),
+        status: if first.is_some() { Status::Fail } else { Status::Pass },
+        error: if first.is_some() { f64::INFINITY } else { 0.0 },
+        bound: 0.0,
+        note: first.unwrap_or_else(|| "every output is finite".into()),
+    }
+}
+
+/// Named hints from the shape of the keys' error, for a kernel engineer to act on:
+///
+/// - **RoPE**: the non-rotated channels pass and only the rotated ones fail. With the error 0
+///   at position 0 and growing with position, the frequencies (theta, scaling, pairing) differ;
+///   with an error already at position 0, the position the entry carries differs. The per-pair
+///   profile says which: only the slow pairs (a scaling such as YaRN), every pair but the first
+///   (the base theta).
+/// - **RMSNorm**: every entry is the reference times its own scale: eps, or a missing or extra
+///   normalisation.
+/// - **dtype**: the error sits at the rounding level of a lower precision than the dump
+///   declares.
+///
+/// Returns the hints and the per-pair profile of the rotated channels.
+pub fn hints(
+    d: &Dump,
+    rows: &[CheckRow],
+    ref64: &[Compressed<f64>],
+    n: usize,
+    positions: &[usize],
+) -> (Vec<String>, Vec<f64>) {
+    let mut out = Vec::new();
+    let keys_row = rows.iter().find(|r| r.name.starts_with("tolerance: keys"));
+    let Some(keys_row) = keys_row.filter(|r| r.status == Status::Fail) else { return (out, Vec::new()) };
+    let pooled_ok = rows.iter().find(|r| r.name == "tolerance: pooled keys").is_none_or(|r| r.status == Status::Pass);
+    let bound = keys_row.bound;
+    let dh = d.dims.d_head;
+    let r = d.spec.rope.as_ref().map_or(0, |rs| rs.rotated_channels(dh));
+    let run = &d.main;
+    // The keys' error against what they should be: the f64 post-processing of the kernel's own
+    // pooled entries when dumped (isolates post-processing), else the f64 reference.
+    let target = |k: usize| -> Array2<f64> {
+        match &run.pooled_keys {
+            Some(p) if pooled_ok => {
+                post_rows::<f64>(&d.spec, &d.params, &p.slice(s![k, ..n, ..]).to_owned(), positions)
+            }
+            _ => ref64[k].keys.slice(s![..n, ..]).to_owned(),
+        }
+    };
+    let mut err_plain = 0.0f64;
+    let mut err_rot = 0.0f64;
+    let mut pair = vec![0.0f64; r / 2];
+    let mut by_entry = vec![0.0f64; n];
+    let (mut scale_min, mut scale_max, mut scale_resid) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    let mut mag = 0.0f64;
+    for k in 0..run.batch() {
+        let t = target(k);
+        for j in 0..n {
+            let (mut xy, mut yy) = (0.0, 0.0);
+            for c in 0..dh {
+                let (x, y) = (run.keys[[k, j, c]], t[[j, c]]);
+                let e = (x - y).abs();
+                mag = mag.max(y.abs());
+                if c < dh - r {
+                    err_plain = err_plain.max(e);
+                    xy += x * y;
+                    yy += y * y;
+                } else {
+                    err_rot = err_rot.max(e);
+                    by_entry[j] = by_entry[j].max(e);
+                    let p = (c - (dh - r)) / 2;
+                    pair[p] = pair[p].max(e);
+                }
+            }
+            if yy > 0.0 && dh > r {
+                let sc = xy / yy;
+                scale_min = scale_min.min(sc);
+                scale_max = scale_max.max(sc);
+                for c in 0..dh - r {
+                    scale_resid = scale_resid.max((run.keys[[k, j, c]] - sc * t[[j, c]]).abs());
+                }
+            }
+        }
+    }
+    if r > 0 && err_plain <= bound && err_rot > bound {
+        let mut hint = format!(
+            "{}only the rotated channels fail (max error {err_rot:.2e}; the {} non-rotated channels {err_plain:.2e})",
+            if pooled_ok { "pooled entries pass; " } else { "" },
+            dh - r
+        );
+        let at0: Vec<f64> = (0..n).filter(|&j| positions[j] == 0).map(|j| by_entry[j]).collect();
+        let later: Vec<(f64, f64)> =
+            (0..n).filter(|&j| positions[j] > 0).map(|j| (positions[j] as f64, by_entry[j])).collect();
+        let grows = later.len() >= 2 && {
+            let mx = later.iter().map(|p| p.0).sum::<f64>() / later.len() as f64;
+            let my = later.iter().map(|p| p.1).sum::<f64>() / later.len() as f64;
+            later.iter().map(|(x, y)| (x - mx) * (y - my)).sum::<f64>() > 0.0
+        };
+        if !at0.is_empty() && at0.iter().all(|&e| e <= bound) && grows {
+            hint.push_str(", error 0 at position 0 and growing with position: RoPE frequency or position mismatch");
+            let agree = pair.iter().take_while(|&&e| e <= bound).count();
+            if agree >= 2 && agree < pair.len() {
+                hint.push_str(&format!(
+                    " (pairs 0..{} agree, pairs {agree}..{} differ: the slow pairs, a frequency scaling such as YaRN)",
+                    agree - 1,
+                    pair.len() - 1
+                ));
+            } else if agree == 1 && pair.len() > 1 {
+                hint.push_str(" (every pair but the first differs: the base theta)");
+            }
+        } else if at0.iter().any(|&e| e > bound) {
+            hint.push_str(", already at position 0: the position the entry carries (which token's position) differs");
+        } else {
+            hint.push_str(": RoPE frequency, pairing or position mismatch");
+        }
+        out.push(hint);
+    } else if pooled_ok && dh > r && err_plain > bound && scale_resid <= bound && scale_min.is_finite() {
+        out.push(format!(
+            "pooled entries pass; every entry is the reference times its own scale ({scale_min:.6} to {scale_max:.6}): \
+             an RMSNorm mismatch (eps, or a missing or extra normalisation)"
+        ));
+    }
+    let worst = keys_row.error;
+    if matches!(d.dtype, DType::F64 | DType::F32) && worst.is_finite() {
+        let terms = d.spec.geometry.window() * d.dims.d_model.max(dh);
+        for low in [DType::BF16, DType::F16] {
+            if low_dtype_fits(d.dtype, low) && worst <= floor(low, mag, terms) && worst > floor(d.dtype, mag, terms) {
+                out.push(format!(
+                    "the error ({worst:.2e}) is at the {} rounding level: the kernel computes in a lower precision \
+                     than the dump's {}",
+                    super::dump::dtype_name(low),
+                    super::dump::dtype_name(d.dtype)
+                ));
+                break;
+            }
+        }
+    }
+    (out, pair)
+}
+
+fn low_dtype_fits(declared: DType, low: DType) -> bool {
+    unit_roundoff(low) > unit_roundoff(declared)
 }
 
 fn not_checkable(id: &'static str, name: &str, why: &str) -> CheckRow {
@@ -458,7 +698,7 @@ fn k3(d: &Dump, sh: &Run, terms: usize) -> CheckRow {
                 let mut old: Vec<f64> = a.slice(s![k, j, ..]).to_vec();
                 if let Some(rs) = &d.spec.rope {
                     let r = rs.rotated_channels(old.len());
-                    super::post::rope(&mut old, r, s_len, rs.theta);
+                    super::post::rope(&mut old, &rs.inv_frequencies(r), s_len);
                 }
                 diffs.push(max_abs_diff(&ndarray::Array1::from(old), &bb.slice(s![k, j + 1, ..]).to_owned()));
             }

@@ -255,7 +255,7 @@ impl Decoder {
                 if r == 0 {
                     return Ok(u.clone());
                 }
-                tensor::rope_tensor(u, r, positions, rs.theta, &self.device)
+                tensor::rope_tensor(u, &rs.inv_frequencies(r), positions, &self.device)
             }
             _ => Ok(u.clone()),
         }

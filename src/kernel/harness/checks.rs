@@ -207,20 +207,29 @@ fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> 
     }
     // (b) Content-free gates: the retention profile of interior tokens has period S, and no
     // smaller one for generic parameters.
+    // The retention of token t is the summed norm of the pooled entries when only t carries the
+    // probe direction. A window spans W consecutive tokens, so probe tokens W apart never share
+    // one: probe sequence o carries the direction at every token t = o (mod W), each entry holds
+    // exactly one of them (the other slots add exact zeros), and W sequences give the profile of
+    // all T tokens, bit for bit what T single-token probes would.
     let mut p0 = case.params.clone();
     p0.zero_gate_content();
-    let probes: Vec<Array2<f64>> = (0..t_len)
-        .map(|t| {
+    let w = spec.geometry.window();
+    let probes: Vec<Array2<f64>> = (0..w.min(t_len))
+        .map(|o| {
             let mut x = Array2::zeros((t_len, case.dims.d_model));
-            x.row_mut(t).assign(&case.direction);
+            for t in (o..t_len).step_by(w) {
+                x.row_mut(t).assign(&case.direction);
+            }
             x
         })
         .collect();
     let outs = s.compress_many(case.dims, &p0, &probes)?;
-    let profile: Vec<f64> = outs
-        .iter()
-        .map(|o| {
+    let profile: Vec<f64> = (0..t_len)
+        .map(|t| {
+            let o = &outs[t % w];
             (0..o.len())
+                .filter(|&j| in_window(spec, j, t))
                 .map(|j| {
                     o.pooled_k.row(j).dot(&o.pooled_k.row(j)).sqrt() + o.pooled_v.row(j).dot(&o.pooled_v.row(j)).sqrt()
                 })
@@ -606,6 +615,9 @@ fn k12_causality(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
 /// near zero amplifies any pooling difference (by ~1000x for `d_h = 1`), so both references
 /// would differ wildly and the rule would measure noise.
 fn k13_reference(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+    if s.is_reference() {
+        return Ok(Verdict::NotApplicable("the f64 reference is what K13 compares implementations with".into()));
+    }
     let spec = s.spec();
     let dims = case.dims;
     // The rule compares maxima over many outputs; three sequences instead of one keep the
@@ -680,15 +692,24 @@ pub(crate) fn low_reference(
     params: &KernelParams<f64>,
     x: &Array2<f64>,
 ) -> Result<Option<Compressed<f64>>> {
+    low_reference_mutated(dtype, spec, dims, params, x, reference::Mutation::None)
+}
+
+/// [`low_reference`] with a planted bug (the known-bad dumps of the test suite).
+pub(crate) fn low_reference_mutated(
+    dtype: DType,
+    spec: &KernelSpec,
+    dims: crate::kernel::KernelDims,
+    params: &KernelParams<f64>,
+    x: &Array2<f64>,
+    m: reference::Mutation,
+) -> Result<Option<Compressed<f64>>> {
+    use reference::compress_mutated as c;
     Ok(Some(match dtype {
-        DType::F64 => reference::compress(spec, dims, params, x.view())?,
-        DType::F32 => widen(reference::compress::<f32>(spec, dims, &params.cast(), x.mapv(|v| v as f32).view())?),
-        DType::F16 => {
-            widen(reference::compress::<half::f16>(spec, dims, &params.cast(), x.mapv(half::f16::from_f64).view())?)
-        }
-        DType::BF16 => {
-            widen(reference::compress::<half::bf16>(spec, dims, &params.cast(), x.mapv(half::bf16::from_f64).view())?)
-        }
+        DType::F64 => c(spec, dims, params, x.view(), m)?,
+        DType::F32 => widen(c::<f32>(spec, dims, &params.cast(), x.mapv(|v| v as f32).view(), m)?),
+        DType::F16 => widen(c::<half::f16>(spec, dims, &params.cast(), x.mapv(half::f16::from_f64).view(), m)?),
+        DType::BF16 => widen(c::<half::bf16>(spec, dims, &params.cast(), x.mapv(half::bf16::from_f64).view(), m)?),
         _ => return Ok(None),
     }))
 }

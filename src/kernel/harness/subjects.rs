@@ -48,6 +48,10 @@ impl KernelUnderTest for ReferenceSubject {
         DType::F64
     }
 
+    fn is_reference(&self) -> bool {
+        self.mutation == Mutation::None
+    }
+
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest> {
         Box::new(ReferenceSubject { spec, mutation: self.mutation })
     }

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Dump Hugging Face's DeepSeek-V4 compressors, unmodified, through phasekv's dump interface.
+
+`DeepseekV4CSACompressor` and `DeepseekV4HCACompressor` (transformers 5.23,
+`models/deepseek_v4/modeling_deepseek_v4.py`) are built from a tiny random `DeepseekV4Config`
+with the released RoPE settings (`compress_rope_theta` 160000, YaRN factor 16 from 65536,
+beta 32/1, `rms_norm_eps` 1e-6, 64/512 rotated channels), run on random hidden states, and
+written as phasekv dumps that `phasekv kernel validate` checks against the presets `dsv4-csa`
+and `dsv4-hca` (or `dsv4-hca{m}` at another HCA rate).
+
+Parameter map (HF name -> phasekv name; d_h = head_dim):
+
+| HF                        | CSA (groups prev = 0, cur = 1)                         | HCA          |
+|---------------------------|--------------------------------------------------------|--------------|
+| `kv_proj.weight`          | `proj_k[0] = rows :d_h` (Ca), `proj_k[1] = rows d_h:` (Cb) | `proj_k[0]` |
+| `gate_proj.weight`        | `gate_k.z[0] = rows :d_h`, `gate_k.z[1] = rows d_h:`   | `gate_k.z[0]` |
+| `position_bias [m, 2d_h]` | `gate_k.b[i] = bias[i, :d_h]` (slots 0..m-1, previous window), `gate_k.b[m+i] = bias[i, d_h:]` (current window) | `gate_k.b` |
+| `kv_norm.weight`          | `gamma`                                                | `gamma`      |
+
+The official checkpoint names map to the HF names as `wkv` -> `kv_proj`, `wgate` ->
+`gate_proj`, `ape` -> `position_bias`, `norm` -> `kv_norm`.
+
+Outputs: `keys` are HF's compressed entries; `pooled_keys` (the input of `kv_norm`) and
+`gate_k` (the softmax over slots) are captured from HF's own forward, through a hook on
+`kv_norm` and on `Tensor.softmax`. With `--chunk C` the compressor runs through HF's streaming
+cache (`DeepseekV4CSACache` / `DeepseekV4HCACache`), C tokens per call, and only the keys are
+dumped. `--swap` is the negative control: it maps prev and cur the wrong way round, so
+validation must fail.
+
+Usage:
+
+    python3 python/hf_deepseek_v4.py --out hf-dumps/                 # dumps csa.safetensors, hca.safetensors
+    python3 python/hf_deepseek_v4.py --out hf-dumps/ --validate target/release/phasekv
+"""
+import argparse
+import os
+import subprocess
+import sys
+import types
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from phasekv_dump import DTYPES, dump  # noqa: E402
+
+from transformers.models.deepseek_v4 import modeling_deepseek_v4 as hf  # noqa: E402
+from transformers.models.deepseek_v4.configuration_deepseek_v4 import DeepseekV4Config  # noqa: E402
+
+# The released RoPE of compressed layers (config.json of V4-Flash / V4-Pro: rope_scaling).
+RELEASED_YARN = {
+    "rope_type": "yarn",
+    "factor": 16.0,
+    "original_max_position_embeddings": 65536,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+}
+
+
+def tiny_config(d_model=64, d_head=64, hca_rate=128):
+    """A tiny DeepSeek-V4 config: the released compressor settings at small widths."""
+    return DeepseekV4Config(
+        hidden_size=d_model,
+        head_dim=d_head,
+        num_attention_heads=2,
+        num_hidden_layers=2,
+        q_lora_rank=16,
+        o_lora_rank=16,
+        o_groups=2,
+        index_n_heads=2,
+        index_head_dim=16,
+        index_topk=4,
+        compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": hca_rate},
+        rope_parameters=dict(RELEASED_YARN),
+    )
+
+
+class HfCompressor(torch.nn.Module):
+    """An HF DeepSeek-V4 compressor behind phasekv's dump interface (see kernels.py)."""
+
+    def __init__(self, kind, config, seed=0, chunk=None, swap=False):
+        super().__init__()
+        self.kind, self.config, self.chunk, self.swap = kind, config, chunk, swap
+        gen = torch.Generator().manual_seed(seed)
+        cls = hf.DeepseekV4CSACompressor if kind == "csa" else hf.DeepseekV4HCACompressor
+        self.hf = cls(config)
+        with torch.no_grad():
+            for name, p in self.hf.named_parameters():
+                if name.endswith("kv_norm.weight"):
+                    p.copy_(1.0 + 0.1 * torch.rand(p.shape, generator=gen, dtype=torch.float64))
+                elif name.endswith("position_bias"):
+                    p.copy_(torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1)
+                else:
+                    p.copy_((torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1) / config.hidden_size**0.5)
+        self.q_residual_gen_seed = seed + 7
+
+    def phasekv_spec(self):
+        if self.kind == "csa":
+            return "dsv4-csa"
+        rate = self.config.compress_rates["heavily_compressed_attention"]
+        return "dsv4-hca" if rate == 128 else f"dsv4-hca{rate}"
+
+    def state_dict(self, *args, **kwargs):
+        """phasekv's parameter names and layout, mapped from HF's state dict."""
+        sd = self.hf.state_dict()
+        dh = self.config.head_dim
+        kv, gate, bias = sd["kv_proj.weight"], sd["gate_proj.weight"], sd["position_bias"]
+        if self.kind == "csa":
+            prev, cur = (slice(dh, None), slice(None, dh)) if self.swap else (slice(None, dh), slice(dh, None))
+            return {
+                "gate_k.z": torch.stack((gate[prev], gate[cur])),
+                "gate_k.b": torch.cat((bias[:, prev], bias[:, cur])),
+                "proj_k": torch.stack((kv[prev], kv[cur])),
+                "gamma": sd["kv_norm.weight"],
+            }
+        return {"gate_k.z": gate[None], "gate_k.b": bias, "proj_k": kv[None], "gamma": sd["kv_norm.weight"]}
+
+    def _call(self, x, start, cache):
+        b, t, _ = x.shape
+        position_ids = torch.arange(start, start + t)[None].expand(b, -1)
+        gen = torch.Generator().manual_seed(self.q_residual_gen_seed + start)
+        q_residual = (torch.rand(b, t, self.config.q_lora_rank, generator=gen, dtype=torch.float64) * 2 - 1).to(x.dtype)
+        past = None if cache is None else types.SimpleNamespace(layers=[cache])
+        compressed, _ = self.hf(x, q_residual, position_ids, past, 0)
+        return compressed[:, 0]
+
+    def forward(self, x):
+        if self.chunk is not None:
+            cls = hf.DeepseekV4CSACache if self.kind == "csa" else hf.DeepseekV4HCACache
+            cache = cls(self.config)
+            keys = None
+            for start in range(0, x.shape[1], self.chunk):
+                keys = self._call(x[:, start : start + self.chunk], start, cache)
+            return {"keys": keys}
+        captured = {}
+        real_softmax = torch.Tensor.softmax
+
+        def softmax(t, *args, **kwargs):
+            out = real_softmax(t, *args, **kwargs)
+            if "pooled" not in captured and t.dim() == 4:
+                captured["gate"] = out
+            return out
+
+        def pre_hook(_module, inputs):
+            captured.setdefault("pooled", inputs[0])
+
+        handle = self.hf.kv_norm.register_forward_pre_hook(pre_hook)
+        torch.Tensor.softmax = softmax
+        try:
+            keys = self._call(x, 0, None)
+        finally:
+            torch.Tensor.softmax = real_softmax
+            handle.remove()
+        out = {"keys": keys}
+        if "pooled" in captured:
+            out["pooled_keys"] = captured["pooled"].to(keys.dtype)
+            out["gate_k"] = captured["gate"].to(keys.dtype)
+        return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="folder for csa.safetensors and hca.safetensors")
+    ap.add_argument("--kind", choices=["csa", "hca", "both"], default="both")
+    ap.add_argument("--tokens", type=int, default=None, help="default: 22 for CSA, 2 HCA windows + 3 for HCA")
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--d-head", type=int, default=64)
+    ap.add_argument("--hca-rate", type=int, default=128)
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--chunk", type=int, default=None, help="run through HF's streaming cache, this many tokens a call")
+    ap.add_argument("--swap", action="store_true", help="negative control: map prev and cur the wrong way round")
+    ap.add_argument("--validate", metavar="PHASEKV", help="then run PHASEKV kernel validate on each dump; exit with its worst status")
+    a = ap.parse_args()
+    if a.chunk is not None and a.chunk < 1:
+        ap.error(f"--chunk must be at least 1, got {a.chunk}")
+    config = tiny_config(a.d_model, a.d_head, a.hca_rate)
+    os.makedirs(a.out, exist_ok=True)
+    status = 0
+    for kind in (["csa", "hca"] if a.kind == "both" else [a.kind]):
+        module = HfCompressor(kind, config, seed=a.seed, chunk=a.chunk, swap=a.swap)
+        tokens = a.tokens or (22 if kind == "csa" else 2 * a.hca_rate + 3)
+        gen = torch.Generator().manual_seed(a.seed)
+        x = torch.rand(a.batch, tokens, a.d_model, generator=gen, dtype=torch.float64) * 2 - 1
+        path = os.path.join(a.out, f"{kind}.safetensors")
+        dump(module, x, path, dtype=DTYPES[a.dtype], seed=a.seed)
+        print(f"wrote {path} (HF DeepseekV4{kind.upper()}Compressor as {module.phasekv_spec()}, "
+              f"{a.batch}x{tokens}x{a.d_model}, {a.dtype}{', streaming chunk %d' % a.chunk if a.chunk else ''}"
+              f"{', prev/cur swapped' if a.swap else ''})", flush=True)
+        if a.validate:
+            rc = subprocess.call([a.validate, "kernel", "validate", path])
+            status = max(status, rc)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

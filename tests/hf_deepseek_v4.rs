@@ -1,0 +1,78 @@
+//! Hugging Face's DeepSeek-V4 compressors, unmodified (transformers 5.23), dumped through
+//! `python/hf_deepseek_v4.py` and validated against the presets `dsv4-csa` and `dsv4-hca`:
+//! one-shot and through HF's streaming cache they pass (exit 0); the negative control that maps
+//! prev and cur the wrong way round fails (exit 1).
+//!
+//! Needs python3 with torch, safetensors and transformers. CI installs them (`.ci/run`) and sets
+//! `PHASEKV_REQUIRE_TRANSFORMERS=1`, which turns a missing package into a failure, never a skip.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn python_with_transformers() -> Option<&'static str> {
+    let ok = Command::new("python3")
+        .args(["-c", "import torch, safetensors, transformers.models.deepseek_v4"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if ok {
+        return Some("python3");
+    }
+    if std::env::var("PHASEKV_REQUIRE_TRANSFORMERS").is_ok_and(|v| v == "1") {
+        panic!(
+            "PHASEKV_REQUIRE_TRANSFORMERS=1 but python3 cannot import torch, safetensors and transformers' deepseek_v4"
+        );
+    }
+    eprintln!("\n!!!!!! SKIPPING the Hugging Face DeepSeek-V4 check: no python3 with transformers 5.23 !!!!!!\n");
+    None
+}
+
+fn scratch(label: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("phasekv-hf-{}-{label}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs the adapter with `--validate` on the phasekv binary: (exit code, stdout + stderr).
+fn adapter(py: &str, out: &Path, extra: &[&str]) -> (i32, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/hf_deepseek_v4.py");
+    let o = Command::new(py)
+        .arg(script)
+        .arg("--out")
+        .arg(out)
+        .args(["--validate", env!("CARGO_BIN_EXE_phasekv")])
+        .args(extra)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    (o.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn hugging_face_dsv4_compressors_validate_against_the_released_presets() {
+    let Some(py) = python_with_transformers() else { return };
+    let dir = scratch("oneshot");
+    let (code, out) = adapter(py, &dir, &[]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.matches("verdict: PASS").count(), 2, "{out}");
+    assert!(out.contains("dsv4-csa (W=8 S=4 pad_left") && out.contains("dsv4-hca (W=128 S=128"), "{out}");
+    assert!(out.contains("theta=160000 yarn(x16, from 65536)"), "{out}");
+    for id in ["K1 ", "K2 ", "K3 ", "K5 "] {
+        assert_eq!(out.lines().filter(|l| l.starts_with(id) && l.contains("PASS")).count(), 2, "{id}:\n{out}");
+    }
+
+    let dir = scratch("streaming");
+    let (code, out) = adapter(py, &dir, &["--chunk", "5"]);
+    assert_eq!(code, 0, "through HF's streaming cache:\n{out}");
+    assert!(out.contains("streaming chunk 5"), "{out}");
+
+    let dir = scratch("swapped");
+    let (code, out) = adapter(py, &dir, &["--swap", "--kind", "csa"]);
+    assert_eq!(code, 1, "prev and cur swapped must fail:\n{out}");
+    assert!(out.contains("verdict: FAIL") && out.contains("K13 tolerance: pooled keys"), "{out}");
+    for label in ["oneshot", "streaming", "swapped"] {
+        std::fs::remove_dir_all(std::env::temp_dir().join(format!("phasekv-hf-{}-{label}", std::process::id())))
+            .unwrap();
+    }
+}
