@@ -188,3 +188,30 @@ fn bad_input_is_an_error_naming_the_field() {
     assert!(gap_summary(&exact(&[0.9; M], 10), M, None, &zero).is_err());
     assert!(gap_summary(&exact(&[0.9; M], 10), M, Some(5), &ResampleConfig::default()).is_err());
 }
+
+#[test]
+fn statistics_from_protocol_prompts_and_outcomes() {
+    use phasekv::analysis::phase::{records as phase_records, statistics, Outcome};
+    use phasekv::analysis::protocol::{generate, Protocol};
+    use phasekv::task::TaskConfig;
+    let task = TaskConfig::default();
+    let prompts = generate(&task, Protocol::InSequence, 40, 5).unwrap();
+    // Phase 1 mod 4 much worse: every statistic sees it.
+    let outcomes: Vec<Outcome> = prompts
+        .iter()
+        .map(|p| Outcome { id: p.id, group: p.group, correct: p.id % 10 < if p.target_pos % 4 == 1 { 5 } else { 9 }, prob: None })
+        .collect();
+    let rec = phase_records(&prompts, &outcomes).unwrap();
+    assert!(rec.iter().zip(&prompts).all(|(r, p)| r.depth + r.position == p.target().query_pos));
+    let s = statistics(&rec, task.residue_modulus, Some(4), 1).unwrap();
+    let t = s.phase_test.as_ref().unwrap();
+    assert!(t.rejects(ALPHA) && t.df == 3, "{t:?}");
+    assert_eq!(s.period_scan.period, Some(4));
+    assert!(s.folded_gap.as_ref().unwrap().above_floor());
+    // An outcome that contradicts its prompt is an error naming it.
+    let mut bad = outcomes.clone();
+    bad[3].group = (bad[3].group + 1) % 24;
+    assert!(phase_records(&prompts, &bad).unwrap_err().to_string().contains("prompt 3"));
+    bad[3].id = 99_999;
+    assert!(phase_records(&prompts, &bad).unwrap_err().to_string().contains("99999"));
+}
