@@ -215,3 +215,32 @@ fn statistics_from_protocol_prompts_and_outcomes() {
     bad[3].id = 99_999;
     assert!(phase_records(&prompts, &bad).unwrap_err().to_string().contains("99999"));
 }
+
+#[test]
+fn preregistration_quotes_the_constants_of_the_code() {
+    use phasekv::analysis::{phase, phase_test as pt, stats, verdict as v};
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/theory/phase-lab.md")).unwrap();
+    let section = doc.split("## 7. Pre-registration (written before the committed run)").nth(1).expect("section");
+    let rows: Vec<(&str, String)> = vec![
+        ("ALPHA", pt::ALPHA.to_string()),
+        ("SPLINE_KNOTS", pt::SPLINE_KNOTS.to_string()),
+        ("MIN_EXPECTED", pt::MIN_EXPECTED.to_string()),
+        ("MC_ROUNDS", pt::MC_ROUNDS.to_string()),
+        ("DEFAULT_PER_GROUP", pt::DEFAULT_PER_GROUP.to_string()),
+        ("PERMUTATION_ROUNDS", stats::PERMUTATION_ROUNDS.to_string()),
+        ("BOOTSTRAP_ROUNDS", stats::BOOTSTRAP_ROUNDS.to_string()),
+        ("PERIOD_ALPHA", phase::PERIOD_ALPHA.to_string()),
+        ("CEILING_ACCURACY", v::CEILING_ACCURACY.to_string()),
+        ("MAGNITUDE_FRACTION", v::MAGNITUDE_FRACTION.to_string()),
+        ("PAPER_COMPRESSED_GAP_PP", v::PAPER_COMPRESSED_GAP_PP.to_string()),
+        ("PAPER_BASELINE_GAP_PP", v::PAPER_BASELINE_GAP_PP.to_string()),
+        ("PAPER_WITHIN_WINDOW_PP", v::PAPER_WITHIN_WINDOW_PP.to_string()),
+        ("E7_MIN_DRIFT_OFFSETS", v::E7_MIN_DRIFT_OFFSETS.to_string()),
+        ("DEAD_HEAD_MAX_DROP_PP", v::DEAD_HEAD_MAX_DROP_PP.to_string()),
+        ("required_seeds(3)", pt::required_seeds(3).to_string()),
+    ];
+    for (name, value) in rows {
+        let row = format!("| `{name}` | {value} |");
+        assert!(section.contains(&row), "theory/phase-lab.md §7.7 should quote {row}");
+    }
+}

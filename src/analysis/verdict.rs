@@ -21,6 +21,14 @@ pub const PAPER_BASELINE_GAP_PP: f64 = 6.1;
 /// The paper's accuracy spread among phases sharing one window (W8/S8), percentage points (E4).
 pub const PAPER_WITHIN_WINDOW_PP: f64 = 50.0;
 
+/// E7: a live head drifts toward static concentration when its static effective number of
+/// read offsets (gate times the norm of the projected value, `theory/phase-lab.md` §7.6) falls
+/// by at least this many offsets from step 0 to the end of training.
+pub const E7_MIN_DRIFT_OFFSETS: f64 = 1.0;
+/// E7: a head is dead (excluded) when knocking it out changes no prompt's accuracy by more than
+/// this, in percentage points, in every cell of both protocols' knockout maps.
+pub const DEAD_HEAD_MAX_DROP_PP: f64 = 0.0;
+
 /// A claim's verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
