@@ -17,7 +17,9 @@ mod common;
 use common::strategies::runner;
 use phasekv::analysis::phase_test::{phase_test, PhaseRecord, PhaseTestConfig, ALPHA, DEFAULT_PER_GROUP};
 use phasekv::analysis::protocol::{self, Protocol};
-use phasekv::analysis::stats::{chi_square_independence, estimate_period, group_accuracies, period_scan, ResampleConfig};
+use phasekv::analysis::stats::{
+    chi_square_independence, estimate_period, group_accuracies, period_scan, ResampleConfig,
+};
 use phasekv::task::TaskConfig;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -88,8 +90,8 @@ fn phase_test_detects_one_phase_6pp_lower_at_the_default_sample_size() {
             let acc = |pos: usize, depth: usize| {
                 0.90 + slope * (depth as f64 / dmax - 0.5) - if pos % stride == weak { 0.06 } else { 0.0 }
             };
-            let t = phase_test(&draw(&layout, seed, acc), stride, &PhaseTestConfig { seed, ..Default::default() })
-                .unwrap();
+            let t =
+                phase_test(&draw(&layout, seed, acc), stride, &PhaseTestConfig { seed, ..Default::default() }).unwrap();
             hits.set(hits.get() + t.rejects(ALPHA) as usize);
             Ok(())
         })
@@ -124,7 +126,7 @@ fn depth_only_results_give_no_phase_effect() {
     // The audit's default: 100 in-sequence prompts per group (issue 17, item 8).
     let m = TaskConfig::default().residue_modulus;
     let layout = layouts(Protocol::InSequence, 100);
-    let (dmin, dmax) = (layout.iter().map(|l| l.1).min().unwrap() as f64, layout.iter().map(|l| l.1).max().unwrap() as f64);
+    let dmin = layout.iter().map(|l| l.1).min().unwrap() as f64;
     let cases = 400u32;
     let (chi_hits, phase_hits, tests, confounded, confounded_phase_hits) =
         (Cell::new(0usize), Cell::new(0usize), Cell::new(0usize), Cell::new(0usize), Cell::new(0usize));
@@ -138,8 +140,8 @@ fn depth_only_results_give_no_phase_effect() {
         let chi_p = chi_square_independence(&group_accuracies(&pairs, m).unwrap()).unwrap().2;
         chi_hits.set(chi_hits.get() + (chi_p < ALPHA) as usize);
         for stride in [4usize, 6, 8] {
-            let t = phase_test(&records, stride, &PhaseTestConfig { seed, mc_rounds: 199, ..Default::default() })
-                .unwrap();
+            let t =
+                phase_test(&records, stride, &PhaseTestConfig { seed, mc_rounds: 199, ..Default::default() }).unwrap();
             tests.set(tests.get() + 1);
             phase_hits.set(phase_hits.get() + t.rejects(ALPHA) as usize);
             if chi_p <= 0.009 {

@@ -122,9 +122,8 @@ fn pooling_over_seeds_follows_the_aggregation_rule() {
     let mut r = runner("pooled-seeds", 8, None);
     r.run(&any::<u64>(), |seed| {
         // Each seed has a different weak phase (heads specialise differently per seed).
-        let planted: Vec<Vec<PhaseRecord>> = (0..3u64)
-            .map(|s| records(60, seed ^ s, move |p| if p % 4 == s as usize { 0.75 } else { 0.92 }))
-            .collect();
+        let planted: Vec<Vec<PhaseRecord>> =
+            (0..3u64).map(|s| records(60, seed ^ s, move |p| if p % 4 == s as usize { 0.75 } else { 0.92 })).collect();
         let t = pooled_phase_test(&planted, 4, &cfg).unwrap();
         prop_assert_eq!(t.df, 9);
         prop_assert!(t.agreement.present(), "{}", t.agreement.describe());
@@ -147,9 +146,8 @@ fn knockout_rows_flag_a_phase_concentrated_head_and_not_noise() {
         let mut draw = |acc: f64| (0..n).filter(|_| rng.random::<f64>() < acc).count();
         let clean: Vec<GroupAccuracy> = (0..M).map(|g| GroupAccuracy::new(g, draw(0.95), n)).collect();
         // Three rows of uniform loss (full attention's stripes) and one concentrated on {0, 1} mod 4.
-        let mut rows: Vec<Vec<GroupAccuracy>> = (0..3)
-            .map(|_| (0..M).map(|g| GroupAccuracy::new(g, draw(0.7), n)).collect())
-            .collect();
+        let mut rows: Vec<Vec<GroupAccuracy>> =
+            (0..3).map(|_| (0..M).map(|g| GroupAccuracy::new(g, draw(0.7), n)).collect()).collect();
         rows.push((0..M).map(|g| GroupAccuracy::new(g, draw(if g % 4 < 2 { 0.3 } else { 0.95 }), n)).collect());
         let tests = knockout_row_tests(&clean, &rows, 4, &cfg).unwrap();
         for t in &tests[..3] {
@@ -183,7 +181,10 @@ fn bad_input_is_an_error_naming_the_field() {
     let clean = group_accuracies(&exact(&[0.9; M], 10), M).unwrap();
     let short = vec![clean[..20].to_vec()];
     assert!(knockout_row_tests(&clean, &short, 4, &cfg).unwrap_err().to_string().contains("row 0"));
-    assert!(knockout_row_tests(&clean, &[clean.clone()], 5, &cfg).unwrap_err().to_string().contains("stride"));
+    assert!(knockout_row_tests(&clean, std::slice::from_ref(&clean), 5, &cfg)
+        .unwrap_err()
+        .to_string()
+        .contains("stride"));
     let zero = ResampleConfig { permutation_rounds: 0, ..ResampleConfig::default() };
     assert!(gap_summary(&exact(&[0.9; M], 10), M, None, &zero).is_err());
     assert!(gap_summary(&exact(&[0.9; M], 10), M, Some(5), &ResampleConfig::default()).is_err());
@@ -199,7 +200,12 @@ fn statistics_from_protocol_prompts_and_outcomes() {
     // Phase 1 mod 4 much worse: every statistic sees it.
     let outcomes: Vec<Outcome> = prompts
         .iter()
-        .map(|p| Outcome { id: p.id, group: p.group, correct: p.id % 10 < if p.target_pos % 4 == 1 { 5 } else { 9 }, prob: None })
+        .map(|p| Outcome {
+            id: p.id,
+            group: p.group,
+            correct: p.id % 10 < if p.target_pos % 4 == 1 { 5 } else { 9 },
+            prob: None,
+        })
         .collect();
     let rec = phase_records(&prompts, &outcomes).unwrap();
     assert!(rec.iter().zip(&prompts).all(|(r, p)| r.depth + r.position == p.target().query_pos));

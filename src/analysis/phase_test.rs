@@ -105,7 +105,7 @@ impl PhaseTestConfig {
         if !(self.alpha > 0.0 && self.alpha < 1.0) {
             return Err(Error::invalid("alpha", format!("must be in (0, 1), got {}", self.alpha)));
         }
-        if !(self.min_expected >= 0.0) {
+        if self.min_expected.is_nan() || self.min_expected < 0.0 {
             return Err(Error::invalid("min expected count", format!("must be at least 0, got {}", self.min_expected)));
         }
         Ok(())
@@ -248,10 +248,10 @@ fn fit(x: &DMatrix<f64>, n: &[f64], y: &[f64], start: Option<&DVector<f64>>) -> 
         }
         let delta = match h.clone().cholesky() {
             Some(c) => c.solve(&score),
-            None => h
-                .lu()
-                .solve(&score)
-                .ok_or_else(|| Error::Numerical { what: "logistic fit".into(), reason: "singular Newton system".into() })?,
+            None => h.lu().solve(&score).ok_or_else(|| Error::Numerical {
+                what: "logistic fit".into(),
+                reason: "singular Newton system".into(),
+            })?,
         };
         let mut step = 1.0;
         let mut accepted = None;
@@ -349,7 +349,7 @@ impl LrProblem {
         }
         let ev = g.symmetric_eigen().eigenvalues;
         let (lo, hi) = ev.iter().fold((f64::INFINITY, 0f64), |(l, h), &e| (l.min(e), h.max(e)));
-        if !(lo > 1e-9 * hi) {
+        if lo.is_nan() || lo <= 1e-9 * hi {
             return Err(Error::invalid(
                 what,
                 "phase and depth cannot be separated on these prompts (too few distinct depths or a phase with no prompts)",
@@ -373,8 +373,7 @@ fn chi2_p(statistic: f64, df: usize) -> Result<PValue> {
 
 /// The spline's knots for `depths` (sorted): Harrell's quantiles, duplicates dropped.
 fn knots_for(sorted: &[f64], k: usize) -> Vec<f64> {
-    let mut knots: Vec<f64> =
-        KNOT_QUANTILES[k - 3].iter().map(|&q| super::stats::quantile_sorted(sorted, q)).collect();
+    let mut knots: Vec<f64> = KNOT_QUANTILES[k - 3].iter().map(|&q| super::stats::quantile_sorted(sorted, q)).collect();
     knots.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
     knots
 }
@@ -396,9 +395,7 @@ fn spline_basis(x: f64, knots: &[f64]) -> Vec<f64> {
         let c = |v: f64| v.max(0.0).powi(3);
         for &t in &knots[..k - 2] {
             let tj = z(t);
-            out.push(
-                c(xs - tj) - c(xs - tkm1) * (tkk - tj) / (tkk - tkm1) + c(xs - tkk) * (tkm1 - tj) / (tkk - tkm1),
-            );
+            out.push(c(xs - tj) - c(xs - tkm1) * (tkk - tj) / (tkk - tkm1) + c(xs - tkk) * (tkm1 - tj) / (tkk - tkm1));
         }
     }
     out
@@ -673,7 +670,10 @@ fn newcombe_pp(k1: usize, n1: usize, k2: usize, n2: usize) -> (f64, f64) {
     let (p1, p2) = (k1 as f64 / n1 as f64, k2 as f64 / n2 as f64);
     let ((l1, u1), (l2, u2)) = (wilson95(k1, n1), wilson95(k2, n2));
     let d = p1 - p2;
-    (100.0 * (d - ((p1 - l1).powi(2) + (u2 - p2).powi(2)).sqrt()), 100.0 * (d + ((u1 - p1).powi(2) + (p2 - l2).powi(2)).sqrt()))
+    (
+        100.0 * (d - ((p1 - l1).powi(2) + (u2 - p2).powi(2)).sqrt()),
+        100.0 * (d + ((u1 - p1).powi(2) + (p2 - l2).powi(2)).sqrt()),
+    )
 }
 
 /// Per-row tests of a knockout map: `clean` and each row of `rows` are per-residue-group
@@ -728,7 +728,7 @@ pub fn knockout_row_tests(
             (n, k)
         };
         let ((nc, kc), (nk, kk)) = (fold(clean), fold(row));
-        if nc.iter().any(|&n| n == 0.0) {
+        if nc.contains(&0.0) {
             return Err(Error::invalid("knockout map", format!("a phase mod {stride} has no prompts")));
         }
         let phase_drop_pp: Vec<f64> = (0..stride).map(|f| 100.0 * (kc[f] / nc[f] - kk[f] / nk[f])).collect();
@@ -788,8 +788,8 @@ mod tests {
         // Second differences vanish outside [10, 50] (natural spline).
         for &x in &[0.0, 55.0, 70.0] {
             let b: Vec<Vec<f64>> = [x - 1.0, x, x + 1.0].iter().map(|&v| spline_basis(v, &knots)).collect();
-            for j in 0..b[0].len() {
-                let d2 = b[0][j] - 2.0 * b[1][j] + b[2][j];
+            for (j, ((a, m), c)) in b[0].iter().zip(&b[1]).zip(&b[2]).enumerate() {
+                let d2 = a - 2.0 * m + c;
                 assert!(d2.abs() < 1e-12, "basis {j} at {x}: second difference {d2}");
             }
         }

@@ -501,7 +501,12 @@ impl GapSummary {
 
 /// The max gap over residue groups, or over phases `rho mod s` when `fold` is `Some(s)` (`s`
 /// must divide `m`), with its bootstrap interval, noise floor and permutation p-value.
-pub fn gap_summary(samples: &[(usize, bool)], m: usize, fold: Option<usize>, cfg: &ResampleConfig) -> Result<GapSummary> {
+pub fn gap_summary(
+    samples: &[(usize, bool)],
+    m: usize,
+    fold: Option<usize>,
+    cfg: &ResampleConfig,
+) -> Result<GapSummary> {
     cfg.check()?;
     if samples.is_empty() {
         return Err(Error::invalid("samples", "no samples to analyse"));
