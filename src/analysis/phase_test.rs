@@ -3,9 +3,9 @@
 //! its aggregation over seeds, and the per-row test of a knockout map.
 //!
 //! **Model.** Per prompt, `logit P(correct) = a + f(depth) + b[position mod S]` with `f` a
-//! restricted (natural) cubic spline in depth with [`SPLINE_KNOTS`] knots at fixed quantiles
-//! of the observed depths (Harrell's placement; `SPLINE_KNOTS - 1` degrees of freedom) and
-//! `b` a phase factor (`b[0] = 0`). The null model drops `b`. The statistic is the likelihood
+//! restricted (natural) cubic spline in depth with [`SPLINE_KNOTS`] knots at equally spaced
+//! quantiles of the observed depths, extremes included (`SPLINE_KNOTS - 1` degrees of freedom),
+//! and `b` a phase factor (`b[0] = 0`). The null model drops `b`. The statistic is the likelihood
 //! ratio `G = 2 (l1 - l0)` with `S - 1` degrees of freedom. Prompts with the same depth and
 //! phase are pooled into one binomial cell, so a fit costs microseconds.
 //!
@@ -13,8 +13,8 @@
 //! position, so depth determines position and with it the phase: every depth stratum holds
 //! exactly one phase and a permutation within strata has nothing to permute. What separates a
 //! phase effect from a depth effect is scale: the phase factor repeats every `S` tokens, while
-//! the spline's knots lie about a fifth of the depth range apart (15 tokens or more on the
-//! default task) and cannot follow a pattern of period `S <= 8`. A depth effect that changes
+//! the spline's knots lie about a quarter of the depth range apart (about 18 tokens on the
+//! first run's task) and cannot follow a pattern of period `S <= 8`. A depth effect that changes
 //! within a few tokens cannot be told from phase on such data, whatever the test; the task keeps
 //! the target away from the query block so that depth effects are smooth.
 //!
@@ -52,15 +52,6 @@ pub const MC_ROUNDS: usize = 1999;
 /// the sample size at which the test detects one phase 6 pp below the others at 90 % accuracy
 /// for `S = 4, 6, 8` (see `tests/phase_test_calibration.rs`).
 pub const DEFAULT_PER_GROUP: usize = 240;
-/// Quantiles of the depth distribution where the spline's knots go, for 3 to 7 knots
-/// (Harrell, *Regression Modeling Strategies*, table 2.3).
-const KNOT_QUANTILES: [&[f64]; 5] = [
-    &[0.10, 0.5, 0.90],
-    &[0.05, 0.35, 0.65, 0.95],
-    &[0.0, 0.25, 0.5, 0.75, 1.0],
-    &[0.05, 0.23, 0.41, 0.59, 0.77, 0.95],
-    &[0.025, 0.1833, 0.3417, 0.5, 0.6583, 0.8167, 0.975],
-];
 
 /// The result of one prompt as the phase test needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -371,9 +362,13 @@ fn chi2_p(statistic: f64, df: usize) -> Result<PValue> {
     Ok(PValue::asymptotic(dist.sf(statistic)))
 }
 
-/// The spline's knots for `depths` (sorted): Harrell's quantiles, duplicates dropped.
+/// The spline's knots for `depths` (sorted): `k` equally spaced quantiles, the smallest and
+/// largest depth included (depth effects are steepest at the ends of the range, beside the
+/// query block and at the deepest positions, where Harrell's 5 %/95 % placement would leave the
+/// spline linear); duplicates dropped.
 fn knots_for(sorted: &[f64], k: usize) -> Vec<f64> {
-    let mut knots: Vec<f64> = KNOT_QUANTILES[k - 3].iter().map(|&q| super::stats::quantile_sorted(sorted, q)).collect();
+    let mut knots: Vec<f64> =
+        (0..k).map(|j| super::stats::quantile_sorted(sorted, j as f64 / (k - 1) as f64)).collect();
     knots.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
     knots
 }
