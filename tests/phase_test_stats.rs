@@ -185,6 +185,9 @@ fn bad_input_is_an_error_naming_the_field() {
         .unwrap_err()
         .to_string()
         .contains("stride"));
+    let prime: Vec<(usize, bool)> = (0..70).map(|i| (i % 7, i % 3 == 0)).collect();
+    let e = period_scan(&prime, 7, ALPHA, &ResampleConfig::default()).unwrap_err().to_string();
+    assert!(e.contains("no proper divisor"), "{e}");
     let zero = ResampleConfig { permutation_rounds: 0, ..ResampleConfig::default() };
     assert!(gap_summary(&exact(&[0.9; M], 10), M, None, &zero).is_err());
     assert!(gap_summary(&exact(&[0.9; M], 10), M, Some(5), &ResampleConfig::default()).is_err());

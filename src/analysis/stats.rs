@@ -600,6 +600,9 @@ pub fn period_scan(samples: &[(usize, bool)], m: usize, alpha: f64, cfg: &Resamp
     let groups = group_accuracies(samples, m)?;
     let est = estimate_period(&groups, alpha)?;
     let periods = candidate_periods(m);
+    if periods.is_empty() {
+        return Err(Error::invalid("residue modulus M", format!("{m} has no proper divisor >= 2 to scan")));
+    }
     let best = est.candidates.first().map(|c| c.period).unwrap_or(2);
     let p_obs = est.candidates.first().map(|c| c.p_value).unwrap_or(1.0);
     // Per candidate, the F above which its p-value is at most p_obs (by bisection on the
