@@ -42,7 +42,14 @@ pub struct LabSettings {
 
 impl Default for LabSettings {
     fn default() -> Self {
-        LabSettings { eval_per_group: 100, knockout_per_group: 24, knockout_reference: 8, gate_samples: 64, seed: 0 }
+        LabSettings {
+            // The pre-registered sample size (power of the phase test, theory/phase-lab.md).
+            eval_per_group: crate::analysis::phase_test::DEFAULT_PER_GROUP,
+            knockout_per_group: 24,
+            knockout_reference: 8,
+            gate_samples: 64,
+            seed: 0,
+        }
     }
 }
 

@@ -5,6 +5,8 @@
 //! | [`stats`] | per-group accuracy, Wilson intervals, max gap, folding by phase, period estimate, chi-square and permutation tests |
 //! | [`protocol`] | the prefix and in-sequence padding protocols and their balancing |
 //! | [`phase`] | a phase profile (every statistic) from per-prompt outcomes |
+//! | [`phase_test`] | the pre-registered depth-controlled phase test, its pooling over seeds, knockout row tests |
+//! | [`verdict`] | verdict states of a claim, the ceiling rule, the paper's magnitudes |
 //! | [`eval`] | scoring a trained decoder on prompts; knockouts by mean replacement |
 //! | [`gates`] | gate preferences: static and input-dependent concentration |
 //! | [`audit`] | prompts exported as JSONL, external results read back |
@@ -13,5 +15,7 @@ pub mod audit;
 pub mod eval;
 pub mod gates;
 pub mod phase;
+pub mod phase_test;
 pub mod protocol;
 pub mod stats;
+pub mod verdict;

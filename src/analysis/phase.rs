@@ -1,8 +1,13 @@
 //! A model's phase profile: every statistic of `spec/phase-eval.md` §3 from per-prompt
 //! outcomes, whether they come from a model evaluated here ([`crate::analysis::eval`]) or from
-//! an external model's results read back ([`crate::analysis::audit`]).
+//! an external model's results read back ([`crate::analysis::audit`]). [`PhaseProfile`] keeps
+//! the first run's statistics; [`statistics`] adds issue 17's (the pre-registered phase test,
+//! the corrected period scan, gaps with intervals and noise floors) from per-prompt records that
+//! carry positions and depths ([`records`]).
 
-use super::stats::{self, GroupAccuracy, PeriodEstimate};
+use super::phase_test::{self, PhaseRecord, PhaseTest, PhaseTestConfig};
+use super::protocol::Prompt;
+use super::stats::{self, GapSummary, GroupAccuracy, PeriodEstimate, PeriodScan, ResampleConfig};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -122,6 +127,70 @@ pub fn profile(outcomes: &[Outcome], m: usize, stride: Option<usize>, seed: u64)
         permutation_p,
         folded,
     })
+}
+
+/// The issue-17 statistics of one set of outcomes: the pre-registered phase test, the
+/// corrected (exploratory) period scan with its stability, and the gaps with their intervals
+/// and noise floors (`theory/phase-lab.md`, "Pre-registration").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseStatistics {
+    /// The depth-controlled phase test at the kernel's stride (`None` without a stride).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_test: Option<PhaseTest>,
+    /// The period scan over the divisors of `M`, corrected for trying them all.
+    pub period_scan: PeriodScan,
+    /// Fraction of bootstrap resamples whose best period is the scan's best.
+    pub period_stability: f64,
+    /// The max gap over residue groups.
+    pub gap: GapSummary,
+    /// The max gap over the kernel's phases (`None` without a stride dividing `M`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folded_gap: Option<GapSummary>,
+}
+
+/// The per-prompt records of the phase test from protocol prompts and their outcomes (matched
+/// by prompt id; depth is the key-to-query distance of the scored query). Errors name an
+/// outcome whose id is not a prompt or whose group contradicts it.
+pub fn records(prompts: &[Prompt], outcomes: &[Outcome]) -> Result<Vec<PhaseRecord>> {
+    let by_id: std::collections::HashMap<usize, &Prompt> = prompts.iter().map(|p| (p.id, p)).collect();
+    outcomes
+        .iter()
+        .map(|o| {
+            let p = by_id
+                .get(&o.id)
+                .ok_or_else(|| Error::invalid("outcome id", format!("{} is not the id of any prompt", o.id)))?;
+            if p.group != o.group {
+                return Err(Error::invalid(
+                    "outcome group",
+                    format!("prompt {} is in group {}, its outcome says {}", o.id, p.group, o.group),
+                ));
+            }
+            let q = p.target().query_pos;
+            Ok(PhaseRecord { position: p.target_pos, depth: q.saturating_sub(p.target_pos), correct: o.correct })
+        })
+        .collect()
+}
+
+/// Every issue-17 statistic of `records` with residue modulus `m` and the kernel's `stride`
+/// (pre-registered settings, seeded by `seed`).
+pub fn statistics(records: &[PhaseRecord], m: usize, stride: Option<usize>, seed: u64) -> Result<PhaseStatistics> {
+    if records.is_empty() {
+        return Err(Error::invalid("outcomes", "no outcomes to analyse"));
+    }
+    let pairs: Vec<(usize, bool)> = records.iter().map(|r| (r.position % m.max(1), r.correct)).collect();
+    let cfg = ResampleConfig { seed, ..ResampleConfig::default() };
+    let period_scan = stats::period_scan(&pairs, m, PERIOD_ALPHA, &cfg)?;
+    let period_stability = stats::period_stability(&pairs, m, period_scan.best, &cfg)?;
+    let gap = stats::gap_summary(&pairs, m, None, &cfg)?;
+    let (phase_test, folded_gap) = match stride {
+        Some(s) if s > 1 => {
+            let t = phase_test::phase_test(records, s, &PhaseTestConfig { seed, ..PhaseTestConfig::default() })?;
+            let f = if m.is_multiple_of(s) { Some(stats::gap_summary(&pairs, m, Some(s), &cfg)?) } else { None };
+            (Some(t), f)
+        }
+        _ => (None, None),
+    };
+    Ok(PhaseStatistics { phase_test, period_scan, period_stability, gap, folded_gap })
 }
 
 /// Per-group accuracies as CSV (`group,n,correct,accuracy,wilson_lo,wilson_hi`).

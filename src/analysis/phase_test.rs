@@ -1,0 +1,826 @@
+//! The pre-registered phase test (`theory/phase-lab.md`, "Pre-registration"): is accuracy
+//! different across the kernel's own phases (position mod `S`) once depth is controlled? Also
+//! its aggregation over seeds, and the per-row test of a knockout map.
+//!
+//! **Model.** Per prompt, `logit P(correct) = a + f(depth) + b[position mod S]` with `f` a
+//! restricted (natural) cubic spline in depth with [`SPLINE_KNOTS`] knots at equally spaced
+//! quantiles of the observed depths, extremes included (`SPLINE_KNOTS - 1` degrees of freedom),
+//! and `b` a phase factor (`b[0] = 0`). The null model drops `b`. The statistic is the likelihood
+//! ratio `G = 2 (l1 - l0)` with `S - 1` degrees of freedom. Prompts with the same depth and
+//! phase are pooled into one binomial cell, so a fit costs microseconds.
+//!
+//! **Why a model and not a permutation within depth strata.** The scored query sits at a fixed
+//! position, so depth determines position and with it the phase: every depth stratum holds
+//! exactly one phase and a permutation within strata has nothing to permute. What separates a
+//! phase effect from a depth effect is scale: the phase factor repeats every `S` tokens, while
+//! the spline's knots lie about a quarter of the depth range apart (about 18 tokens on the
+//! first run's task) and cannot follow a pattern of period `S <= 8`. A depth effect that changes
+//! within a few tokens cannot be told from phase on such data, whatever the test; the task keeps
+//! the target away from the query block so that depth effects are smooth.
+//!
+//! **p-value.** Chi-square with `S - 1` degrees of freedom when, under the fitted null, every
+//! phase expects at least [`MIN_EXPECTED`] correct and [`MIN_EXPECTED`] wrong answers;
+//! otherwise (near the ceiling, where the chi-square approximation fails) a parametric
+//! bootstrap: [`MC_ROUNDS`] data sets drawn from the fitted null, both models refitted on each,
+//! `p = (1 + #{G* >= G}) / (1 + rounds)`.
+//!
+//! **Seeds.** The pooled test sums the per-seed statistics (each seed with its own spline and
+//! phase effects): a test of "no phase effect in any seed" with `n (S - 1)` degrees of freedom,
+//! which does not assume that every seed has the same weak phase. A claim of an effect holds when
+//! the pooled test rejects *and* at least [`required_seeds`] of the seeds reject on their own
+//! ([`SeedAgreement`]).
+
+use super::stats::{wilson95, GroupAccuracy, PValue};
+use crate::{Error, Result};
+use nalgebra::{DMatrix, DVector};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use statrs::distribution::{ChiSquared, ContinuousCDF};
+use std::collections::BTreeMap;
+
+/// Significance level of every pre-registered test.
+pub const ALPHA: f64 = 0.01;
+/// Knots of the depth spline (its degrees of freedom are one fewer).
+pub const SPLINE_KNOTS: usize = 5;
+/// Smallest expected count of correct and of wrong answers per phase (or knockout cell) under
+/// the null for the chi-square approximation; below it the p-value is resampled.
+pub const MIN_EXPECTED: f64 = 10.0;
+/// Parametric-bootstrap rounds when the p-value is resampled (floor `1/2000`).
+pub const MC_ROUNDS: usize = 1999;
+/// Evaluation prompts per residue group and protocol, per seed, that the committed run uses:
+/// the sample size at which the test detects one phase 6 pp below the others at 90 % accuracy
+/// for `S = 4, 6, 8` (see `tests/phase_test_calibration.rs`).
+pub const DEFAULT_PER_GROUP: usize = 240;
+
+/// The result of one prompt as the phase test needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseRecord {
+    /// Source-key position of the target (its phase is `position mod S`).
+    pub position: usize,
+    /// Depth: the key-to-query distance (or any coordinate that the depth effect is smooth in).
+    pub depth: usize,
+    /// Greedy exact match.
+    pub correct: bool,
+}
+
+/// Settings of the phase test (the defaults are the pre-registered ones).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTestConfig {
+    /// Spline knots (3 to 7).
+    pub knots: usize,
+    /// Smallest expected count for the chi-square approximation.
+    pub min_expected: f64,
+    /// Parametric-bootstrap rounds when resampling.
+    pub mc_rounds: usize,
+    /// Significance level.
+    pub alpha: f64,
+    /// Seed of the resampling.
+    pub seed: u64,
+}
+
+impl Default for PhaseTestConfig {
+    fn default() -> Self {
+        PhaseTestConfig { knots: SPLINE_KNOTS, min_expected: MIN_EXPECTED, mc_rounds: MC_ROUNDS, alpha: ALPHA, seed: 0 }
+    }
+}
+
+impl PhaseTestConfig {
+    fn check(&self) -> Result<()> {
+        if !(3..=7).contains(&self.knots) {
+            return Err(Error::invalid("spline knots", format!("must be in 3..=7, got {}", self.knots)));
+        }
+        if self.mc_rounds == 0 {
+            return Err(Error::invalid("bootstrap rounds", "must be at least 1, got 0"));
+        }
+        if !(self.alpha > 0.0 && self.alpha < 1.0) {
+            return Err(Error::invalid("alpha", format!("must be in (0, 1), got {}", self.alpha)));
+        }
+        if self.min_expected.is_nan() || self.min_expected < 0.0 {
+            return Err(Error::invalid("min expected count", format!("must be at least 0, got {}", self.min_expected)));
+        }
+        Ok(())
+    }
+}
+
+/// How a p-value was obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TestMethod {
+    /// Chi-square approximation of the likelihood ratio.
+    Asymptotic,
+    /// Parametric bootstrap from the fitted null.
+    ParametricBootstrap,
+}
+
+/// The phase test of one model (one seed, one protocol).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTest {
+    /// The kernel's stride `S`.
+    pub stride: usize,
+    /// Prompts.
+    pub n: usize,
+    /// Mean accuracy.
+    pub accuracy: f64,
+    /// The spline's knots (depths).
+    pub knots: Vec<f64>,
+    /// Raw accuracy per phase, with Wilson intervals.
+    pub phases: Vec<GroupAccuracy>,
+    /// Depth-adjusted accuracy per phase: the full model's mean predicted accuracy over every
+    /// prompt's depth with the phase set to each value in turn.
+    pub adjusted: Vec<f64>,
+    /// Max minus min depth-adjusted phase accuracy, percentage points.
+    pub adjusted_gap_pp: f64,
+    /// Likelihood-ratio statistic.
+    pub statistic: f64,
+    /// Degrees of freedom (`S - 1`).
+    pub df: usize,
+    /// Smallest expected count of correct or wrong answers of a phase under the null fit.
+    pub min_expected: f64,
+    /// How the p-value was obtained.
+    pub method: TestMethod,
+    /// The p-value.
+    pub p: PValue,
+}
+
+impl PhaseTest {
+    /// Whether the test rejects "no phase effect" at `alpha`.
+    pub fn rejects(&self, alpha: f64) -> bool {
+        self.p.below(alpha)
+    }
+}
+
+/// Binomial cells with a full and a nested null design.
+struct LrProblem {
+    x_full: DMatrix<f64>,
+    x_null: DMatrix<f64>,
+    n: Vec<f64>,
+    y: Vec<f64>,
+    /// Class of each cell for the expected-count rule (phase, or condition x phase).
+    class: Vec<usize>,
+    classes: usize,
+}
+
+/// A maximum-likelihood logistic fit.
+#[derive(Clone, Debug)]
+struct Fit {
+    beta: DVector<f64>,
+    loglik: f64,
+    mu: Vec<f64>,
+}
+
+fn softplus(x: f64) -> f64 {
+    if x > 0.0 {
+        x + (-x).exp().ln_1p()
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn loglik(x: &DMatrix<f64>, beta: &DVector<f64>, n: &[f64], y: &[f64]) -> (f64, DVector<f64>) {
+    let eta = x * beta;
+    let ll = eta.iter().zip(n).zip(y).map(|((&e, &n), &y)| y * e - n * softplus(e)).sum();
+    (ll, eta)
+}
+
+/// Newton's method with step halving for a binomial logistic model (maximum likelihood; with
+/// complete separation the likelihood's supremum is approached, which is all a likelihood
+/// ratio needs). A tiny ridge keeps the Newton system solvable; it does not change the optimum.
+fn fit(x: &DMatrix<f64>, n: &[f64], y: &[f64], start: Option<&DVector<f64>>) -> Result<Fit> {
+    let p = x.ncols();
+    let mut beta = match start {
+        Some(b) => b.clone(),
+        None => {
+            let (tn, ty): (f64, f64) = (n.iter().sum(), y.iter().sum());
+            let rate = ((ty + 0.5) / (tn + 1.0)).clamp(1e-6, 1.0 - 1e-6);
+            let mut b = DVector::zeros(p);
+            b[0] = (rate / (1.0 - rate)).ln();
+            b
+        }
+    };
+    let (mut ll, mut eta) = loglik(x, &beta, n, y);
+    for _ in 0..200 {
+        let mut h = DMatrix::<f64>::zeros(p, p);
+        let mut score = DVector::<f64>::zeros(p);
+        for i in 0..x.nrows() {
+            let mu = sigmoid(eta[i]);
+            let w = n[i] * mu * (1.0 - mu);
+            let r = y[i] - n[i] * mu;
+            for a in 0..p {
+                let xa = x[(i, a)];
+                if xa == 0.0 {
+                    continue;
+                }
+                score[a] += xa * r;
+                for b in 0..=a {
+                    h[(a, b)] += w * xa * x[(i, b)];
+                }
+            }
+        }
+        let mut diag_max: f64 = 0.0;
+        for a in 0..p {
+            for b in 0..a {
+                h[(b, a)] = h[(a, b)];
+            }
+            diag_max = diag_max.max(h[(a, a)]);
+        }
+        let ridge = 1e-10 * (1.0 + diag_max);
+        for a in 0..p {
+            h[(a, a)] += ridge;
+        }
+        let delta = match h.clone().cholesky() {
+            Some(c) => c.solve(&score),
+            None => h.lu().solve(&score).ok_or_else(|| Error::Numerical {
+                what: "logistic fit".into(),
+                reason: "singular Newton system".into(),
+            })?,
+        };
+        let mut step = 1.0;
+        let mut accepted = None;
+        while step > 1e-12 {
+            let cand = &beta + &delta * step;
+            let (ll_new, eta_new) = loglik(x, &cand, n, y);
+            if ll_new.is_finite() && ll_new >= ll - 1e-12 * (1.0 + ll.abs()) {
+                accepted = Some((cand, ll_new, eta_new));
+                break;
+            }
+            step *= 0.5;
+        }
+        let Some((b, ll_new, eta_new)) = accepted else { break };
+        let gain = ll_new - ll;
+        beta = b;
+        ll = ll_new;
+        eta = eta_new;
+        if gain < 1e-10 * (1.0 + ll.abs()) {
+            break;
+        }
+    }
+    let mu = eta.iter().map(|&e| sigmoid(e)).collect();
+    Ok(Fit { beta, loglik: ll, mu })
+}
+
+/// Both fits and the likelihood ratio of one problem.
+struct LrFits {
+    null: Fit,
+    full: Fit,
+    statistic: f64,
+    min_expected: f64,
+}
+
+impl LrProblem {
+    fn fits(&self) -> Result<LrFits> {
+        let null = fit(&self.x_null, &self.n, &self.y, None)?;
+        let start = self.extend(&null.beta);
+        let full = fit(&self.x_full, &self.n, &self.y, Some(&start))?;
+        // Every answer right (or every answer wrong): both models reach the same supremum.
+        let degenerate = self.y.iter().zip(&self.n).all(|(y, n)| *y == *n) || self.y.iter().all(|y| *y == 0.0);
+        let statistic = if degenerate { 0.0 } else { (2.0 * (full.loglik - null.loglik)).max(0.0) };
+        let mut e1 = vec![0f64; self.classes];
+        let mut e0 = vec![0f64; self.classes];
+        for i in 0..self.n.len() {
+            e1[self.class[i]] += self.n[i] * null.mu[i];
+            e0[self.class[i]] += self.n[i] * (1.0 - null.mu[i]);
+        }
+        let min_expected = e1.iter().chain(&e0).copied().fold(f64::INFINITY, f64::min);
+        Ok(LrFits { null, full, statistic, min_expected })
+    }
+
+    fn df(&self) -> usize {
+        self.x_full.ncols() - self.x_null.ncols()
+    }
+
+    /// The null coefficients padded with zeros for the full model.
+    fn extend(&self, b: &DVector<f64>) -> DVector<f64> {
+        let mut v = DVector::zeros(self.x_full.ncols());
+        v.rows_mut(0, b.len()).copy_from(b);
+        v
+    }
+
+    /// `rounds` likelihood-ratio statistics of data sets drawn from the fitted null.
+    fn bootstrap(&self, fits: &LrFits, rounds: usize, rng: &mut ChaCha8Rng) -> Result<Vec<f64>> {
+        let start_full = self.extend(&fits.null.beta);
+        let mut out = Vec::with_capacity(rounds);
+        let mut y = vec![0f64; self.n.len()];
+        for _ in 0..rounds {
+            for ((yi, &ni), &mu) in y.iter_mut().zip(&self.n).zip(&fits.null.mu) {
+                *yi = (0..ni as usize).filter(|_| rng.random::<f64>() < mu).count() as f64;
+            }
+            let f0 = fit(&self.x_null, &self.n, &y, Some(&fits.null.beta))?;
+            let f1 = fit(&self.x_full, &self.n, &y, Some(&start_full))?;
+            out.push((2.0 * (f1.loglik - f0.loglik)).max(0.0));
+        }
+        Ok(out)
+    }
+
+    /// Checks that the full design has full column rank on the cells present.
+    fn check_rank(&self, what: &str) -> Result<()> {
+        let p = self.x_full.ncols();
+        let mut g = DMatrix::<f64>::zeros(p, p);
+        for i in 0..self.x_full.nrows() {
+            for a in 0..p {
+                for b in 0..p {
+                    g[(a, b)] += self.n[i] * self.x_full[(i, a)] * self.x_full[(i, b)];
+                }
+            }
+        }
+        let d: Vec<f64> = (0..p).map(|a| g[(a, a)].max(1e-300).sqrt()).collect();
+        for a in 0..p {
+            for b in 0..p {
+                g[(a, b)] /= d[a] * d[b];
+            }
+        }
+        let ev = g.symmetric_eigen().eigenvalues;
+        let (lo, hi) = ev.iter().fold((f64::INFINITY, 0f64), |(l, h), &e| (l.min(e), h.max(e)));
+        if lo.is_nan() || lo <= 1e-9 * hi {
+            return Err(Error::invalid(
+                what,
+                "phase and depth cannot be separated on these prompts (too few distinct depths or a phase with no prompts)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The p-value of an observed statistic from bootstrap replicates.
+fn resampled_p(statistic: f64, replicates: &[f64]) -> PValue {
+    let tol = 1e-9 * (1.0 + statistic.abs());
+    PValue::resampled(replicates.iter().filter(|&&g| g >= statistic - tol).count(), replicates.len())
+}
+
+fn chi2_p(statistic: f64, df: usize) -> Result<PValue> {
+    let dist = ChiSquared::new(df as f64)
+        .map_err(|e| Error::Numerical { what: "chi-square distribution".into(), reason: e.to_string() })?;
+    Ok(PValue::asymptotic(dist.sf(statistic)))
+}
+
+/// The spline's knots for `depths` (sorted): `k` equally spaced quantiles, the smallest and
+/// largest depth included (depth effects are steepest at the ends of the range, beside the
+/// query block and at the deepest positions, where Harrell's 5 %/95 % placement would leave the
+/// spline linear); duplicates dropped.
+fn knots_for(sorted: &[f64], k: usize) -> Vec<f64> {
+    let mut knots: Vec<f64> =
+        (0..k).map(|j| super::stats::quantile_sorted(sorted, j as f64 / (k - 1) as f64)).collect();
+    knots.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
+    knots
+}
+
+/// The restricted cubic spline basis at `x` (linear term first), on the scale where the outer
+/// knots are 0 and 1.
+fn spline_basis(x: f64, knots: &[f64]) -> Vec<f64> {
+    let k = knots.len();
+    if k < 2 {
+        return Vec::new();
+    }
+    let (t0, tk) = (knots[0], knots[k - 1]);
+    let scale = tk - t0;
+    let z = |v: f64| (v - t0) / scale;
+    let xs = z(x);
+    let mut out = vec![xs];
+    if k >= 3 {
+        let (tkm1, tkk) = (z(knots[k - 2]), z(knots[k - 1]));
+        let c = |v: f64| v.max(0.0).powi(3);
+        for &t in &knots[..k - 2] {
+            let tj = z(t);
+            out.push(c(xs - tj) - c(xs - tkm1) * (tkk - tj) / (tkk - tkm1) + c(xs - tkk) * (tkm1 - tj) / (tkk - tkm1));
+        }
+    }
+    out
+}
+
+/// The phase test's problem: one cell per (depth, phase).
+fn phase_problem(records: &[PhaseRecord], stride: usize, k: usize) -> Result<(LrProblem, Vec<f64>)> {
+    if stride < 2 {
+        return Err(Error::invalid("stride", format!("must be at least 2 for a phase test, got {stride}")));
+    }
+    if records.is_empty() {
+        return Err(Error::invalid("records", "no prompts to test"));
+    }
+    let mut cells: BTreeMap<(usize, usize), (f64, f64)> = BTreeMap::new();
+    for r in records {
+        let c = cells.entry((r.depth, r.position % stride)).or_insert((0.0, 0.0));
+        c.0 += 1.0;
+        c.1 += f64::from(u8::from(r.correct));
+    }
+    let mut depths: Vec<f64> = records.iter().map(|r| r.depth as f64).collect();
+    depths.sort_by(f64::total_cmp);
+    let knots = knots_for(&depths, k);
+    let n_spline = if knots.len() >= 2 { knots.len() - 1 } else { 0 };
+    let null_cols = 1 + n_spline;
+    let cols = null_cols + stride - 1;
+    let mut x = DMatrix::<f64>::zeros(cells.len(), cols);
+    let (mut n, mut y, mut class) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, (&(depth, phase), &(ni, yi))) in cells.iter().enumerate() {
+        x[(i, 0)] = 1.0;
+        for (j, b) in spline_basis(depth as f64, &knots).into_iter().enumerate() {
+            x[(i, 1 + j)] = b;
+        }
+        if phase > 0 {
+            x[(i, null_cols + phase - 1)] = 1.0;
+        }
+        n.push(ni);
+        y.push(yi);
+        class.push(phase);
+    }
+    let x_null = x.columns(0, null_cols).into_owned();
+    let problem = LrProblem { x_full: x, x_null, n, y, class, classes: stride };
+    problem.check_rank("phase test")?;
+    Ok((problem, knots))
+}
+
+/// One seed's problem, fits and (when resampled) replicates.
+struct Prepared {
+    problem: LrProblem,
+    fits: LrFits,
+    knots: Vec<f64>,
+    records: usize,
+}
+
+fn prepare(records: &[PhaseRecord], stride: usize, cfg: &PhaseTestConfig) -> Result<Prepared> {
+    cfg.check()?;
+    let (problem, knots) = phase_problem(records, stride, cfg.knots)?;
+    let fits = problem.fits()?;
+    Ok(Prepared { problem, fits, knots, records: records.len() })
+}
+
+impl Prepared {
+    fn resample(&self, cfg: &PhaseTestConfig) -> bool {
+        self.fits.min_expected < cfg.min_expected
+    }
+
+    fn summary(&self, stride: usize, records: &[PhaseRecord], p: PValue, method: TestMethod) -> PhaseTest {
+        let mut n = vec![0usize; stride];
+        let mut k = vec![0usize; stride];
+        for r in records {
+            n[r.position % stride] += 1;
+            k[r.position % stride] += r.correct as usize;
+        }
+        let phases: Vec<GroupAccuracy> = (0..stride).map(|f| GroupAccuracy::new(f, k[f], n[f])).collect();
+        // Depth-adjusted accuracy: every cell's depth part, each phase in turn, weighted by count.
+        let pr = &self.problem;
+        let null_cols = pr.x_null.ncols();
+        let base = pr.x_null.clone() * self.fits.full.beta.rows(0, null_cols);
+        let total: f64 = pr.n.iter().sum();
+        let adjusted: Vec<f64> = (0..stride)
+            .map(|f| {
+                let shift = if f > 0 { self.fits.full.beta[null_cols + f - 1] } else { 0.0 };
+                base.iter().zip(&pr.n).map(|(&e, &ni)| ni * sigmoid(e + shift)).sum::<f64>() / total
+            })
+            .collect();
+        let (lo, hi) = adjusted.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        PhaseTest {
+            stride,
+            n: self.records,
+            accuracy: k.iter().sum::<usize>() as f64 / self.records as f64,
+            knots: self.knots.clone(),
+            phases,
+            adjusted_gap_pp: 100.0 * (hi - lo),
+            adjusted,
+            statistic: self.fits.statistic,
+            df: pr.df(),
+            min_expected: self.fits.min_expected,
+            method,
+            p,
+        }
+    }
+}
+
+/// The pre-registered phase test of one model's `records` for stride `stride` (see the module
+/// doc).
+pub fn phase_test(records: &[PhaseRecord], stride: usize, cfg: &PhaseTestConfig) -> Result<PhaseTest> {
+    let prep = prepare(records, stride, cfg)?;
+    let (p, method) = if prep.resample(cfg) {
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let reps = prep.problem.bootstrap(&prep.fits, cfg.mc_rounds, &mut rng)?;
+        (resampled_p(prep.fits.statistic, &reps), TestMethod::ParametricBootstrap)
+    } else {
+        (chi2_p(prep.fits.statistic, prep.problem.df())?, TestMethod::Asymptotic)
+    };
+    Ok(prep.summary(stride, records, p, method))
+}
+
+/// How many of `n` seeds must reject on their own for an effect to hold: two thirds, rounded up
+/// (2 of 3, 3 of 4, 4 of 5).
+pub fn required_seeds(n: usize) -> usize {
+    (2 * n).div_ceil(3)
+}
+
+/// The agreement of the pooled test and the per-seed tests at `alpha`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeedAgreement {
+    /// Significance level.
+    pub alpha: f64,
+    /// Seeds tested.
+    pub seeds: usize,
+    /// Seeds whose own test rejects.
+    pub significant_seeds: usize,
+    /// Seeds that must reject ([`required_seeds`]).
+    pub required: usize,
+    /// Whether the pooled test rejects.
+    pub pooled_significant: bool,
+}
+
+impl SeedAgreement {
+    /// From the pooled p-value and the per-seed p-values.
+    pub fn new(pooled: PValue, per_seed: &[PValue], alpha: f64) -> Self {
+        SeedAgreement {
+            alpha,
+            seeds: per_seed.len(),
+            significant_seeds: per_seed.iter().filter(|p| p.below(alpha)).count(),
+            required: required_seeds(per_seed.len()),
+            pooled_significant: pooled.below(alpha),
+        }
+    }
+
+    /// The effect holds: the pooled test rejects and at least `required` seeds do.
+    pub fn present(&self) -> bool {
+        self.pooled_significant && self.significant_seeds >= self.required
+    }
+
+    /// The effect is absent: the pooled test does not reject and fewer than `required` seeds do.
+    pub fn absent(&self) -> bool {
+        !self.pooled_significant && self.significant_seeds < self.required
+    }
+
+    /// "pooled p < 0.01, 3/3 seeds" style summary.
+    pub fn describe(&self) -> String {
+        format!(
+            "pooled {}, {}/{} seeds significant (need {})",
+            if self.pooled_significant { "significant" } else { "not significant" },
+            self.significant_seeds,
+            self.seeds,
+            self.required
+        )
+    }
+}
+
+/// The phase test over seeds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PooledPhaseTest {
+    /// The kernel's stride.
+    pub stride: usize,
+    /// One test per seed, in the order given.
+    pub seeds: Vec<PhaseTest>,
+    /// Sum of the per-seed statistics.
+    pub statistic: f64,
+    /// Sum of the per-seed degrees of freedom.
+    pub df: usize,
+    /// How the pooled p-value was obtained (resampled when any seed is).
+    pub method: TestMethod,
+    /// The pooled p-value.
+    pub p: PValue,
+    /// The aggregation rule's inputs and outcome.
+    pub agreement: SeedAgreement,
+}
+
+/// The phase test of every seed (`seeds[i]` holds seed `i`'s records) and their pooled test
+/// (see the module doc).
+pub fn pooled_phase_test(seeds: &[Vec<PhaseRecord>], stride: usize, cfg: &PhaseTestConfig) -> Result<PooledPhaseTest> {
+    if seeds.is_empty() {
+        return Err(Error::invalid("seeds", "no seeds to pool"));
+    }
+    let prepared: Vec<Prepared> = seeds.iter().map(|r| prepare(r, stride, cfg)).collect::<Result<_>>()?;
+    let resample = prepared.iter().any(|p| p.resample(cfg));
+    let mut tests = Vec::with_capacity(seeds.len());
+    let mut pooled_reps = vec![0f64; if resample { cfg.mc_rounds } else { 0 }];
+    for (i, (prep, records)) in prepared.iter().zip(seeds).enumerate() {
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        rng.set_stream(i as u64);
+        let reps = if resample { Some(prep.problem.bootstrap(&prep.fits, cfg.mc_rounds, &mut rng)?) } else { None };
+        if let Some(r) = &reps {
+            pooled_reps.iter_mut().zip(r).for_each(|(a, b)| *a += b);
+        }
+        let (p, method) = match &reps {
+            Some(r) if prep.resample(cfg) => (resampled_p(prep.fits.statistic, r), TestMethod::ParametricBootstrap),
+            _ => (chi2_p(prep.fits.statistic, prep.problem.df())?, TestMethod::Asymptotic),
+        };
+        tests.push(prep.summary(stride, records, p, method));
+    }
+    let statistic: f64 = tests.iter().map(|t| t.statistic).sum();
+    let df: usize = tests.iter().map(|t| t.df).sum();
+    let (p, method) = if resample {
+        (resampled_p(statistic, &pooled_reps), TestMethod::ParametricBootstrap)
+    } else {
+        (chi2_p(statistic, df)?, TestMethod::Asymptotic)
+    };
+    let per_seed: Vec<PValue> = tests.iter().map(|t| t.p).collect();
+    let agreement = SeedAgreement::new(p, &per_seed, cfg.alpha);
+    Ok(PooledPhaseTest { stride, seeds: tests, statistic, df, method, p, agreement })
+}
+
+/// One cell of a knockout map with its uncertainty.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KnockoutCell {
+    /// Residue group.
+    pub group: usize,
+    /// Prompts.
+    pub n: usize,
+    /// Accuracy with the head knocked out, with its Wilson 95 % interval.
+    pub knocked: GroupAccuracy,
+    /// Clean minus knocked-out accuracy, percentage points.
+    pub drop_pp: f64,
+    /// Newcombe's hybrid-score 95 % interval of the drop (from the two Wilson intervals),
+    /// lower end, percentage points. It treats the two accuracies as independent; on the same
+    /// prompts they are positively correlated, so the interval is conservative.
+    pub drop_lo_pp: f64,
+    /// Upper end of that interval, percentage points.
+    pub drop_hi_pp: f64,
+}
+
+/// The folded-by-`S` test of one knockout row.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KnockoutRowTest {
+    /// Row index in the map (layer-major).
+    pub row: usize,
+    /// The stride folded by.
+    pub stride: usize,
+    /// Every cell with its intervals.
+    pub cells: Vec<KnockoutCell>,
+    /// Drop per phase (clean minus knocked-out, pooled over the groups of the phase), pp.
+    pub phase_drop_pp: Vec<f64>,
+    /// Likelihood ratio of the condition x phase interaction (does the drop depend on phase?).
+    pub statistic: f64,
+    /// Its degrees of freedom (`S - 1`).
+    pub df: usize,
+    /// How the p-value was obtained.
+    pub method: TestMethod,
+    /// The row's own p-value.
+    pub p: PValue,
+    /// Bonferroni-corrected over the rows: `min(1, p * rows)`.
+    pub p_bonferroni: f64,
+    /// Whether `p_bonferroni < alpha`.
+    pub significant: bool,
+}
+
+/// Newcombe's hybrid-score interval of `p1 - p2` from Wilson intervals, percentage points.
+fn newcombe_pp(k1: usize, n1: usize, k2: usize, n2: usize) -> (f64, f64) {
+    let (p1, p2) = (k1 as f64 / n1 as f64, k2 as f64 / n2 as f64);
+    let ((l1, u1), (l2, u2)) = (wilson95(k1, n1), wilson95(k2, n2));
+    let d = p1 - p2;
+    (
+        100.0 * (d - ((p1 - l1).powi(2) + (u2 - p2).powi(2)).sqrt()),
+        100.0 * (d + ((u1 - p1).powi(2) + (p2 - l2).powi(2)).sqrt()),
+    )
+}
+
+/// Per-row tests of a knockout map: `clean` and each row of `rows` are per-residue-group
+/// accuracies on the same prompts (clean, and with one head knocked out). Each row is folded by
+/// `stride` and tested for a condition x phase interaction in a logistic model (does the drop
+/// depend on the phase?), by likelihood ratio with `S - 1` degrees of freedom, resampled from
+/// the fitted null when a cell expects fewer than `cfg.min_expected` correct or wrong answers.
+/// The resampling uses at least `10 rows / alpha` rounds so that a Bonferroni-corrected p can
+/// fall below `alpha`. Rows are significant when `min(1, p rows) < cfg.alpha`.
+pub fn knockout_row_tests(
+    clean: &[GroupAccuracy],
+    rows: &[Vec<GroupAccuracy>],
+    stride: usize,
+    cfg: &PhaseTestConfig,
+) -> Result<Vec<KnockoutRowTest>> {
+    cfg.check()?;
+    let m = clean.len();
+    if stride < 2 || m == 0 || !m.is_multiple_of(stride) {
+        return Err(Error::invalid("stride", format!("must be at least 2 and divide M = {m}, got {stride}")));
+    }
+    let rounds = cfg.mc_rounds.max((10.0 * rows.len() as f64 / cfg.alpha).ceil() as usize);
+    let mut out = Vec::with_capacity(rows.len());
+    for (ri, row) in rows.iter().enumerate() {
+        if row.len() != m || row.iter().zip(clean).any(|(a, b)| a.n != b.n) {
+            return Err(Error::invalid(
+                "knockout row",
+                format!("row {ri} must have the clean map's {m} groups with the same prompt counts"),
+            ));
+        }
+        let cells: Vec<KnockoutCell> = clean
+            .iter()
+            .zip(row)
+            .map(|(c, k)| {
+                let (lo, hi) = if c.n > 0 { newcombe_pp(c.correct, c.n, k.correct, k.n) } else { (-100.0, 100.0) };
+                KnockoutCell {
+                    group: c.group,
+                    n: c.n,
+                    knocked: k.clone(),
+                    drop_pp: 100.0 * (c.accuracy - k.accuracy),
+                    drop_lo_pp: lo,
+                    drop_hi_pp: hi,
+                }
+            })
+            .collect();
+        let fold = |g: &[GroupAccuracy]| {
+            let mut n = vec![0f64; stride];
+            let mut k = vec![0f64; stride];
+            for x in g {
+                n[x.group % stride] += x.n as f64;
+                k[x.group % stride] += x.correct as f64;
+            }
+            (n, k)
+        };
+        let ((nc, kc), (nk, kk)) = (fold(clean), fold(row));
+        if nc.contains(&0.0) {
+            return Err(Error::invalid("knockout map", format!("a phase mod {stride} has no prompts")));
+        }
+        let phase_drop_pp: Vec<f64> = (0..stride).map(|f| 100.0 * (kc[f] / nc[f] - kk[f] / nk[f])).collect();
+        // Cells: (condition, phase); columns: intercept, knocked, phases 1.., knocked x phases 1..
+        let cols = 2 * stride;
+        let mut x = DMatrix::<f64>::zeros(2 * stride, cols);
+        let (mut n, mut y, mut class) = (Vec::new(), Vec::new(), Vec::new());
+        for cond in 0..2 {
+            for f in 0..stride {
+                let i = cond * stride + f;
+                x[(i, 0)] = 1.0;
+                x[(i, 1)] = cond as f64;
+                if f > 0 {
+                    x[(i, 1 + f)] = 1.0;
+                    x[(i, stride + f)] = cond as f64;
+                }
+                let (ni, yi) = if cond == 0 { (nc[f], kc[f]) } else { (nk[f], kk[f]) };
+                n.push(ni);
+                y.push(yi);
+                class.push(i);
+            }
+        }
+        let x_null = x.columns(0, stride + 1).into_owned();
+        let problem = LrProblem { x_full: x, x_null, n, y, class, classes: 2 * stride };
+        let fits = problem.fits()?;
+        let (p, method) = if fits.min_expected < cfg.min_expected {
+            let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+            rng.set_stream(ri as u64);
+            (resampled_p(fits.statistic, &problem.bootstrap(&fits, rounds, &mut rng)?), TestMethod::ParametricBootstrap)
+        } else {
+            (chi2_p(fits.statistic, problem.df())?, TestMethod::Asymptotic)
+        };
+        let p_bonferroni = (p.value * rows.len() as f64).min(1.0);
+        out.push(KnockoutRowTest {
+            row: ri,
+            stride,
+            cells,
+            phase_drop_pp,
+            statistic: fits.statistic,
+            df: problem.df(),
+            method,
+            p,
+            p_bonferroni,
+            significant: p_bonferroni < cfg.alpha,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spline_is_linear_beyond_the_outer_knots() {
+        let knots = [10.0, 20.0, 30.0, 40.0, 50.0];
+        // Second differences vanish outside [10, 50] (natural spline).
+        for &x in &[0.0, 55.0, 70.0] {
+            let b: Vec<Vec<f64>> = [x - 1.0, x, x + 1.0].iter().map(|&v| spline_basis(v, &knots)).collect();
+            for (j, ((a, m), c)) in b[0].iter().zip(&b[1]).zip(&b[2]).enumerate() {
+                let d2 = a - 2.0 * m + c;
+                assert!(d2.abs() < 1e-12, "basis {j} at {x}: second difference {d2}");
+            }
+        }
+        assert_eq!(spline_basis(30.0, &knots).len(), 4);
+    }
+
+    #[test]
+    fn logistic_fit_recovers_known_coefficients() {
+        // One covariate, exact cell proportions sigma(-1 + 2 x): the MLE is (-1, 2).
+        let xs = [0.0, 0.25, 0.5, 0.75, 1.0];
+        let mut x = DMatrix::zeros(5, 2);
+        let n = vec![1e6; 5];
+        let mut y = Vec::new();
+        for (i, &v) in xs.iter().enumerate() {
+            x[(i, 0)] = 1.0;
+            x[(i, 1)] = v;
+            y.push(1e6 * sigmoid(-1.0 + 2.0 * v));
+        }
+        let f = fit(&x, &n, &y, None).unwrap();
+        assert!((f.beta[0] + 1.0).abs() < 1e-6 && (f.beta[1] - 2.0).abs() < 1e-6, "{:?}", f.beta);
+    }
+
+    #[test]
+    fn separation_converges_to_the_supremum() {
+        // Group 1 always right: its coefficient diverges but the likelihood converges.
+        let mut x = DMatrix::zeros(2, 2);
+        x[(0, 0)] = 1.0;
+        x[(1, 0)] = 1.0;
+        x[(1, 1)] = 1.0;
+        let f = fit(&x, &[100.0, 100.0], &[50.0, 100.0], None).unwrap();
+        let sup = 100.0 * 0.5f64.ln(); // 50 ln .5 + 50 ln .5
+        assert!((f.loglik - sup).abs() < 1e-6, "{} vs {sup}", f.loglik);
+    }
+
+    #[test]
+    fn required_seeds_is_two_thirds_rounded_up() {
+        assert_eq!((1..=6).map(required_seeds).collect::<Vec<_>>(), vec![1, 2, 2, 3, 4, 4]);
+    }
+}

@@ -1,0 +1,172 @@
+//! Verdict states of a phase claim and the rules that assign them (`theory/phase-lab.md`,
+//! "Pre-registration"). The thresholds are the constants below; the document quotes them.
+
+use super::phase_test::SeedAgreement;
+use super::stats::GroupAccuracy;
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// A model is at the ceiling when every residue group's accuracy is at least this under both
+/// protocols: no phase can then be more than 2 pp worse than another, so "no effect" says
+/// nothing about phase sensitivity.
+pub const CEILING_ACCURACY: f64 = 0.98;
+/// An effect is reproduced (not just "qualitatively") when its measured magnitude is at least
+/// this fraction of the paper's: our models are orders of magnitude smaller and shorter, so
+/// the same order of magnitude is what can be asked.
+pub const MAGNITUDE_FRACTION: f64 = 0.5;
+/// The paper's largest prefix-padding gap of a compressed model, percentage points (E5).
+pub const PAPER_COMPRESSED_GAP_PP: f64 = 78.0;
+/// The paper's largest gap of a full-attention baseline, percentage points (E5).
+pub const PAPER_BASELINE_GAP_PP: f64 = 6.1;
+/// The paper's accuracy spread among phases sharing one window (W8/S8), percentage points (E4).
+pub const PAPER_WITHIN_WINDOW_PP: f64 = 50.0;
+
+/// E7: a live head drifts toward static concentration when its static effective number of
+/// read offsets (gate times the norm of the projected value, `theory/phase-lab.md` §7.6) falls
+/// by at least this many offsets from step 0 to the end of training.
+pub const E7_MIN_DRIFT_OFFSETS: f64 = 1.0;
+/// E7: a head is dead (excluded) when knocking it out changes no prompt's accuracy by more than
+/// this, in percentage points, in every cell of both protocols' knockout maps.
+pub const DEAD_HEAD_MAX_DROP_PP: f64 = 0.0;
+
+/// A claim's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// The effect holds by the aggregation rule and its magnitude is at least
+    /// [`MAGNITUDE_FRACTION`] of the paper's (or, for a claim of no effect, none is found).
+    Reproduced,
+    /// The effect holds by the aggregation rule but is smaller than [`MAGNITUDE_FRACTION`] of
+    /// the paper's.
+    ReproducedSmaller,
+    /// The data do not meet the criterion.
+    NotReproduced,
+    /// Every model the claim rests on is at the ceiling ([`at_ceiling`]).
+    NotTestableCeiling,
+}
+
+impl Verdict {
+    /// As written in reports.
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Reproduced => "reproduced",
+            Verdict::ReproducedSmaller => "reproduced qualitatively (smaller)",
+            Verdict::NotReproduced => "not reproduced",
+            Verdict::NotTestableCeiling => "not testable (ceiling)",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
+}
+
+/// Whether a model is at the ceiling: given its per-group accuracies under each protocol
+/// (pooled over seeds), every non-empty group of every protocol is at least
+/// [`CEILING_ACCURACY`]. Needs at least one protocol with at least one non-empty group.
+pub fn at_ceiling(protocols: &[&[GroupAccuracy]]) -> Result<bool> {
+    if !protocols.iter().any(|p| p.iter().any(|g| g.n > 0)) {
+        return Err(Error::invalid("ceiling rule", "needs at least one protocol with prompts"));
+    }
+    Ok(protocols.iter().all(|p| p.iter().filter(|g| g.n > 0).all(|g| g.accuracy >= CEILING_ACCURACY)))
+}
+
+/// A measured magnitude (percentage points) with its 95 % interval.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Magnitude {
+    /// Point estimate.
+    pub pp: f64,
+    /// Interval, lower end.
+    pub lo_pp: f64,
+    /// Interval, upper end.
+    pub hi_pp: f64,
+}
+
+/// What a claim asserts about an effect.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Claim {
+    /// An effect exists, of the paper's magnitude `paper_pp` (e.g. compressed models' gaps).
+    Effect {
+        /// The paper's magnitude.
+        paper_pp: f64,
+    },
+    /// No effect beyond `paper_max_pp` (e.g. full attention's gap of at most 6.1 pp).
+    NoEffect {
+        /// The paper's bound.
+        paper_max_pp: f64,
+    },
+}
+
+/// The verdict of a claim from the ceiling rule, the aggregation rule over seeds and the
+/// measured magnitude:
+///
+/// - at the ceiling: not testable, whichever the claim (a model that gets almost everything
+///   right can neither show an effect nor its absence);
+/// - an effect: it must hold ([`SeedAgreement::present`]); then reproduced if the magnitude is
+///   at least [`MAGNITUDE_FRACTION`] of the paper's, else reproduced qualitatively (smaller);
+/// - no effect: reproduced if the effect is absent ([`SeedAgreement::absent`]) and the interval
+///   of the magnitude reaches down to the paper's bound (the data are consistent with it).
+pub fn verdict(claim: Claim, ceiling: bool, agreement: &SeedAgreement, measured: Magnitude) -> Verdict {
+    if ceiling {
+        return Verdict::NotTestableCeiling;
+    }
+    match claim {
+        Claim::Effect { paper_pp } => {
+            if !agreement.present() {
+                Verdict::NotReproduced
+            } else if measured.pp >= MAGNITUDE_FRACTION * paper_pp {
+                Verdict::Reproduced
+            } else {
+                Verdict::ReproducedSmaller
+            }
+        }
+        Claim::NoEffect { paper_max_pp } => {
+            if agreement.absent() && measured.lo_pp <= paper_max_pp {
+                Verdict::Reproduced
+            } else {
+                Verdict::NotReproduced
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::stats::PValue;
+
+    fn agree(pooled: f64, seeds: &[f64]) -> SeedAgreement {
+        let per: Vec<PValue> = seeds.iter().map(|&p| PValue::asymptotic(p)).collect();
+        SeedAgreement::new(PValue::asymptotic(pooled), &per, 0.01)
+    }
+
+    #[test]
+    fn verdict_states_follow_the_rules() {
+        let big = Magnitude { pp: 45.0, lo_pp: 30.0, hi_pp: 60.0 };
+        let small = Magnitude { pp: 12.0, lo_pp: 6.0, hi_pp: 18.0 };
+        let effect = Claim::Effect { paper_pp: PAPER_COMPRESSED_GAP_PP };
+        assert_eq!(verdict(effect, false, &agree(1e-6, &[1e-4, 1e-3, 0.2]), big), Verdict::Reproduced);
+        assert_eq!(verdict(effect, false, &agree(1e-6, &[1e-4, 1e-3, 0.2]), small), Verdict::ReproducedSmaller);
+        // pooled significant but only one seed: does not hold
+        assert_eq!(verdict(effect, false, &agree(1e-6, &[1e-9, 0.3, 0.2]), big), Verdict::NotReproduced);
+        assert_eq!(verdict(effect, true, &agree(0.5, &[0.5, 0.5, 0.5]), small), Verdict::NotTestableCeiling);
+        let none = Claim::NoEffect { paper_max_pp: PAPER_BASELINE_GAP_PP };
+        assert_eq!(verdict(none, false, &agree(0.4, &[0.3, 0.02, 0.9]), small), Verdict::Reproduced);
+        assert_eq!(verdict(none, false, &agree(1e-3, &[0.3, 0.02, 0.9]), small), Verdict::NotReproduced);
+        assert_eq!(verdict(none, false, &agree(0.4, &[0.3, 0.02, 0.9]), big), Verdict::NotReproduced);
+        assert_eq!(Verdict::ReproducedSmaller.to_string(), "reproduced qualitatively (smaller)");
+    }
+
+    #[test]
+    fn ceiling_needs_every_group_of_every_protocol() {
+        let high: Vec<GroupAccuracy> = (0..24).map(|g| GroupAccuracy::new(g, 99, 100)).collect();
+        let mut one_low = high.clone();
+        one_low[5] = GroupAccuracy::new(5, 97, 100);
+        assert!(at_ceiling(&[&high, &high]).unwrap());
+        assert!(!at_ceiling(&[&high, &one_low]).unwrap());
+        assert!(at_ceiling(&[&[]]).is_err());
+    }
+}
