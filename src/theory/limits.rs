@@ -115,7 +115,9 @@ pub fn check_eps(p: &TaskParams, eps: f64, contexts: usize) -> Result<()> {
     if work > MAX_CONTEXT_WORK {
         return Err(Error::invalid(
             "L (S-1) N L S",
-            format!("{work} exceeds the limit {MAX_CONTEXT_WORK} of the per-context search (theory/induction-model.md §9)"),
+            format!(
+                "{work} exceeds the limit {MAX_CONTEXT_WORK} of the per-context search (theory/induction-model.md §9)"
+            ),
         ));
     }
     Ok(())

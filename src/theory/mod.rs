@@ -20,8 +20,8 @@
 pub mod critical;
 pub mod diagram;
 pub mod fast;
-pub mod limits;
 pub mod flow;
+pub mod limits;
 pub mod noisy;
 pub mod oracle;
 pub mod profile;
