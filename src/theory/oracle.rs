@@ -572,12 +572,15 @@ pub struct Minimised {
     pub error: Option<String>,
 }
 
+/// The best finite `(cost, parameters)` seen so far, shared with the solver's copy of the problem.
+type BestSeen = Arc<Mutex<Option<(f64, Vec<f64>)>>>;
+
 /// A problem that remembers the best finite cost it evaluated, so that a run stopped by an
 /// error still returns a point.
 #[derive(Clone)]
 struct Tracked<P> {
     inner: P,
-    best: Arc<Mutex<Option<(f64, Vec<f64>)>>>,
+    best: BestSeen,
 }
 
 impl<P: CostFunction<Param = Vec<f64>, Output = f64>> CostFunction for Tracked<P> {
