@@ -168,3 +168,34 @@ fn loss_command_and_plain_numbers() {
     assert!(!text.contains("Some(") && text.contains("Wilson"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// SIGTERM (what schedulers send) stops a long theory command at its next unit of work with
+/// exit status 143, instead of being swallowed by the interrupt handler.
+#[test]
+fn sigterm_stops_a_long_theory_command() {
+    let dir = out_dir("sigterm");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_phasekv"))
+        .args(["theory", "t2", "-S", "8", "-H", "3", "-N", "256", "--t-max", "10000", "--seeds", "100000"])
+        .args(["--no-euler-check", "--out", dir.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert_eq!(st.code(), Some(143));
+            break;
+        }
+        if start.elapsed().as_secs() > 30 {
+            let _ = child.kill();
+            panic!("t2 ignored SIGTERM for 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!dir.join("DONE").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -239,6 +239,17 @@ fn bar(len: u64, label: &str) -> Progress {
     Progress::new(len, label)
 }
 
+/// Called from every progress callback: after SIGINT or SIGTERM (the handler installed in
+/// `cli::main` only sets a flag) a theory command stops at its next unit of work, leaving its
+/// run directory unfinished (no DONE), with exit status 130 or 143.
+fn stop_if_interrupted() {
+    if super::interrupted() {
+        let code = if super::interrupted_exit_code() == ExitCode::from(143) { 143 } else { 130 };
+        eprintln!("interrupted: stopped; the run directory is left unfinished (no DONE)");
+        std::process::exit(code);
+    }
+}
+
 /// Run a theory command.
 pub fn run(cmd: TheoryCommand) -> Result<ExitCode> {
     match cmd {
@@ -288,7 +299,10 @@ fn t1(a: T1Args) -> Result<ExitCode> {
     let dir = RunDir::create(a.task.out_dir("t1"), a.task.seed, "phasekv theory t1")?;
     dir.write_config(&T1Config { params: p, options: opts.clone() })?;
     let pb = bar(planned_steps(&p, &opts) as u64, "restarts");
-    let report = theorem1(&p, &opts, || pb.inc(1))?;
+    let report = theorem1(&p, &opts, || {
+        pb.inc(1);
+        stop_if_interrupted();
+    })?;
     pb.finish();
     dir.write_json("theorem1.json", &report)?;
     // Figure: every restart's gap to F_1, by class of its end point.
@@ -347,7 +361,10 @@ fn t1(a: T1Args) -> Result<ExitCode> {
                 ..opts.clone()
             };
             let pb = bar(a.contexts as u64, "contexts");
-            let r = phasekv::theory::noisy::theorem1_eps(&p, &vocab, a.contexts, &small, || pb.inc(1))?;
+            let r = phasekv::theory::noisy::theorem1_eps(&p, &vocab, a.contexts, &small, || {
+                pb.inc(1);
+                stop_if_interrupted();
+            })?;
             pb.finish();
             let failed: usize = r.contexts.iter().map(|c| c.failed_restarts).sum();
             if failed > 0 {
@@ -476,7 +493,10 @@ fn t2(a: T2Args) -> Result<ExitCode> {
     dir.write_config(&T2Config { flow: cfg, seeds: seeds.clone(), euler_check: !a.no_euler_check })?;
     let pb = bar(seeds.len() as u64, "seeds");
     let t_seeds = Instant::now();
-    let runs = run_seeds(&cfg, &seeds, || pb.inc(1))?;
+    let runs = run_seeds(&cfg, &seeds, || {
+        pb.inc(1);
+        stop_if_interrupted();
+    })?;
     let wall_seeds = t_seeds.elapsed().as_secs_f64();
     pb.finish();
     let summary = summarise(&p, &runs);
@@ -485,7 +505,10 @@ fn t2(a: T2Args) -> Result<ExitCode> {
     } else {
         let ecfg = FlowConfig { integrator: Integrator::Euler, dt: cfg.dt / 2.0, ..cfg };
         let pb = bar(seeds.len() as u64, "euler dt/2");
-        let eruns = run_seeds(&ecfg, &seeds, || pb.inc(1))?;
+        let eruns = run_seeds(&ecfg, &seeds, || {
+            pb.inc(1);
+            stop_if_interrupted();
+        })?;
         pb.finish();
         let mut same = 0;
         let mut both = 0;
@@ -688,7 +711,11 @@ fn diagram(a: DiagramArgs) -> Result<ExitCode> {
         options: opts.clone(),
     })?;
     let pb = bar((betas.len() * gammas.len()) as u64, "grid points");
-    let d = phase_diagram(&p, &betas, &gammas, &opts, || pb.inc(1)).context("phase diagram")?;
+    let d = phase_diagram(&p, &betas, &gammas, &opts, || {
+        pb.inc(1);
+        stop_if_interrupted();
+    })
+    .context("phase diagram")?;
     pb.finish();
     dir.write_json("diagram.json", &d)?;
     let text = d.to_text();
