@@ -2,7 +2,7 @@
 //! grid point, [`super::oracle::theorem1`] decides `+` (concentration optimal), `k` (vertex not
 //! KKT) or `g` (vertex KKT but beaten). Points run in parallel (rayon).
 
-use super::oracle::{theorem1, OracleOptions, Structure, Verdict};
+use super::oracle::{theorem1, LabelCounts, OracleOptions, Structure, Verdict};
 use super::task::TaskParams;
 use crate::{Error, Result};
 use rayon::prelude::*;
@@ -19,7 +19,8 @@ pub struct DiagramPoint {
     pub verdict: Verdict,
     /// `F_1`.
     pub f1: f64,
-    /// Best loss found.
+    /// Best loss found: an upper bound on the minimum (restarts, split starts over every
+    /// subset of heads, local refinement).
     pub best_loss: f64,
     /// Loss of the best chunk-uniform one-hot configuration (enumerated; None if too many).
     pub best_one_hot_loss: Option<f64>,
@@ -29,6 +30,9 @@ pub struct DiagramPoint {
     pub kkt_margin: f64,
     /// Structure of the best minimiser.
     pub best_structure: Structure,
+    /// Restarts by label (local minimum, saddle, not converged).
+    #[serde(default)]
+    pub labels: LabelCounts,
 }
 
 /// A phase diagram (rows: beta, columns: gamma).
@@ -63,6 +67,21 @@ impl PhaseDiagram {
     }
 }
 
+/// Every beta and gamma finite, in `(0, MAX_TEMPERATURE]`, and at most `MAX_GRID_CELLS` cells.
+pub fn check_grid(betas: &[f64], gammas: &[f64]) -> Result<()> {
+    use super::limits::{MAX_GRID_CELLS, MAX_TEMPERATURE};
+    for (field, list) in [("betas", betas), ("gammas", gammas)] {
+        if list.is_empty() {
+            return Err(Error::invalid(field, "empty list; give at least one value"));
+        }
+        if let Some(v) = list.iter().find(|v| !(v.is_finite() && **v > 0.0 && **v <= MAX_TEMPERATURE)) {
+            return Err(Error::invalid(field, format!("{v} outside the allowed range (0, {MAX_TEMPERATURE}]")));
+        }
+    }
+    let cells = betas.len().saturating_mul(gammas.len());
+    super::limits::at_most("grid cells (betas x gammas)", cells, MAX_GRID_CELLS)
+}
+
 /// The spec's grid: betas `0.25, 1, 2, 4, 8, 16`, gammas `0.5, 1, 2, ..., 7`.
 pub fn spec_grid() -> (Vec<f64>, Vec<f64>) {
     (vec![0.25, 1.0, 2.0, 4.0, 8.0, 16.0], vec![0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
@@ -80,6 +99,7 @@ pub fn phase_diagram(
     if betas.is_empty() || gammas.is_empty() {
         return Err(Error::invalid("grid", "need at least one beta and one gamma"));
     }
+    check_grid(betas, gammas)?;
     let cells: Vec<(f64, f64)> = betas.iter().flat_map(|&b| gammas.iter().map(move |&g| (b, g))).collect();
     let points = cells
         .par_iter()
@@ -103,6 +123,7 @@ pub fn phase_diagram(
                 }),
                 kkt_margin: r.kkt.min_margin,
                 best_structure: r.best_structure,
+                labels: r.labels,
             })
         })
         .collect::<Result<Vec<_>>>()?;

@@ -14,6 +14,7 @@
 
 #![allow(clippy::needless_range_loop)] // index loops mirror the formulas (T-6g, T-11)
 
+use super::fast::FastStatic;
 use super::task::{
     population_loss_grad, sample_context, softmax_into, softmax_pullback, static_loss_grad, OracleGates,
     StaticWorkspace, TaskParams,
@@ -32,6 +33,18 @@ pub enum Integrator {
     Rk4,
     /// Forward Euler.
     Euler,
+}
+
+/// Which implementation evaluates the static-gate right-hand side (the content term always
+/// uses the oracle closed form).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum FlowKernel {
+    /// [`super::fast::FastStatic`]: batched, vectorised exponentials (the default).
+    #[default]
+    Fast,
+    /// [`super::task::static_loss_grad`] plus a separate softmax pullback: the reference the
+    /// fast kernel is tested and benchmarked against.
+    Reference,
 }
 
 /// Content-term options (T-11).
@@ -94,6 +107,16 @@ impl FlowConfig {
         if !(self.t_max.is_finite() && self.t_max >= self.dt) {
             return Err(Error::invalid("t_max", format!("must be finite and >= dt = {}, got {}", self.dt, self.t_max)));
         }
+        let steps = self.t_max / self.dt;
+        if steps > super::limits::MAX_FLOW_STEPS {
+            return Err(Error::invalid(
+                "t_max",
+                format!(
+                    "t_max / dt = {steps} steps exceeds the limit {} (theory/induction-model.md §9)",
+                    super::limits::MAX_FLOW_STEPS
+                ),
+            ));
+        }
         if !(self.threshold > 0.5 && self.threshold < 1.0) {
             return Err(Error::invalid("threshold", format!("must lie in (0.5, 1), got {}", self.threshold)));
         }
@@ -101,6 +124,11 @@ impl FlowConfig {
             if c.base_contexts == 0 {
                 return Err(Error::invalid("content base_contexts", "need >= 1"));
             }
+            super::limits::at_most(
+                "content contexts (base contexts x N)",
+                c.base_contexts.saturating_mul(self.params.vocab),
+                super::limits::MAX_CONTENT_CONTEXTS,
+            )?;
             if !(c.init_scale.is_finite() && c.init_scale >= 0.0) {
                 return Err(Error::invalid(
                     "content init_scale",
@@ -147,12 +175,19 @@ pub struct FlowState {
     gk: Vec<f64>,
     gv: Vec<f64>,
     ws: StaticWorkspace,
+    fast: FastStatic,
+    kernel: FlowKernel,
     sample: Option<ContentSample>,
 }
 
 impl FlowState {
     /// Initial state: `theta ~ N(0, sigma^2)` (content biases `N(0, init_scale^2)`), seeded.
     pub fn new(cfg: &FlowConfig, seed: u64) -> Result<Self> {
+        Self::with_kernel(cfg, seed, FlowKernel::Fast)
+    }
+
+    /// [`FlowState::new`] with a chosen static-gate kernel.
+    pub fn with_kernel(cfg: &FlowConfig, seed: u64, kernel: FlowKernel) -> Result<Self> {
         cfg.validate()?;
         let p = &cfg.params;
         let hs = p.heads * p.stride;
@@ -176,6 +211,8 @@ impl FlowState {
             gk: vec![0.0; hs],
             gv: vec![0.0; hs],
             ws: StaticWorkspace::new(p.heads, p.stride),
+            fast: FastStatic::new(p.heads, p.stride),
+            kernel,
             sample,
         })
     }
@@ -222,6 +259,8 @@ impl FlowState {
         let hs = p.heads * s;
         if let Some(sample) = &self.sample {
             content_loss_grad(&p, theta, sample, out)
+        } else if self.kernel == FlowKernel::Fast {
+            self.fast.eval(&p, &theta[..2 * hs], &mut out[..2 * hs])
         } else {
             for h in 0..p.heads {
                 softmax_into(&theta[h * s..(h + 1) * s], &mut self.pk[h * s..(h + 1) * s]);
@@ -394,7 +433,12 @@ pub struct FlowRun {
 /// Run the flow from seed `seed` until every head has converged or `t_max` is reached. With
 /// `stop_at_convergence = false` it runs to `t_max` (for trajectories).
 pub fn run_flow(cfg: &FlowConfig, seed: u64, stop_at_convergence: bool) -> Result<FlowRun> {
-    let mut st = FlowState::new(cfg, seed)?;
+    run_flow_with(cfg, seed, stop_at_convergence, FlowKernel::Fast)
+}
+
+/// [`run_flow`] with a chosen static-gate kernel.
+pub fn run_flow_with(cfg: &FlowConfig, seed: u64, stop_at_convergence: bool, kernel: FlowKernel) -> Result<FlowRun> {
+    let mut st = FlowState::with_kernel(cfg, seed, kernel)?;
     let p = cfg.params;
     let content_norm_init = st.content_norm();
     let max_steps = (cfg.t_max / cfg.dt).round() as usize;
@@ -467,11 +511,21 @@ pub fn run_flow(cfg: &FlowConfig, seed: u64, stop_at_convergence: bool) -> Resul
 /// Run many seeds in parallel (rayon); `progress` is called once per finished run (from
 /// worker threads).
 pub fn run_seeds(cfg: &FlowConfig, seeds: &[u64], progress: impl Fn() + Sync) -> Result<Vec<FlowRun>> {
+    run_seeds_with(cfg, seeds, FlowKernel::Fast, progress)
+}
+
+/// [`run_seeds`] with a chosen static-gate kernel.
+pub fn run_seeds_with(
+    cfg: &FlowConfig,
+    seeds: &[u64],
+    kernel: FlowKernel,
+    progress: impl Fn() + Sync,
+) -> Result<Vec<FlowRun>> {
     cfg.validate()?;
     seeds
         .par_iter()
         .map(|&s| {
-            let r = run_flow(cfg, s, true);
+            let r = run_flow_with(cfg, s, true, kernel);
             progress();
             r
         })

@@ -8,14 +8,20 @@
 //! |---|---|
 //! | [`vocab`] | vocabulary geometry (T-1): exact (`eps = 0`) and random constructions |
 //! | [`task`] | task parameters, gates, closed-form loss and gradient (T-4..T-8), literal Monte Carlo model |
+//! | [`critical`] | classification of critical points on the product of simplices: KKT margins, tangent Hessian |
+//! | [`fast`] | the gradient flow's fast static-gate kernel (the reference is in [`task`]) |
+//! | [`limits`] | upper bounds on every size the engine accepts |
 //! | [`oracle`] | Theorem 1: argmin L-BFGS over the oracle class, classification, KKT (T-9) |
 //! | [`diagram`] | the (beta, gamma) phase diagram of Theorem 1 |
 //! | [`noisy`] | Theorem 1 at eps > 0: per-context L-BFGS on the literal model (T-12) |
 //! | [`flow`] | Theorem 2: gradient flow on static gates (RK4 / Euler), seeds in parallel |
 //! | [`profile`] | retrieval accuracy by query offset of a converged model (T-10) |
 
+pub mod critical;
 pub mod diagram;
+pub mod fast;
 pub mod flow;
+pub mod limits;
 pub mod noisy;
 pub mod oracle;
 pub mod profile;

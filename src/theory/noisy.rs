@@ -12,6 +12,7 @@ use super::task::{sample_context, softmax_into, softmax_pullback, OracleGates, T
 use super::vocab::Vocabulary;
 use crate::{Error, Result};
 use argmin::core::{CostFunction, Gradient};
+use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -144,7 +145,11 @@ impl CostFunction for ContextProblem {
     type Param = Vec<f64>;
     type Output = f64;
     fn cost(&self, theta: &Vec<f64>) -> std::result::Result<f64, argmin::core::Error> {
-        Ok(self.loss_grad(&self.gates(theta), false).0)
+        let f = self.loss_grad(&self.gates(theta), false).0;
+        if !f.is_finite() {
+            return Err(argmin::core::Error::msg(format!("non-finite context loss {f}")));
+        }
+        Ok(f)
     }
 }
 
@@ -160,6 +165,9 @@ impl Gradient for ContextProblem {
             softmax_pullback(&g.value[b * s..(b + 1) * s], &mut gv[b * s..(b + 1) * s]);
         }
         gk.extend_from_slice(&gv);
+        if gk.iter().any(|x| !x.is_finite()) {
+            return Err(argmin::core::Error::msg("non-finite context gradient"));
+        }
         Ok(gk)
     }
 }
@@ -181,6 +189,10 @@ pub struct ContextResult {
     pub rounded_loss: f64,
     /// Structure of the best minimiser.
     pub structure: Structure,
+    /// L-BFGS runs of this context stopped by a non-finite loss or gradient (recorded as
+    /// failed; their best finite point still counts).
+    #[serde(default)]
+    pub failed_restarts: usize,
 }
 
 /// Largest number of distinct one-hot vertices enumerated per context.
@@ -203,9 +215,22 @@ fn injective_maps(heads: usize, offsets: usize) -> Vec<Vec<usize>> {
     out
 }
 
-/// Distinct one-hot vertices to search, as `offsets[h][l]`.
-fn vertex_candidates(p: &TaskParams) -> Vec<Vec<Vec<usize>>> {
-    let maps = injective_maps(p.heads, p.stride - 1);
+/// Distinct one-hot vertices to search, as `offsets[h][l]`. When there are more than
+/// [`MAX_VERTICES`] injective head-to-offset maps, the canonical one and seeded random ones.
+fn vertex_candidates(p: &TaskParams, seed: u64) -> Vec<Vec<Vec<usize>>> {
+    let count = (0..p.heads).try_fold(1usize, |acc, i| acc.checked_mul(p.stride - 1 - i));
+    let maps = if count.is_some_and(|c| c <= MAX_VERTICES) {
+        injective_maps(p.heads, p.stride - 1)
+    } else {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7E47);
+        let mut offs: Vec<usize> = (0..p.stride - 1).collect();
+        let mut maps = vec![(0..p.heads).collect::<Vec<usize>>()];
+        for _ in 1..MAX_VERTICES {
+            offs.shuffle(&mut rng);
+            maps.push(offs[..p.heads].to_vec());
+        }
+        maps
+    };
     let total = (maps.len() as f64).powi(p.chunks as i32);
     let mut per_chunk: Vec<Vec<usize>> = vec![vec![]];
     if total <= MAX_VERTICES as f64 {
@@ -263,7 +288,7 @@ pub fn theorem1_eps(
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x5EED_C0DE);
     let offsets: Vec<Vec<usize>> = (0..p.heads).map(|h| vec![h; p.chunks]).collect();
     let vertex = OracleGates::one_hot(p, &offsets)?;
-    let candidates = vertex_candidates(p);
+    let candidates = vertex_candidates(p, opts.seed);
     let mut results = Vec::with_capacity(contexts);
     for c in 0..contexts {
         let ctx = sample_context(p, &mut rng);
@@ -283,17 +308,24 @@ pub fn theorem1_eps(
             vstart[i] = 6.0 * vg.key[i];
             vstart[n + i] = 6.0 * vg.value[i];
         }
-        let (vt, vl, _) = minimise(&problem, vstart, opts.max_iters)?;
-        let mut best: Option<(f64, Vec<f64>)> = Some((vl, vt));
+        let mut failed_restarts = 0;
+        let mut best: Option<(f64, Vec<f64>)> = None;
+        let mut consider = |m: super::oracle::Minimised, best: &mut Option<(f64, Vec<f64>)>| {
+            failed_restarts += usize::from(m.error.is_some());
+            if m.loss.is_finite() && best.as_ref().is_none_or(|(b, _)| m.loss < *b) {
+                *best = Some((m.loss, m.theta));
+            }
+        };
+        consider(minimise(&problem, vstart, opts.max_iters), &mut best);
         for (i, kind) in plan.iter().enumerate() {
             let mut r = ChaCha8Rng::seed_from_u64(opts.seed.wrapping_mul(7_919).wrapping_add((c * 1000 + i) as u64));
             let init = start_logits(p, kind, &mut r);
-            let (theta, loss, _) = minimise(&problem, init, opts.max_iters)?;
-            if best.as_ref().is_none_or(|(b, _)| loss < *b) {
-                best = Some((loss, theta));
-            }
+            consider(minimise(&problem, init, opts.max_iters), &mut best);
         }
-        let (best_loss, theta) = best.expect("plan is non-empty");
+        let (best_loss, theta) = best.ok_or_else(|| Error::Numerical {
+            what: format!("context {}", c + 1),
+            reason: "every L-BFGS run failed with a non-finite loss".into(),
+        })?;
         let g = problem.gates(&theta);
         let structure = classify(&g);
         let rounded_offsets: Vec<Vec<usize>> =
@@ -306,6 +338,7 @@ pub fn theorem1_eps(
             vertex_beaten: best_loss < best_vertex.0 - 1e-9,
             rounded_loss: problem.loss_grad(&rounded, false).0,
             structure,
+            failed_restarts,
         });
         progress();
     }

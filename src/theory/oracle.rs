@@ -4,8 +4,10 @@
 //! near-vertex, and structured "split over k pairs" starts); classify the best minimiser and
 //! compare it with `F_1` (T-7) and with the KKT conditions at the one-hot vertex (T-9).
 
+use super::critical::{classify_point, PointClass, PointLabel};
 use super::task::{
-    one_hot_loss, population_loss, population_loss_grad, softmax_into, softmax_pullback, OracleGates, TaskParams,
+    one_hot_loss, population_loss, population_loss_grad, softmax_into, softmax_pullback, static_loss_grad, OracleGates,
+    StaticWorkspace, TaskParams,
 };
 use crate::{Error, Result};
 use argmin::core::{CostFunction, Executor, Gradient, State};
@@ -16,6 +18,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
 
 /// Absolute tolerance below `F_1` that counts as "beaten" (spec §3: 1e-9).
 pub const BEATEN_TOL: f64 = 1e-9;
@@ -54,6 +57,9 @@ impl OracleProblem {
     pub fn loss_and_grad(&self, theta: &[f64]) -> Result<(f64, Vec<f64>)> {
         let g = self.gates(theta);
         let (f, mut gk, mut gv) = population_loss_grad(&self.params, &g)?;
+        if gk.iter().chain(&gv).any(|x| !x.is_finite()) {
+            return Err(Error::Numerical { what: "oracle gradient".into(), reason: "non-finite entry".into() });
+        }
         let s = self.params.stride;
         for b in 0..g.key.len() / s {
             softmax_pullback(&g.key[b * s..(b + 1) * s], &mut gk[b * s..(b + 1) * s]);
@@ -95,11 +101,14 @@ pub enum StartKind {
     /// Near a distinct one-hot vertex (logit 4 on the chosen offsets, noise 0.1); offsets
     /// drawn per chunk.
     NearVertex,
-    /// Head 0 spreads key mass evenly over `pairs` offsets `r` and value mass over `r + 1`; the
-    /// other heads sit near distinct one-hot pairs on the remaining offsets; same in every chunk.
+    /// Every head in `heads` spreads key mass evenly over its own `pairs` offsets `r` and value
+    /// mass over `r + 1`; the other heads sit near one-hot pairs on further offsets (offsets are
+    /// shared only when `S - 1` is too small); the same in every chunk.
     Split {
-        /// Number of (key, value) pairs head 0 is split over.
+        /// Number of (key, value) pairs each split head is spread over.
         pairs: usize,
+        /// The split heads (1-based).
+        heads: Vec<usize>,
     },
 }
 
@@ -204,8 +213,9 @@ pub fn kkt_at(p: &TaskParams, g: &OracleGates) -> Result<KktReport> {
     Ok(KktReport { min_margin, holds: min_margin >= -KKT_TOL, worst_move: worst })
 }
 
-/// Largest number of chunk-uniform one-hot configurations [`best_one_hot`] enumerates.
-pub const MAX_ONE_HOT: usize = 100_000;
+/// Largest number of head configurations [`best_one_hot`] enumerates exactly; beyond it, a
+/// seeded local search (and the result says it is not exact).
+pub const MAX_ONE_HOT: usize = 2_000_000;
 
 /// The best one-hot configuration among all chunk-uniform ones (every head: any key offset,
 /// any value offset, the same in every chunk).
@@ -217,63 +227,122 @@ pub struct BestOneHot {
     pub key_offsets: Vec<usize>,
     /// Value offset per head (1-based).
     pub value_offsets: Vec<usize>,
-    /// How many configurations were enumerated, `S^(2H)`.
+    /// How many configurations were evaluated.
     pub enumerated: usize,
+    /// Whether every configuration up to a permutation of the heads was evaluated (else: the
+    /// best found by a local search, an upper bound on the one-hot minimum).
+    pub exact: bool,
     /// KKT margins (T-9) at this vertex.
     pub kkt: KktReport,
 }
 
-/// Enumerate every chunk-uniform one-hot configuration (`S^(2H)` of them) and return the
-/// best; `None` when there are more than [`MAX_ONE_HOT`].
-pub fn best_one_hot(p: &TaskParams) -> Result<Option<BestOneHot>> {
-    p.validate()?;
-    let s = p.stride;
-    let per_head = s * s;
-    let total = (per_head as f64).powi(p.heads as i32);
-    if total > MAX_ONE_HOT as f64 {
-        return Ok(None);
+/// Number of multisets of `k` items from `n` kinds, `C(n + k - 1, k)`, or None above `cap`.
+fn multisets(n: usize, k: usize, cap: usize) -> Option<usize> {
+    let mut c: u128 = 1;
+    for i in 0..k {
+        c = c * (n + i) as u128 / (i + 1) as u128;
+        if c > cap as u128 {
+            return None;
+        }
     }
-    let total = total as usize;
-    let mut g = OracleGates::uniform(p);
-    let mut best: Option<(f64, usize)> = None;
-    let decode = |mut code: usize| -> Vec<(usize, usize)> {
-        (0..p.heads)
-            .map(|_| {
-                let c = code % per_head;
-                code /= per_head;
-                (c / s, c % s)
-            })
-            .collect()
+    Some(c as usize)
+}
+
+/// The best chunk-uniform one-hot configuration. The chunks factor out of such a
+/// configuration's loss, which is the static closed form (T-6) with one-hot `pK_h`, `pV_h`,
+/// and the heads are interchangeable, so it suffices to evaluate (T-6) once per multiset of
+/// `(key, value)` pairs: `C(S^2 + H - 1, H)` of them. When that exceeds [`MAX_ONE_HOT`], a
+/// seeded local search (single-head moves to the best pair, from the distinct vertex and from
+/// random configurations) gives an upper bound, marked `exact: false`.
+pub fn best_one_hot(p: &TaskParams) -> Result<BestOneHot> {
+    p.validate()?;
+    let (hh, ss) = (p.heads, p.stride);
+    let pairs = ss * ss;
+    let mut ws = StaticWorkspace::new(hh, ss);
+    let (mut key, mut value) = (vec![0.0; hh * ss], vec![0.0; hh * ss]);
+    let mut eval = |cfg: &[usize]| {
+        key.iter_mut().for_each(|x| *x = 0.0);
+        value.iter_mut().for_each(|x| *x = 0.0);
+        for (h, &c) in cfg.iter().enumerate() {
+            key[h * ss + c / ss] = 1.0;
+            value[h * ss + c % ss] = 1.0;
+        }
+        static_loss_grad(p, &key, &value, &mut ws, None)
     };
-    let set = |g: &mut OracleGates, code: usize| {
-        g.key.iter_mut().for_each(|x| *x = 0.0);
-        g.value.iter_mut().for_each(|x| *x = 0.0);
-        for (h, (rk, rv)) in decode(code).into_iter().enumerate() {
-            for l in 0..p.chunks {
-                let i = g.idx(h, l, 0);
-                g.key[i + rk] = 1.0;
-                g.value[i + rv] = 1.0;
+    let mut evaluated = 0usize;
+    let mut best: Option<(f64, Vec<usize>)> = None;
+    let exact = multisets(pairs, hh, MAX_ONE_HOT).is_some();
+    if exact {
+        // Non-decreasing sequences c_1 <= ... <= c_H over 0..S^2.
+        let mut cfg = vec![0usize; hh];
+        loop {
+            let f = eval(&cfg);
+            evaluated += 1;
+            if best.as_ref().is_none_or(|(b, _)| f < b - 1e-12) {
+                best = Some((f, cfg.clone()));
+            }
+            let Some(i) = (0..hh).rev().find(|&i| cfg[i] + 1 < pairs) else { break };
+            let v = cfg[i] + 1;
+            cfg[i..].iter_mut().for_each(|c| *c = v);
+        }
+    } else {
+        let mut rng = ChaCha8Rng::seed_from_u64(0x0E_407);
+        let distinct: Vec<usize> = (0..hh).map(|h| (h % (ss - 1)) * ss + h % (ss - 1) + 1).collect();
+        for start in 0..8 {
+            let mut cfg: Vec<usize> =
+                if start == 0 { distinct.clone() } else { (0..hh).map(|_| rng.random_range(0..pairs)).collect() };
+            let mut f = eval(&cfg);
+            evaluated += 1;
+            loop {
+                let mut improved = false;
+                for h in 0..hh {
+                    let keep = cfg[h];
+                    let mut best_c = (f, keep);
+                    for c in 0..pairs {
+                        cfg[h] = c;
+                        let g = eval(&cfg);
+                        evaluated += 1;
+                        if g < best_c.0 - 1e-12 {
+                            best_c = (g, c);
+                        }
+                    }
+                    cfg[h] = best_c.1;
+                    if best_c.1 != keep {
+                        f = best_c.0;
+                        improved = true;
+                    }
+                }
+                if !improved {
+                    break;
+                }
+            }
+            if best.as_ref().is_none_or(|(b, _)| f < b - 1e-12) {
+                best = Some((f, cfg));
             }
         }
-    };
-    for code in 0..total {
-        set(&mut g, code);
-        let f = population_loss(p, &g)?;
-        if best.is_none_or(|(b, _)| f < b - 1e-12) {
-            best = Some((f, code));
+    }
+    let (_, cfg) = best.expect("at least one configuration");
+    let mut g = OracleGates::uniform(p);
+    g.key.iter_mut().for_each(|x| *x = 0.0);
+    g.value.iter_mut().for_each(|x| *x = 0.0);
+    for (h, &c) in cfg.iter().enumerate() {
+        for l in 0..p.chunks {
+            let i = g.idx(h, l, 0);
+            g.key[i + c / ss] = 1.0;
+            g.value[i + c % ss] = 1.0;
         }
     }
-    let (loss, code) = best.expect("at least one configuration");
-    set(&mut g, code);
+    // Report the oracle loss (T-4) of the winner (equal to T-6 to rounding).
+    let loss = population_loss(p, &g)?;
     let kkt = kkt_at(p, &g)?;
-    let d = decode(code);
-    Ok(Some(BestOneHot {
+    Ok(BestOneHot {
         loss,
-        key_offsets: d.iter().map(|x| x.0 + 1).collect(),
-        value_offsets: d.iter().map(|x| x.1 + 1).collect(),
-        enumerated: total,
+        key_offsets: cfg.iter().map(|c| c / ss + 1).collect(),
+        value_offsets: cfg.iter().map(|c| c % ss + 1).collect(),
+        enumerated: evaluated,
+        exact,
         kkt,
-    }))
+    })
 }
 
 /// Options for [`theorem1`].
@@ -287,7 +356,7 @@ pub struct OracleOptions {
     pub near_vertex: usize,
     /// Largest number of pairs in the split starts (`2..=max_split_pairs`, capped at `S-1`).
     pub max_split_pairs: usize,
-    /// Split restarts per pair count.
+    /// Split restarts per (pair count, subset of split heads); see [`split_subsets`].
     pub split_per_pairs: usize,
     /// L-BFGS iteration cap.
     pub max_iters: u64,
@@ -297,6 +366,14 @@ pub struct OracleOptions {
     /// re-minimised up to this many times, keeping a lower end point. L-BFGS can stop on the
     /// symmetric critical points of structured starts; this tells saddles from minima.
     pub saddle_escapes: usize,
+    /// Local refinement of the best end point: this many kicks (logit noise 0.3 and 1.0 in
+    /// turn), each re-minimised, keeping a lower end point.
+    #[serde(default = "default_refine_kicks")]
+    pub refine_kicks: usize,
+}
+
+fn default_refine_kicks() -> usize {
+    4
 }
 
 impl Default for OracleOptions {
@@ -310,6 +387,7 @@ impl Default for OracleOptions {
             max_iters: 600,
             seed: 0,
             saddle_escapes: 2,
+            refine_kicks: default_refine_kicks(),
         }
     }
 }
@@ -329,6 +407,41 @@ pub struct Restart {
     pub escapes_used: usize,
     /// Structure of the final gates.
     pub structure: Structure,
+    /// What the end point is: local minimum, saddle or not converged (T-13).
+    pub label: PointLabel,
+    /// The numbers behind the label (None when the classification itself failed).
+    pub classification: Option<PointClass>,
+    /// Why the optimiser stopped early (a non-finite loss or gradient), if it did; the end
+    /// point is then the best finite point it evaluated and the label is `NotConverged`.
+    pub error: Option<String>,
+    /// The end point's gates.
+    pub end_gates: OracleGates,
+}
+
+/// How many restarts ended with each label.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabelCounts {
+    /// Local minima.
+    pub local_min: usize,
+    /// Saddles.
+    pub saddle: usize,
+    /// Not converged (including failed restarts).
+    pub not_converged: usize,
+    /// Restarts stopped by a numerical error (counted in `not_converged` too).
+    pub failed: usize,
+}
+
+/// The local refinement of the best end point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refinement {
+    /// Kicks tried.
+    pub kicks: usize,
+    /// Kicks that lowered the loss.
+    pub improved: usize,
+    /// Best loss over restarts before refinement.
+    pub loss_before: f64,
+    /// After.
+    pub loss_after: f64,
 }
 
 /// Verdict at one parameter point (the map symbols of spec §3).
@@ -360,20 +473,28 @@ pub struct Theorem1Report {
     pub params: TaskParams,
     /// `F_1` (T-7).
     pub f1: f64,
-    /// Best loss over restarts.
+    /// Best loss found (restarts, then local refinement): an upper bound on the minimum of `F`
+    /// over the oracle class, not a certified minimum.
     pub best_loss: f64,
     /// Structure of the best minimiser.
     pub best_structure: Structure,
     /// The best minimiser's gates.
     pub best_gates: OracleGates,
+    /// Classification of the best point (T-13).
+    pub best_classification: Option<PointClass>,
+    /// The local refinement of the best restart.
+    pub refinement: Refinement,
     /// KKT at the canonical distinct vertex.
     pub kkt: KktReport,
-    /// The best chunk-uniform one-hot configuration, by enumeration (None if too many).
+    /// The best chunk-uniform one-hot configuration (always computed; an `Option` for the
+    /// JSON of older runs).
     pub best_one_hot: Option<BestOneHot>,
     /// Verdict.
     pub verdict: Verdict,
     /// Number of restarts that went below `F_1 - BEATEN_TOL`.
     pub restarts_below_f1: usize,
+    /// Restarts by label.
+    pub labels: LabelCounts,
     /// Every restart.
     pub restarts: Vec<Restart>,
 }
@@ -401,22 +522,28 @@ pub fn start_logits(p: &TaskParams, kind: &StartKind, rng: &mut ChaCha8Rng) -> V
                 }
             }
         }
-        StartKind::Split { pairs } => {
+        StartKind::Split { pairs, heads } => {
             theta.iter_mut().for_each(|t| *t = 0.05 * gaussian(rng));
             let mut offs: Vec<usize> = (0..ss - 1).collect();
             offs.shuffle(rng);
             let k = (*pairs).min(ss - 1).max(1);
             let mut probs_k = vec![vec![1e-3; ss]; hh];
             let mut probs_v = vec![vec![1e-3; ss]; hh];
-            for &r in &offs[..k] {
-                probs_k[0][r] += 1.0 / k as f64;
-                probs_v[0][r + 1] += 1.0 / k as f64;
-            }
-            for h in 1..hh {
-                // remaining heads on distinct remaining offsets when available
-                let r = if k + h - 1 < offs.len() { offs[k + h - 1] } else { offs[rng.random_range(0..offs.len())] };
-                probs_k[h][r] += 1.0;
-                probs_v[h][r + 1] += 1.0;
+            // Split heads first, then the others, each taking the next offsets of the shuffled
+            // list (wrapping around when there are too few).
+            let mut cursor = 0;
+            let order: Vec<(usize, usize)> = (0..hh)
+                .filter(|h| heads.contains(&(h + 1)))
+                .map(|h| (h, k))
+                .chain((0..hh).filter(|h| !heads.contains(&(h + 1))).map(|h| (h, 1)))
+                .collect();
+            for (h, count) in order {
+                for _ in 0..count {
+                    let r = offs[cursor % offs.len()];
+                    cursor += 1;
+                    probs_k[h][r] += 1.0 / count as f64;
+                    probs_v[h][r + 1] += 1.0 / count as f64;
+                }
             }
             for h in 0..hh {
                 for l in 0..ll {
@@ -431,29 +558,92 @@ pub fn start_logits(p: &TaskParams, kind: &StartKind, rng: &mut ChaCha8Rng) -> V
     theta
 }
 
+/// The outcome of one L-BFGS run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Minimised {
+    /// The best parameters.
+    pub theta: Vec<f64>,
+    /// Their loss.
+    pub loss: f64,
+    /// Iterations used.
+    pub iters: u64,
+    /// Why the run stopped early (a non-finite cost or gradient, or a solver error); `theta`
+    /// is then the best finite point evaluated (or `init`).
+    pub error: Option<String>,
+}
+
+/// The best finite `(cost, parameters)` seen so far, shared with the solver's copy of the problem.
+type BestSeen = Arc<Mutex<Option<(f64, Vec<f64>)>>>;
+
+/// A problem that remembers the best finite cost it evaluated, so that a run stopped by an
+/// error still returns a point.
+#[derive(Clone)]
+struct Tracked<P> {
+    inner: P,
+    best: BestSeen,
+}
+
+impl<P: CostFunction<Param = Vec<f64>, Output = f64>> CostFunction for Tracked<P> {
+    type Param = Vec<f64>;
+    type Output = f64;
+    fn cost(&self, theta: &Vec<f64>) -> std::result::Result<f64, argmin::core::Error> {
+        let c = self.inner.cost(theta)?;
+        if !c.is_finite() {
+            return Err(argmin::core::Error::msg(format!("non-finite cost {c}")));
+        }
+        if let Ok(mut b) = self.best.lock() {
+            if b.as_ref().is_none_or(|(v, _)| c < *v) {
+                *b = Some((c, theta.clone()));
+            }
+        }
+        Ok(c)
+    }
+}
+
+impl<P: Gradient<Param = Vec<f64>, Gradient = Vec<f64>>> Gradient for Tracked<P> {
+    type Param = Vec<f64>;
+    type Gradient = Vec<f64>;
+    fn gradient(&self, theta: &Vec<f64>) -> std::result::Result<Vec<f64>, argmin::core::Error> {
+        let g = self.inner.gradient(theta)?;
+        if g.iter().any(|x| !x.is_finite()) {
+            return Err(argmin::core::Error::msg("non-finite gradient"));
+        }
+        Ok(g)
+    }
+}
+
 /// Run L-BFGS (More-Thuente) from `init` through argmin's `Executor` on any problem with
-/// `Vec<f64>` parameters. Returns the best logits, their loss and the iteration count.
-pub fn minimise<P>(problem: &P, init: Vec<f64>, max_iters: u64) -> Result<(Vec<f64>, f64, u64)>
+/// `Vec<f64>` parameters. A non-finite cost or gradient stops the run cleanly (the line search
+/// would otherwise evaluate at NaN forever): the outcome carries the error and the best finite
+/// point evaluated.
+pub fn minimise<P>(problem: &P, init: Vec<f64>, max_iters: u64) -> Minimised
 where
     P: CostFunction<Param = Vec<f64>, Output = f64> + Gradient<Param = Vec<f64>, Gradient = Vec<f64>> + Clone,
 {
-    let numerical = |e: argmin::core::Error| Error::Numerical { what: "L-BFGS".into(), reason: e.to_string() };
-    let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
+    let tracked = Tracked { inner: problem.clone(), best: Arc::new(Mutex::new(None)) };
+    let best = tracked.best.clone();
+    let fallback = |error: String| {
+        let seen = best.lock().ok().and_then(|b| b.clone());
+        let (loss, theta) = seen.unwrap_or_else(|| (f64::NAN, init.clone()));
+        Minimised { theta, loss, iters: 0, error: Some(error) }
+    };
+    let solver = match LBFGS::new(MoreThuenteLineSearch::new(), 10)
         .with_tolerance_grad(1e-11)
-        .map_err(numerical)?
-        .with_tolerance_cost(0.0)
-        .map_err(numerical)?;
-    let res = Executor::new(problem.clone(), solver)
-        .configure(|s| s.param(init).max_iters(max_iters))
-        .run()
-        .map_err(numerical)?;
+        .and_then(|s| s.with_tolerance_cost(0.0))
+    {
+        Ok(s) => s,
+        Err(e) => return fallback(e.to_string()),
+    };
+    let res = match Executor::new(tracked, solver).configure(|s| s.param(init.clone()).max_iters(max_iters)).run() {
+        Ok(r) => r,
+        Err(e) => return fallback(e.to_string()),
+    };
     let state = res.state();
-    let best = state
-        .get_best_param()
-        .cloned()
-        .ok_or_else(|| Error::Numerical { what: "L-BFGS".into(), reason: "no parameter returned".into() })?;
     let cost = state.get_best_cost();
-    Ok((best, cost, state.get_iter()))
+    match state.get_best_param() {
+        Some(b) if cost.is_finite() => Minimised { theta: b.clone(), loss: cost, iters: state.get_iter(), error: None },
+        _ => fallback("no finite parameter returned".into()),
+    }
 }
 
 /// The list of restarts [`theorem1`] runs for `opts`.
@@ -468,14 +658,55 @@ pub fn restart_plan(p: &TaskParams, opts: &OracleOptions) -> Vec<StartKind> {
         plan.push(StartKind::NearVertex);
     }
     for pairs in 2..=opts.max_split_pairs.min(p.stride - 1) {
-        for _ in 0..opts.split_per_pairs {
-            plan.push(StartKind::Split { pairs });
+        for heads in split_subsets(p.heads) {
+            for _ in 0..opts.split_per_pairs {
+                plan.push(StartKind::Split { pairs, heads: heads.clone() });
+            }
         }
     }
     plan
 }
 
-/// Check Theorem 1 at one parameter point (eps = 0). `progress` is called after every restart.
+/// Up to this many heads, the split starts use every non-empty subset of heads.
+pub const MAX_SUBSET_HEADS: usize = 4;
+
+/// The head subsets (1-based) of the split starts: every non-empty subset when
+/// `H <= MAX_SUBSET_HEADS`, else each single head, each prefix `{1..k}` (`k >= 2`, which
+/// includes all heads).
+pub fn split_subsets(heads: usize) -> Vec<Vec<usize>> {
+    if heads <= MAX_SUBSET_HEADS {
+        (1usize..1 << heads).map(|mask| (0..heads).filter(|h| mask >> h & 1 == 1).map(|h| h + 1).collect()).collect()
+    } else {
+        (1..=heads).map(|h| vec![h]).chain((2..=heads).map(|k| (1..=k).collect())).collect()
+    }
+}
+
+/// Number of restarts [`restart_plan`] would list, with saturating arithmetic (so that it can
+/// be checked against a limit before anything is allocated).
+pub fn plan_len(p: &TaskParams, opts: &OracleOptions) -> usize {
+    let pair_counts = (opts.max_split_pairs.min(p.stride.saturating_sub(1))).saturating_sub(1);
+    let subsets = if p.heads <= MAX_SUBSET_HEADS { (1usize << p.heads) - 1 } else { 2 * p.heads - 1 };
+    opts.random_per_scale
+        .saturating_mul(opts.random_scales.len())
+        .saturating_add(opts.near_vertex)
+        .saturating_add(pair_counts.saturating_mul(subsets).saturating_mul(opts.split_per_pairs))
+}
+
+/// Work units [`theorem1`] reports through its progress callback: one per restart and one per
+/// refinement kick.
+pub fn planned_steps(p: &TaskParams, opts: &OracleOptions) -> usize {
+    restart_plan(p, opts).len() + opts.refine_kicks
+}
+
+fn label_of(class: &Result<PointClass>, error: &Option<String>) -> PointLabel {
+    match (class, error) {
+        (Ok(c), None) => c.label,
+        _ => PointLabel::NotConverged,
+    }
+}
+
+/// Check Theorem 1 at one parameter point (eps = 0). `progress` is called after every restart
+/// and every refinement kick ([`planned_steps`] in all).
 pub fn theorem1(p: &TaskParams, opts: &OracleOptions, mut progress: impl FnMut()) -> Result<Theorem1Report> {
     let problem = OracleProblem::new(*p)?;
     if opts.random_scales.iter().any(|s| !(s.is_finite() && *s >= 0.0)) {
@@ -490,34 +721,74 @@ pub fn theorem1(p: &TaskParams, opts: &OracleOptions, mut progress: impl FnMut()
     }
     let mut restarts = Vec::with_capacity(plan.len());
     let mut best: Option<(f64, Vec<f64>)> = None;
+    let mut labels = LabelCounts::default();
     for (i, kind) in plan.into_iter().enumerate() {
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed.wrapping_mul(1_000_003).wrapping_add(i as u64));
         let init = start_logits(p, &kind, &mut rng);
-        let (mut theta, mut loss, mut iters) = minimise(&problem, init, opts.max_iters)?;
+        let m = minimise(&problem, init, opts.max_iters);
+        let (mut theta, mut loss, mut iters, error) = (m.theta, m.loss, m.iters, m.error);
         let mut structure = classify(&problem.gates(&theta));
         let mut escapes_used = 0;
         for _ in 0..opts.saddle_escapes {
-            if structure.one_hot {
+            if structure.one_hot || error.is_some() {
                 break;
             }
             let kicked: Vec<f64> = theta.iter().map(|t| t + 0.3 * gaussian(&mut rng)).collect();
-            let (t2, l2, i2) = minimise(&problem, kicked, opts.max_iters)?;
-            iters += i2;
-            if l2 < loss - BEATEN_TOL {
-                (theta, loss) = (t2, l2);
+            let k = minimise(&problem, kicked, opts.max_iters);
+            iters += k.iters;
+            if k.error.is_none() && k.loss < loss - BEATEN_TOL {
+                (theta, loss) = (k.theta, k.loss);
                 structure = classify(&problem.gates(&theta));
                 escapes_used += 1;
             }
         }
-        if best.as_ref().is_none_or(|(b, _)| loss < *b) {
-            best = Some((loss, theta));
+        if loss.is_finite() && best.as_ref().is_none_or(|(b, _)| loss < *b) {
+            best = Some((loss, theta.clone()));
         }
-        restarts.push(Restart { start: kind, loss, gap: loss - f1, iters, escapes_used, structure });
+        let end_gates = problem.gates(&theta);
+        let class = classify_point(p, &end_gates);
+        let label = label_of(&class, &error);
+        match label {
+            PointLabel::LocalMin => labels.local_min += 1,
+            PointLabel::Saddle => labels.saddle += 1,
+            PointLabel::NotConverged => labels.not_converged += 1,
+        }
+        labels.failed += usize::from(error.is_some());
+        restarts.push(Restart {
+            start: kind,
+            loss,
+            gap: loss - f1,
+            iters,
+            escapes_used,
+            structure,
+            label,
+            classification: class.ok(),
+            error,
+            end_gates,
+        });
         progress();
     }
-    let (best_loss, best_theta) = best.expect("plan is non-empty");
+    let (loss_before, mut best_theta) = best.ok_or_else(|| Error::Numerical {
+        what: "Theorem 1 search".into(),
+        reason: "every restart failed with a non-finite loss".into(),
+    })?;
+    // Local refinement: kick the best point and re-minimise, keeping improvements.
+    let mut best_loss = loss_before;
+    let mut improved = 0;
+    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x5EF1_0E00);
+    for k in 0..opts.refine_kicks {
+        let scale = if k % 2 == 0 { 0.3 } else { 1.0 };
+        let kicked: Vec<f64> = best_theta.iter().map(|t| t + scale * gaussian(&mut rng)).collect();
+        let m = minimise(&problem, kicked, opts.max_iters);
+        if m.error.is_none() && m.loss < best_loss - BEATEN_TOL {
+            (best_theta, best_loss) = (m.theta, m.loss);
+            improved += 1;
+        }
+        progress();
+    }
     let best_gates = problem.gates(&best_theta);
     let best_structure = classify(&best_gates);
+    let best_classification = classify_point(p, &best_gates).ok();
     let restarts_below_f1 = restarts.iter().filter(|r| r.loss < f1 - BEATEN_TOL).count();
     let verdict = if !kkt.holds {
         Verdict::NotKkt
@@ -532,10 +803,13 @@ pub fn theorem1(p: &TaskParams, opts: &OracleOptions, mut progress: impl FnMut()
         best_loss,
         best_structure,
         best_gates,
+        best_classification,
+        refinement: Refinement { kicks: opts.refine_kicks, improved, loss_before, loss_after: best_loss },
         kkt,
-        best_one_hot,
+        best_one_hot: Some(best_one_hot),
         verdict,
         restarts_below_f1,
+        labels,
         restarts,
     })
 }
