@@ -119,16 +119,82 @@ pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     atomic_write(path, format!("{text}\n").as_bytes())
 }
 
-/// Write `bytes` to `path` through a temporary sibling file, flushed to disk, and a rename: an
-/// interrupted run never leaves a half-written file. The one atomic write of the crate.
+/// A temporary name next to `path`, unique per process and per call (`.<pid>-<n>.tmp.<name>`,
+/// so it keeps the extension, which the PNG writer goes by): two writers never share one.
+/// The one temporary-name scheme of the crate (JSON, safetensors, figures).
+pub fn temp_sibling(path: &Path) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "file".into());
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    path.with_file_name(format!(".{}-{n}.tmp.{name}", std::process::id()))
+}
+
+/// Moves a finished temporary file (from [`temp_sibling`]) onto `path`, removing it on failure.
+pub fn persist(tmp: &Path, path: &Path) -> Result<()> {
+    std::fs::rename(tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(tmp);
+        Error::io(path, e)
+    })
+}
+
+/// Write `bytes` to `path` through a temporary sibling file (unique to this writer), flushed
+/// to disk, and a rename: an interrupted run never leaves a half-written file. The one atomic
+/// write of the crate. Files get the ordinary mode (0666 less the umask).
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "file".into());
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    {
-        let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        f.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
-        f.sync_all().map_err(|e| Error::io(&tmp, e))?;
+    let tmp = temp_sibling(path);
+    let written = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io(&tmp, e));
     }
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    persist(&tmp, path)
+}
+
+/// Name of the lock file of a directory with one writer.
+pub const LOCK_FILE: &str = ".lock";
+
+/// An advisory lock on a directory (`flock` on its `.lock` file, which records the holder's
+/// pid): one writer per run directory. Released when dropped or when the process ends, even
+/// by `kill -9`.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: std::fs::File,
+}
+
+impl DirLock {
+    /// Creates `dir` if needed and takes its lock, or fails at once with [`Error::Busy`]
+    /// naming the pid that holds it.
+    pub fn acquire(dir: &Path) -> Result<DirLock> {
+        use std::io::Write;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let path = dir.join(LOCK_FILE);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let pid = std::fs::read_to_string(&path).unwrap_or_default();
+                let holder = match pid.trim().parse::<u32>() {
+                    Ok(pid) => format!("pid {pid}"),
+                    Err(_) => "another process".to_string(),
+                };
+                return Err(Error::Busy { path: dir.to_path_buf(), holder });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+        }
+        file.set_len(0).map_err(|e| Error::io(&path, e))?;
+        writeln!(file, "{}", std::process::id()).map_err(|e| Error::io(&path, e))?;
+        Ok(DirLock { _file: file })
+    }
 }
