@@ -153,7 +153,11 @@ fn check_run(run: &Path) -> Result<()> {
 pub fn check_samples(field: &str, per_group: usize, groups: usize, seq_len: usize) -> Result<()> {
     use crate::limits::*;
     check_range(field, per_group, 1, MAX_SAMPLES_PER_GROUP)?;
-    check_product(&format!("{field} x groups x sequence length"), product(&[per_group, groups, seq_len]), MAX_HELD_TOKENS)?;
+    check_product(
+        &format!("{field} x groups x sequence length"),
+        product(&[per_group, groups, seq_len]),
+        MAX_HELD_TOKENS,
+    )?;
     Ok(())
 }
 
@@ -169,12 +173,16 @@ pub fn eval_run(
     let verified = verify_run(run)?;
     let task = &verified.config.task;
     check_samples("--samples", per_group, task.residue_modulus, task.seq_len())?;
-    let _lock = DirLock::acquire(run)?;
     let json = run.join(format!("eval-{}.json", protocol.name()));
     let id = verified.identity;
-    if let Some(r) =
-        existing::<EvalResult>(&json, |r| r.per_group == per_group && r.seed == seed && r.run_id == id)?
-    {
+    let same = |r: &EvalResult| r.per_group == per_group && r.seed == seed && r.run_id == id;
+    if let Some(r) = existing(&json, same)? {
+        return Ok(r);
+    }
+    // A cached result is read without the lock; computing one takes it (and looks again, in
+    // case another writer just finished the same result).
+    let _lock = DirLock::acquire(run)?;
+    if let Some(r) = existing(&json, same)? {
         return Ok(r);
     }
     let (config, model) = load_run(run, None)?;
@@ -225,13 +233,17 @@ pub fn knockout_run(
     let task = &verified.config.task;
     check_samples("--samples", per_group, task.residue_modulus, task.seq_len())?;
     crate::limits::check_range("--reference", reference, 1, crate::limits::MAX_KNOCKOUT_REFERENCE)?;
-    let _lock = DirLock::acquire(run)?;
     let json = run.join("knockout.json");
     let protocol = Protocol::InSequence;
     let id = verified.identity;
-    if let Some(r) = existing::<KnockoutResult>(&json, |r| {
+    let same = |r: &KnockoutResult| {
         r.per_group == per_group && r.seed == seed && r.map.reference == reference && r.run_id == id
-    })? {
+    };
+    if let Some(r) = existing(&json, same)? {
+        return Ok(r);
+    }
+    let _lock = DirLock::acquire(run)?;
+    if let Some(r) = existing(&json, same)? {
         return Ok(r);
     }
     let (config, model) = load_run(run, None)?;
@@ -277,10 +289,14 @@ pub fn gates_run(
     if config.model.is_full() {
         return Ok(None);
     }
-    let _lock = DirLock::acquire(run)?;
     let json = run.join("gates.json");
     let id = verified.identity;
-    if let Some(r) = existing::<GatesResult>(&json, |r| r.samples == samples && r.seed == seed && r.run_id == id)? {
+    let same = |r: &GatesResult| r.samples == samples && r.seed == seed && r.run_id == id;
+    if let Some(r) = existing(&json, same)? {
+        return Ok(Some(r));
+    }
+    let _lock = DirLock::acquire(run)?;
+    if let Some(r) = existing(&json, same)? {
         return Ok(Some(r));
     }
     let task = &config.task;

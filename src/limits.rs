@@ -103,7 +103,11 @@ pub const TABLE: &[Limit] = &[
     limit!("model.d_head", "1024", "head width (MAX_D_HEAD)"),
     limit!("model.n_head, model.n_kv_head", "256", "heads (MAX_HEADS)"),
     limit!("model.n_layer", "256", "decoder blocks (MAX_LAYERS)"),
-    limit!("model parameters (from the config)", "268435456", "2^28 f32 with gradient and AdamW moments: 4 GiB (MAX_PARAMS)"),
+    limit!(
+        "model parameters (from the config)",
+        "268435456",
+        "2^28 f32 with gradient and AdamW moments: 4 GiB (MAX_PARAMS)"
+    ),
     limit!("activations per step (from the config)", "1073741824", "2^30 f32 estimated: 4 GiB (MAX_ACTIVATION_FLOATS)"),
     limit!(
         "train.steps, warmup_steps, curriculum_steps, eval_every, checkpoint_every",
@@ -112,15 +116,27 @@ pub const TABLE: &[Limit] = &[
     ),
     limit!("train.batch_size", "65536", "sequences per step (MAX_BATCH)"),
     limit!("train.eval_samples", "1048576", "held-out sequences (MAX_EVAL_SAMPLES)"),
-    limit!("tokens held (eval_samples or --samples x groups, x sequence length)", "134217728", "2^27 token ids: 512 MiB (MAX_HELD_TOKENS)"),
+    limit!(
+        "tokens held (eval_samples or --samples x groups, x sequence length)",
+        "134217728",
+        "2^27 token ids: 512 MiB (MAX_HELD_TOKENS)"
+    ),
     limit!("eval, analyze, audit export --samples", "100000", "prompts per residue group (MAX_SAMPLES_PER_GROUP)"),
     limit!("analyze knockout --reference", "1024", "reference prompts per prompt (MAX_KNOCKOUT_REFERENCE)"),
     limit!("kernel check --preset wWsS", "512", "window W in the invariant harness (MAX_CHECK_WINDOW)"),
     limit!("kernel bench --tokens", "1048576", "sequence length (MAX_BENCH_TOKENS)"),
     limit!("kernel bench --d-model, --d-head", "4096", "widths (MAX_BENCH_WIDTH)"),
     limit!("kernel bench --seconds", "3600", "finite, above 0 (MAX_BENCH_SECONDS)"),
-    limit!("kernel validate (work of a dump)", "17179869184", "2^34 multiply-adds, about (2S+2) B n W d (MAX_VALIDATION_WORK)"),
-    limit!("JSON files (configs, metadata.json, metrics.json)", "67108864", "bytes, regular files only (MAX_JSON_BYTES)"),
+    limit!(
+        "kernel validate (work of a dump)",
+        "17179869184",
+        "2^34 multiply-adds, about (2S+2) B n W d (MAX_VALIDATION_WORK)"
+    ),
+    limit!(
+        "JSON files (configs, metadata.json, metrics.json)",
+        "67108864",
+        "bytes, regular files only (MAX_JSON_BYTES)"
+    ),
     limit!("audit analyze results JSONL", "1073741824", "bytes, regular files only (MAX_JSONL_BYTES)"),
     limit!("kernel dumps (.safetensors, each .npy)", "2147483648", "bytes, regular files only (MAX_DUMP_BYTES)"),
     limit!("weights and checkpoints", "8589934592", "bytes, regular files only (MAX_WEIGHTS_BYTES)"),

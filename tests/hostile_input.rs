@@ -104,7 +104,10 @@ fn io_errors_print_the_os_text_once() {
 #[test]
 fn kernel_commands_refuse_absurd_sizes() {
     refused(&["kernel", "check", "--preset", "w99999s1", "--cases", "1"], &["--preset", "99999", "512"]);
-    refused(&["kernel", "bench", "--tokens", "1000000000", "--seconds", "0.01"], &["--tokens", "1000000000", "1048576"]);
+    refused(
+        &["kernel", "bench", "--tokens", "1000000000", "--seconds", "0.01"],
+        &["--tokens", "1000000000", "1048576"],
+    );
     refused(&["kernel", "bench", "--d-model", "100000", "--seconds", "0.01"], &["--d-model", "4096"]);
     for bad in ["NaN", "-1", "inf", "0"] {
         refused(&["kernel", "bench", "--tokens", "8", &format!("--seconds={bad}")], &["--seconds", "3600"]);
@@ -181,7 +184,8 @@ fn audit_analyze_refuses_fabricated_or_contradictory_results() {
     let exported: Vec<serde_json::Value> =
         std::fs::read_to_string(&prompts).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(exported.len(), 48);
-    let line = |id: u64, group: u64, correct: bool| format!("{{\"id\": {id}, \"group\": {group}, \"correct\": {correct}}}\n");
+    let line =
+        |id: u64, group: u64, correct: bool| format!("{{\"id\": {id}, \"group\": {group}, \"correct\": {correct}}}\n");
     let honest: String = exported
         .iter()
         .map(|l| line(l["id"].as_u64().unwrap(), l["group"].as_u64().unwrap(), l["id"].as_u64().unwrap() % 3 == 0))

@@ -142,9 +142,21 @@ fn analyses_check_provenance_locks_and_sizes() {
     // Edited after training: every case is refused, and nothing is evaluated or written.
     type Edit = fn(&Path);
     let edits: [(&str, Edit, &str); 6] = [
-        ("preset", |r| edit_json(&r.join("config.json"), |v| v["model"]["preset"] = "w8s6".into()), "changed after training"),
-        ("norope", |r| edit_json(&r.join("config.json"), |v| v["model"]["preset"] = "w8s4-norope".into()), "changed after training"),
-        ("modulus", |r| edit_json(&r.join("config.json"), |v| v["task"]["residue_modulus"] = 2.into()), "changed after training"),
+        (
+            "preset",
+            |r| edit_json(&r.join("config.json"), |v| v["model"]["preset"] = "w8s6".into()),
+            "changed after training",
+        ),
+        (
+            "norope",
+            |r| edit_json(&r.join("config.json"), |v| v["model"]["preset"] = "w8s4-norope".into()),
+            "changed after training",
+        ),
+        (
+            "modulus",
+            |r| edit_json(&r.join("config.json"), |v| v["task"]["residue_modulus"] = 2.into()),
+            "changed after training",
+        ),
         ("no-metrics", |r| std::fs::remove_file(r.join("metrics.json")).unwrap(), "not finished"),
         ("bad-metrics", |r| std::fs::write(r.join("metrics.json"), "garbage").unwrap(), "not the metrics"),
         ("weights", |r| flip_byte(&r.join("model.safetensors")), "weights were changed"),
@@ -195,6 +207,28 @@ fn a_corrupted_checkpoint_is_refused_with_the_step_to_resume_from() {
     // Nothing lost or half-resumed: the log and checkpoint are as they were, no metrics.
     assert_eq!(std::fs::read(run.join("log.jsonl")).unwrap(), log_before);
     assert!(ckpt.exists() && !run.join("metrics.json").exists());
+
+    // With an earlier checkpoint on disk, the refusal names it; removing the damaged file
+    // resumes from it, and the run finishes with every step logged once.
+    let run = dir.join("run2");
+    let outcome = phasekv::model::train(&config, &run, serde_json::json!({}), &mut StopAt(7)).unwrap();
+    assert!(matches!(outcome, Outcome::Interrupted { step: 7 }), "{outcome:?}");
+    let ckpt = run.join("ckpt-0000007.safetensors");
+    flip_byte(&ckpt);
+    let args = ["train", "--config", s(&cfg), "--out", s(&run), "--quiet"];
+    refused(&args, &["step 7", "fails its checksum", "checkpoint of step 5 is intact", "resume from step 5"]);
+    std::fs::remove_file(&ckpt).unwrap();
+    let (code, out, err) = phasekv(&args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("resuming at step 5"), "{err}");
+    let steps: Vec<u64> = std::fs::read_to_string(run.join("log.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["kind"] == "train")
+        .map(|v| v["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, (1..=20).collect::<Vec<u64>>());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -285,7 +319,8 @@ fn size(lo: usize, hi: usize) -> impl Strategy<Value = usize> {
 }
 
 fn config_strategy() -> impl Strategy<Value = RunConfig> {
-    let presets = prop::sample::select(vec!["full", "w8s4", "w4s4-tied", "w3s2", "dsv4-csa", "w200s4", "w12s12-norope"]);
+    let presets =
+        prop::sample::select(vec!["full", "w8s4", "w4s4-tied", "w3s2", "dsv4-csa", "w200s4", "w12s12-norope"]);
     let task = (
         (size(1, 12), size(1, 12), size(1, 3), size(1, 2), size(1, 2)),
         (size(1, 5), size(1, 4), size(0, 8), size(0, 3), size(1, 30)),

@@ -165,7 +165,9 @@ pub fn parse_manifest(text: &str) -> Result<Manifest> {
         let at = |field: &str| format!("export line {}: {field}", i + 1);
         let v: Value = serde_json::from_str(line).map_err(|e| Error::invalid(at("JSON"), e.to_string()))?;
         let get = |f: &str| {
-            v.get(f).and_then(Value::as_u64).ok_or_else(|| Error::invalid(at(f), "missing or not a non-negative integer"))
+            v.get(f)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| Error::invalid(at(f), "missing or not a non-negative integer"))
         };
         let (id, group, pos) = (get("id")?, get("group")?, get("target_pos")?);
         if out.insert(id, (group as usize, pos as usize)).is_some() {
@@ -226,13 +228,16 @@ pub fn parse_results_checked(text: &str, m: usize, manifest: Option<&Manifest>) 
             ));
         }
         if let Some(pos) = obj.get("target_pos") {
-            let pos = pos
-                .as_u64()
-                .ok_or_else(|| Error::invalid(at("target_pos"), format!("must be a non-negative integer, got {pos}")))?;
+            let pos = pos.as_u64().ok_or_else(|| {
+                Error::invalid(at("target_pos"), format!("must be a non-negative integer, got {pos}"))
+            })?;
             if pos % m as u64 != group {
                 return Err(Error::invalid(
                     at("group"),
-                    format!("group {group} contradicts target_pos {pos} (mod {m} = {}); is --modulus right?", pos % m as u64),
+                    format!(
+                        "group {group} contradicts target_pos {pos} (mod {m} = {}); is --modulus right?",
+                        pos % m as u64
+                    ),
                 ));
             }
         }

@@ -655,11 +655,8 @@ pub fn read_npy_dir(dir: &Path) -> Result<(HashMap<String, String>, BTreeMap<Str
     for entry in entries {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let p: PathBuf = entry.path();
-        let Some(name) = p
-            .file_name()
-            .and_then(|n| n.to_str())
-            .filter(|n| !n.starts_with('.'))
-            .and_then(|n| n.strip_suffix(".npy"))
+        let Some(name) =
+            p.file_name().and_then(|n| n.to_str()).filter(|n| !n.starts_with('.')).and_then(|n| n.strip_suffix(".npy"))
         else {
             continue;
         };

@@ -156,7 +156,8 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) 
         note: format!("{n_got} entries for T = {t_len}, the geometry gives {n_want}"),
     });
 
-    let units = 1 + 2 * g.stride() - 1;
+    // One unit for the reference runs, one per displacement `-(S-1)..=S-1`.
+    let units = 2 * g.stride();
     progress(0, units);
     let ref64 = references(d, run)?;
     let mut low = Vec::new();

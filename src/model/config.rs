@@ -276,7 +276,8 @@ impl RunConfig {
     /// Reads a JSON config; fields and sections left out take their defaults, unknown fields
     /// are errors, and anything but a JSON object (`[]`, a number) is refused.
     pub fn from_json(text: &str) -> Result<Self> {
-        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::invalid("config", e.to_string()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| Error::invalid("config", e.to_string()))?;
         if !value.is_object() {
             return Err(Error::invalid("config", "must be a JSON object with sections task, model, train"));
         }

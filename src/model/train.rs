@@ -214,6 +214,67 @@ pub struct CheckpointIndex {
     /// Training loss of the first step, the reference of the divergence check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initial_loss: Option<f64>,
+    /// The checkpoint before this one (kept on disk), to resume from if this one is damaged
+    /// or removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Box<CheckpointIndex>>,
+}
+
+impl CheckpointIndex {
+    /// The checkpoint file's bytes when it exists and matches its checksum; `Ok(None)` when
+    /// the file is missing, an error naming the file when it fails its checksum.
+    fn read_checked(&self, run: &RunDir) -> Result<Option<Vec<u8>>> {
+        let path = run.file(&self.file);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let bytes = crate::limits::read_file(&path, crate::limits::MAX_WEIGHTS_BYTES)?;
+        match &self.checksum {
+            Some(want) if crate::limits::content_hash(&bytes) != *want => Err(Error::File {
+                path,
+                reason: format!("checkpoint of step {} fails its checksum (saved as {want})", self.step),
+            }),
+            _ => Ok(Some(bytes)),
+        }
+    }
+}
+
+/// The checkpoint to resume from: the latest one in `idx` when intact; the previous one when
+/// the latest file was removed (the way to resume from it). A latest checkpoint that fails its
+/// checksum is refused, naming the step that can be resumed from instead.
+fn checkpoint_to_resume(idx: CheckpointIndex, run: &RunDir) -> Result<(CheckpointIndex, Vec<u8>)> {
+    let latest = run.file(&idx.file);
+    let previous = match idx.previous.as_deref() {
+        Some(p) => p.read_checked(run).ok().flatten().map(|_| p.step),
+        None => None,
+    };
+    match idx.read_checked(run) {
+        Ok(Some(bytes)) => Ok((idx, bytes)),
+        Err(Error::File { path, reason }) => {
+            let hint = match previous {
+                Some(p) => format!(
+                    "the checkpoint of step {p} is intact: delete {} and rerun the same command to resume from step {p}",
+                    path.display()
+                ),
+                None => format!(
+                    "no intact checkpoint is left, so the run can only restart from step 0: move {} away and rerun",
+                    run.path().display()
+                ),
+            };
+            Err(Error::File { path, reason: format!("{reason} and is refused; {hint}") })
+        }
+        Err(e) => Err(e),
+        Ok(None) => match idx.previous {
+            Some(p) => match p.read_checked(run)? {
+                Some(bytes) => Ok((*p, bytes)),
+                None => Err(Error::File { path: latest, reason: "missing, and so is the previous checkpoint".into() }),
+            },
+            None => Err(Error::File {
+                path: latest,
+                reason: format!("missing; move {} away to restart from step 0", run.path().display()),
+            }),
+        },
+    }
 }
 
 /// Training stops as diverged when an evaluation's loss exceeds this multiple of the first
@@ -319,7 +380,8 @@ pub struct VerifiedRun {
 
 fn read_json_file<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
     let text = crate::limits::read_text(path, crate::limits::MAX_JSON_BYTES)?;
-    serde_json::from_str(&text).map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("not {what}: {e}") })
+    serde_json::from_str(&text)
+        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("not {what}: {e}") })
 }
 
 /// Checks that `run` holds a finished run whose files agree: `metrics.json` is readable,
@@ -365,7 +427,9 @@ pub fn verify_run(run: &Path) -> Result<VerifiedRun> {
             if have != *w {
                 return Err(Error::File {
                     path: weights,
-                    reason: format!("hash {have} is not the {w} this run saved; the weights were changed after training"),
+                    reason: format!(
+                        "hash {have} is not the {w} this run saved; the weights were changed after training"
+                    ),
                 });
             }
             Some(format!("{c}/{w}"))
@@ -507,24 +571,8 @@ pub fn train(
     let index_path = run.file(CHECKPOINT_INDEX);
     if start == RunStart::Resume && index_path.exists() {
         let idx: CheckpointIndex = read_json_file(&index_path, "a checkpoint index")?;
-        let ckpt = run.file(&idx.file);
-        let bytes = crate::limits::read_file(&ckpt, crate::limits::MAX_WEIGHTS_BYTES)?;
-        if let Some(want) = &idx.checksum {
-            let have = crate::limits::content_hash(&bytes);
-            if have != *want {
-                return Err(Error::File {
-                    path: ckpt,
-                    reason: format!(
-                        "checkpoint of step {} fails its checksum ({have}, saved as {want}) and is refused; no \
-                         intact optimiser state is left, so the run can only resume from step 0: move {} away \
-                         and rerun the command",
-                        idx.step,
-                        run.path().display()
-                    ),
-                });
-            }
-        }
-        let map = tensors_from_bytes(&ckpt, &bytes, &device)?;
+        let (idx, bytes) = checkpoint_to_resume(idx, &run)?;
+        let map = tensors_from_bytes(&run.file(&idx.file), &bytes, &device)?;
         model.load_tensors(&map)?;
         opt.load_state(&map, idx.step)?;
         step = idx.step;
@@ -537,40 +585,41 @@ pub fn train(
     let t0 = Instant::now();
     let elapsed = |t0: &Instant| elapsed_before + t0.elapsed().as_secs_f64();
     let eval_chunk = tc.batch_size.max(1);
-    let save_checkpoint = |step: usize,
-                           elapsed_s: f64,
-                           evals: &[EvalReport],
-                           opt: &AdamW,
-                           initial_loss: Option<f64>|
-     -> Result<()> {
-        let mut map = model.tensors();
-        let (state, _) = opt.state();
-        map.extend(state);
-        let file = format!("ckpt-{step:07}.safetensors");
-        let snapshots = run.file(SNAPSHOT_DIR);
-        std::fs::create_dir_all(&snapshots).map_err(|e| Error::io(&snapshots, e))?;
-        save_tensors(&model.tensors(), &snapshots.join(snapshot_name(step)))?;
-        let checksum = save_tensors(&map, &run.file(&file))?;
-        let previous: Option<CheckpointIndex> =
-            std::fs::read_to_string(&index_path).ok().and_then(|t| serde_json::from_str(&t).ok());
-        write_json_atomic(
-            &index_path,
-            &CheckpointIndex {
-                step,
-                file: file.clone(),
-                elapsed_s,
-                evals: evals.to_vec(),
-                checksum: Some(checksum),
-                initial_loss,
-            },
-        )?;
-        if let Some(p) = previous {
-            if p.file != file {
-                let _ = std::fs::remove_file(run.file(&p.file));
+    let save_checkpoint =
+        |step: usize, elapsed_s: f64, evals: &[EvalReport], opt: &AdamW, initial_loss: Option<f64>| -> Result<()> {
+            let mut map = model.tensors();
+            let (state, _) = opt.state();
+            map.extend(state);
+            let file = format!("ckpt-{step:07}.safetensors");
+            let snapshots = run.file(SNAPSHOT_DIR);
+            std::fs::create_dir_all(&snapshots).map_err(|e| Error::io(&snapshots, e))?;
+            save_tensors(&model.tensors(), &snapshots.join(snapshot_name(step)))?;
+            let checksum = save_tensors(&map, &run.file(&file))?;
+            // The latest checkpoint and the one before it are kept: if the latest is damaged,
+            // the run can still resume from the previous one.
+            let mut previous: Option<CheckpointIndex> =
+                std::fs::read_to_string(&index_path).ok().and_then(|t| serde_json::from_str(&t).ok());
+            let older = previous.as_mut().and_then(|p| p.previous.take());
+            let previous = previous.filter(|p| p.file != file);
+            write_json_atomic(
+                &index_path,
+                &CheckpointIndex {
+                    step,
+                    file: file.clone(),
+                    elapsed_s,
+                    evals: evals.to_vec(),
+                    checksum: Some(checksum),
+                    initial_loss,
+                    previous: previous.clone().map(Box::new),
+                },
+            )?;
+            if let Some(o) = older {
+                if o.file != file && previous.as_ref().is_none_or(|p| p.file != o.file) {
+                    let _ = std::fs::remove_file(run.file(&o.file));
+                }
             }
-        }
-        Ok(())
-    };
+            Ok(())
+        };
     while step < tc.steps {
         let samples = training_batch(config, step);
         let batch = Batch::new(&samples, &device)?;

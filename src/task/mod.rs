@@ -173,10 +173,14 @@ impl TaskConfig {
             Some(t) => {
                 return Err(Error::invalid(
                     "task",
-                    format!("sequence length {t} (1 + max_prefix + records + queries) is above the limit of {MAX_SEQ_LEN}"),
+                    format!(
+                        "sequence length {t} (1 + max_prefix + records + queries) is above the limit of {MAX_SEQ_LEN}"
+                    ),
                 ))
             }
-            None => return Err(Error::invalid("task", format!("sequence length overflows; the limit is {MAX_SEQ_LEN}"))),
+            None => {
+                return Err(Error::invalid("task", format!("sequence length overflows; the limit is {MAX_SEQ_LEN}")))
+            }
         }
         if self.n_records > self.distinct_keys() {
             return Err(Error::invalid(
