@@ -42,6 +42,8 @@ pub const MAX_ACTIVATION_FLOATS: u64 = 1 << 30;
 /// Optimiser steps and every step count of a config (`train.steps`, `warmup_steps`,
 /// `curriculum_steps`, `eval_every`, `checkpoint_every`).
 pub const MAX_STEPS: usize = 100_000_000;
+/// Timed steps of `train --bench`.
+pub const MAX_BENCH_STEPS: usize = 100_000;
 /// Sequences per training step (`train.batch_size`).
 pub const MAX_BATCH: usize = 1 << 16;
 /// Held-out evaluation sequences (`train.eval_samples`).
@@ -114,6 +116,7 @@ pub const TABLE: &[Limit] = &[
         "100000000",
         "step counts (MAX_STEPS)"
     ),
+    limit!("train --bench", "100000", "timed training steps (MAX_BENCH_STEPS)"),
     limit!("train.batch_size", "65536", "sequences per step (MAX_BATCH)"),
     limit!("train.eval_samples", "1048576", "held-out sequences (MAX_EVAL_SAMPLES)"),
     limit!(
@@ -268,6 +271,7 @@ mod tests {
             ("model parameters", MAX_PARAMS),
             ("activations per step", MAX_ACTIVATION_FLOATS),
             ("train.steps", MAX_STEPS as u64),
+            ("train --bench", MAX_BENCH_STEPS as u64),
             ("train.batch_size", MAX_BATCH as u64),
             ("train.eval_samples", MAX_EVAL_SAMPLES as u64),
             ("tokens held", MAX_HELD_TOKENS),

@@ -84,6 +84,11 @@ fn train_configs_with_absurd_sizes_are_refused_before_allocating() {
 }
 
 #[test]
+fn train_bench_refuses_an_unbounded_step_count() {
+    refused(&["train", "--preset", "w8s4", "--bench", "18446744073709551615"], &["--bench", "100000"]);
+}
+
+#[test]
 fn windows_or_strides_longer_than_the_sequence_are_refused() {
     let dir = scratch("degenerate");
     let out = dir.join("run");

@@ -730,9 +730,7 @@ pub struct StepBench {
 /// `0..warmup + steps`, same as training).
 pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<StepBench> {
     config.validate()?;
-    if steps == 0 {
-        return Err(Error::invalid("--bench", "must be at least 1 step, got 0"));
-    }
+    crate::limits::check_range("--bench", steps, 1, crate::limits::MAX_BENCH_STEPS)?;
     let device = Device::Cpu;
     let model = Model::new(config, &device)?;
     let tc = &config.train;
