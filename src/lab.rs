@@ -181,7 +181,7 @@ pub fn eval_run(
     }
     // A cached result is read without the lock; computing one takes it (and looks again, in
     // case another writer just finished the same result).
-    let _lock = DirLock::acquire(run)?;
+    let _lock = DirLock::shared(run)?;
     if let Some(r) = existing(&json, same)? {
         return Ok(r);
     }
@@ -242,7 +242,7 @@ pub fn knockout_run(
     if let Some(r) = existing(&json, same)? {
         return Ok(r);
     }
-    let _lock = DirLock::acquire(run)?;
+    let _lock = DirLock::shared(run)?;
     if let Some(r) = existing(&json, same)? {
         return Ok(r);
     }
@@ -295,7 +295,7 @@ pub fn gates_run(
     if let Some(r) = existing(&json, same)? {
         return Ok(Some(r));
     }
-    let _lock = DirLock::acquire(run)?;
+    let _lock = DirLock::shared(run)?;
     if let Some(r) = existing(&json, same)? {
         return Ok(Some(r));
     }

@@ -12,10 +12,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Name of the marker file of a finished run.
 pub const DONE_MARKER: &str = "DONE";
 
-/// An open (unfinished) run directory.
+/// An open (unfinished) run directory, holding its lock ([`DirLock`]) while any clone lives.
 #[derive(Debug, Clone)]
 pub struct RunDir {
     path: PathBuf,
+    _lock: std::sync::Arc<DirLock>,
 }
 
 /// What `environment.json` records.
@@ -59,14 +60,18 @@ pub fn git_hash() -> String {
 
 impl RunDir {
     /// Create (or reopen an unfinished) run directory and write `environment.json`.
-    /// Errors with [`Error::FinishedRun`] if the directory holds a finished run.
+    /// Errors with [`Error::FinishedRun`] if the directory holds a finished run, and with
+    /// [`Error::Busy`] if another process has it open.
     pub fn create(path: impl AsRef<Path>, seed: u64, command: &str) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         if path.join(DONE_MARKER).exists() {
             return Err(Error::FinishedRun { path });
         }
-        std::fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
-        let dir = RunDir { path };
+        let lock = DirLock::shared(&path)?;
+        if path.join(DONE_MARKER).exists() {
+            return Err(Error::FinishedRun { path });
+        }
+        let dir = RunDir { path, _lock: lock };
         let env = Environment {
             git_hash: git_hash(),
             crate_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -196,5 +201,54 @@ impl DirLock {
         file.set_len(0).map_err(|e| Error::io(&path, e))?;
         writeln!(file, "{}", std::process::id()).map_err(|e| Error::io(&path, e))?;
         Ok(DirLock { _file: file })
+    }
+
+    /// The lock of `dir` for this process: the one this process already holds (a run
+    /// directory reopened by the same writer, e.g. a resume in the same process), else a newly
+    /// acquired one ([`DirLock::acquire`]). Other processes are refused either way.
+    pub fn shared(dir: &Path) -> Result<std::sync::Arc<DirLock>> {
+        use std::collections::HashMap;
+        use std::sync::{Arc, Mutex, OnceLock, Weak};
+        static HELD: OnceLock<Mutex<HashMap<PathBuf, Weak<DirLock>>>> = OnceLock::new();
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let key = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
+        let mut held = HELD.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(lock) = held.get(&key).and_then(Weak::upgrade) {
+            return Ok(lock);
+        }
+        let lock = Arc::new(DirLock::acquire(dir)?);
+        held.retain(|_, w| w.strong_count() > 0);
+        held.insert(key, Arc::downgrade(&lock));
+        Ok(lock)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_directory_is_refused_naming_the_pid_and_freed_on_drop() {
+        let dir = std::env::temp_dir().join(format!("phasekv-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let held = DirLock::acquire(&dir).unwrap();
+        let e = DirLock::acquire(&dir).unwrap_err().to_string();
+        assert!(e.contains(&format!("in use by pid {}", std::process::id())), "{e}");
+        drop(held);
+        let a = DirLock::shared(&dir).unwrap();
+        let b = DirLock::shared(&dir).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&a, &b), "the same process shares its lock");
+        assert!(DirLock::acquire(&dir).is_err());
+        drop((a, b));
+        DirLock::acquire(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn temporary_names_are_unique_and_keep_the_extension() {
+        let p = Path::new("/x/fig.png");
+        let (a, b) = (temp_sibling(p), temp_sibling(p));
+        assert_ne!(a, b);
+        assert!(a.to_string_lossy().ends_with(".png") && a.file_name().unwrap().to_string_lossy().starts_with('.'));
     }
 }

@@ -49,8 +49,8 @@ impl RunDir {
         if path.join(METRICS_FILE).exists() {
             return Err(Error::FinishedRun { path: path.to_path_buf() });
         }
-        let lock = crate::run_dir::DirLock::acquire(path)?;
-        let dir = RunDir { path: path.to_path_buf(), _lock: Some(std::sync::Arc::new(lock)) };
+        let lock = crate::run_dir::DirLock::shared(path)?;
+        let dir = RunDir { path: path.to_path_buf(), _lock: Some(lock) };
         // Checked again under the lock: another writer may have finished it meanwhile.
         if dir.is_finished() {
             return Err(Error::FinishedRun { path: path.to_path_buf() });
