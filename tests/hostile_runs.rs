@@ -169,6 +169,12 @@ fn analyses_check_provenance_locks_and_sizes() {
         refused(&["eval", s(&copy), "--samples", "2"], &[needle]);
         assert!(!copy.join("eval-in-sequence.json").exists(), "{label}");
     }
+    // A changed snapshot is refused by the gate analysis, which reads every snapshot.
+    let copy = dir.join("copy-snapshot");
+    copy_dir(&run, &copy);
+    flip_byte(&copy.join("snapshots").join("step-0000005.safetensors"));
+    refused(&["analyze", "gates", s(&copy), "--samples", "2"], &["step-0000005.safetensors", "snapshot was changed"]);
+    assert!(!copy.join("gates.json").exists());
     // A cached result of the old model is not returned for the edited config.
     let copy = dir.join("copy-cached");
     copy_dir(&run, &copy);

@@ -26,6 +26,9 @@ pub const CHECKPOINT_INDEX: &str = "checkpoint.json";
 /// for analyses across training (gate trajectories); the optimiser state is not kept there.
 pub const SNAPSHOT_DIR: &str = "snapshots";
 
+/// Extension of the file beside each snapshot that holds its content hash.
+pub const SNAPSHOT_HASH_EXT: &str = "hash";
+
 /// File name of the parameter snapshot at `step` (inside [`SNAPSHOT_DIR`]).
 pub fn snapshot_name(step: usize) -> String {
     format!("step-{step:07}.safetensors")
@@ -454,11 +457,34 @@ fn read_weights(path: &Path) -> Result<Vec<u8>> {
 
 /// A trained model read back from its run directory after [`verify_run`]: the config from
 /// `config.json`, the parameters from `weights` (default: the final `model.safetensors`).
+///
+/// Other weights (a snapshot) are checked against the hash saved beside them
+/// (`step-N.hash`), which runs with recorded hashes must have.
 pub fn load_run(run: &Path, weights: Option<&Path>) -> Result<(RunConfig, Model)> {
-    let config = verify_run(run)?.config;
+    let verified = verify_run(run)?;
+    let config = verified.config;
     let final_weights = run.join(FINAL_WEIGHTS);
     let path = weights.unwrap_or(&final_weights);
     let bytes = read_weights(path)?;
+    if weights.is_some() {
+        let sidecar = path.with_extension(SNAPSHOT_HASH_EXT);
+        match crate::limits::read_text(&sidecar, 1024) {
+            Ok(want) => {
+                let have = crate::limits::content_hash(&bytes);
+                if have != want.trim() {
+                    return Err(Error::File {
+                        path: path.to_path_buf(),
+                        reason: format!(
+                            "hash {have} is not the {} saved with it; the snapshot was changed",
+                            want.trim()
+                        ),
+                    });
+                }
+            }
+            Err(_) if verified.identity.is_none() => {} // a run from before hashes were recorded
+            Err(e) => return Err(e),
+        }
+    }
     let model = Model::new(&config, &Device::Cpu)?;
     model.load_tensors(&tensors_from_bytes(path, &bytes, &Device::Cpu)?)?;
     Ok((config, model))
@@ -593,7 +619,9 @@ pub fn train(
             let file = format!("ckpt-{step:07}.safetensors");
             let snapshots = run.file(SNAPSHOT_DIR);
             std::fs::create_dir_all(&snapshots).map_err(|e| Error::io(&snapshots, e))?;
-            save_tensors(&model.tensors(), &snapshots.join(snapshot_name(step)))?;
+            let snapshot = snapshots.join(snapshot_name(step));
+            let hash = save_tensors(&model.tensors(), &snapshot)?;
+            write_atomic(&snapshot.with_extension(SNAPSHOT_HASH_EXT), hash.as_bytes())?;
             let checksum = save_tensors(&map, &run.file(&file))?;
             // The latest checkpoint and the one before it are kept: if the latest is damaged,
             // the run can still resume from the previous one.
