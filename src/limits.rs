@@ -36,8 +36,8 @@ pub const MAX_LAYERS: usize = 256;
 /// Trainable parameters of a model (embedding, blocks, head): 2^28 f32 values with their
 /// gradient and two AdamW moments are 4 GiB.
 pub const MAX_PARAMS: u64 = 1 << 28;
-/// Estimated f32 values one training step holds (see `RunConfig::activation_floats`, within
-/// 4 % of a measured peak): 2^31 values are 8 GiB, a third of the build box.
+/// Estimated f32 values one training step holds (see `RunConfig::activation_floats`, 2-10 %
+/// above the measured peak RSS): 2^31 values are 8 GiB, a third of the build box.
 pub const MAX_ACTIVATION_FLOATS: u64 = 1 << 31;
 /// Optimiser steps and every step count of a config (`train.steps`, `warmup_steps`,
 /// `curriculum_steps`, `eval_every`, `checkpoint_every`).

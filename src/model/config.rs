@@ -253,25 +253,26 @@ impl RunConfig {
 
     /// f32 values one training step holds at its peak, estimated: per layer, batch and token,
     /// the hidden states, the MLP, the heads' queries, keys and values, the attention scores
-    /// (up to the sequence length per head, counted 15 times: candle keeps the masked scores,
-    /// the softmax and their gradients) and the compressed windows (`ceil(W / S)` copies of
-    /// each key and value). Calibrated on `full` with 965-token sequences (`max_prefix` 900),
-    /// batch 16: 6 711 MiB peak RSS measured (`train --bench 1`), 6 956 MiB estimated. `None`
-    /// when the arithmetic overflows.
+    /// over the keys a query may see (the sequence, plus the compressed entries for a kernel
+    /// preset), counted 16 times (candle keeps the masked scores, the softmax and their
+    /// gradients), and the compressed windows (`ceil(W / S)` copies of each key and value).
+    /// Calibrated with `train --bench 1` on 965-token sequences (`max_prefix` 900), batch 16:
+    /// `full` 6 711 MiB peak RSS measured, 7 411 MiB estimated; `w8s4` 9 027 MiB measured,
+    /// 9 250 MiB estimated. `None` when the arithmetic overflows.
     pub fn activation_floats(&self) -> Option<u64> {
         let m = &self.model;
         let t = self.task.checked_seq_len()? as u64;
-        let copies = if m.is_full() {
-            0
+        let (copies, entries) = if m.is_full() {
+            (0, 0)
         } else {
             let g = KernelSpec::preset(&m.preset).ok()?.geometry;
-            g.window().div_ceil(g.stride()) as u64
+            (g.window().div_ceil(g.stride()) as u64, g.num_windows(t as usize) as u64)
         };
         let heads = (m.n_head as u64 + 2 * m.n_kv_head as u64) * m.d_head as u64;
         let per_token = (8 * m.d_model as u64)
             .checked_add(3 * m.d_ff as u64)?
             .checked_add(heads)?
-            .checked_add((15 * m.n_head as u64).checked_mul(t)?)?
+            .checked_add((16 * m.n_head as u64).checked_mul(t.checked_add(entries)?)?)?
             .checked_add((2 * m.n_kv_head as u64 * m.d_head as u64).checked_mul(copies)?)?;
         per_token.checked_mul(t)?.checked_mul(self.train.batch_size as u64)?.checked_mul(m.n_layer as u64)
     }
@@ -299,5 +300,26 @@ impl RunConfig {
     pub fn identity(&self) -> String {
         let text = serde_json::to_value(self).map(|v| v.to_string()).unwrap_or_default();
         crate::limits::content_hash(text.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calibration quoted on [`RunConfig::activation_floats`] (estimates in MiB of f32).
+    #[test]
+    fn activation_estimate_matches_its_calibration() {
+        let mib = |preset: &str| {
+            let mut c = RunConfig::default();
+            c.task.max_prefix = 900;
+            c.model.preset = preset.into();
+            assert_eq!(c.task.seq_len(), 965);
+            (c.activation_floats().unwrap() * 4) as f64 / (1u64 << 20) as f64
+        };
+        assert_eq!(mib("full").round(), 7411.0);
+        assert_eq!(mib("w8s4").round(), 9250.0);
+        // Both are accepted; the default config is far below the bound.
+        assert!(RunConfig::default().activation_floats().unwrap() < crate::limits::MAX_ACTIVATION_FLOATS / 50);
     }
 }
