@@ -147,7 +147,7 @@ fn a_dump_whose_validation_grows_as_w_squared_is_refused_before_starting() {
     use phasekv::kernel::dump::reference_dump;
     use phasekv::kernel::{KernelDims, KernelParams, KernelSpec};
     // W = S = 2^17 on 2^17 tokens, d = 1: a 0.5 MB dump whose phase profile alone would need
-    // 2^35 multiply-adds.
+    // 2^35 units of work.
     let w = 1usize << 17;
     let spec = KernelSpec::preset(&format!("w{w}s{w}")).unwrap();
     let dims = KernelDims::new(1, 1).unwrap();

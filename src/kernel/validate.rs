@@ -110,7 +110,7 @@ fn references(d: &Dump, run: &Run) -> Result<Vec<Compressed<f64>>> {
         .collect()
 }
 
-/// Multiply-adds validating `d` takes, estimated: the f64 and low-precision reference runs
+/// Work of validating `d`, in units of one window-token-channel step, estimated: the f64 and low-precision reference runs
 /// and the `2S - 1` displaced references of the phase profile, each `B * n * W * max(d, d_h)`
 /// (`n` the larger of the dump's and the geometry's entry count). `None` on overflow.
 pub fn work_estimate(d: &Dump) -> Option<u64> {
@@ -123,7 +123,7 @@ pub fn work_estimate(d: &Dump) -> Option<u64> {
 
 /// Validates a dump. Errors only when the reference itself cannot run (never for a failing
 /// kernel), or when the dump would take more than [`crate::limits::MAX_VALIDATION_WORK`]
-/// multiply-adds (refused before any work, naming the estimate).
+/// units of work (refused before any work, naming the estimate).
 pub fn validate(d: &Dump) -> Result<Validation> {
     validate_with_progress(d, &mut |_, _| {})
 }
@@ -132,7 +132,7 @@ pub fn validate(d: &Dump) -> Result<Validation> {
 /// unit per displacement of the phase profile.
 pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) -> Result<Validation> {
     crate::limits::check_product(
-        "dump (work of validation: (2S + 2) x B x n x W x max(d, d_h) multiply-adds)",
+        "dump (work of validation: (2S + 2) x B x n x W x max(d, d_h))",
         work_estimate(d),
         crate::limits::MAX_VALIDATION_WORK,
     )?;
