@@ -110,9 +110,10 @@ fn references(d: &Dump, run: &Run) -> Result<Vec<Compressed<f64>>> {
         .collect()
 }
 
-/// Work of validating `d`, in units of one window-token-channel step, estimated: the f64 and low-precision reference runs
-/// and the `2S - 1` displaced references of the phase profile, each `B * n * W * max(d, d_h)`
-/// (`n` the larger of the dump's and the geometry's entry count). `None` on overflow.
+/// Work of validating `d`, in units of one window-token-channel step, estimated: the f64 and
+/// low-precision reference runs and the `2S - 1` displaced references of the phase profile,
+/// each `B * n * W * max(d, d_h)` (`n` the larger of the dump's and the geometry's entry
+/// count). `None` on overflow.
 pub fn work_estimate(d: &Dump) -> Option<u64> {
     let g = d.spec.geometry;
     let n = d.main.entries().max(g.num_windows(d.main.tokens()));
