@@ -161,6 +161,22 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     persist(&tmp, path)
 }
 
+/// Like [`atomic_write`], but never replaces an existing `path`: the finished temporary file
+/// is hard-linked into place, which fails if `path` exists (also when another writer created
+/// it meanwhile), so results written this way are never overwritten.
+pub fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = temp_sibling(path);
+    let written = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::hard_link(&tmp, path)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    written.map_err(|e| Error::io(path, e))
+}
+
 /// Name of the lock file of a directory with one writer.
 pub const LOCK_FILE: &str = ".lock";
 
@@ -241,6 +257,20 @@ mod tests {
         assert!(DirLock::acquire(&dir).is_err());
         drop((a, b));
         DirLock::acquire(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn write_new_never_replaces_a_file() {
+        let dir = std::env::temp_dir().join(format!("phasekv-write-new-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("out.jsonl");
+        write_new(&f, b"first").unwrap();
+        let e = write_new(&f, b"second").unwrap_err().to_string();
+        assert!(e.contains("out.jsonl") && e.contains("exists"), "{e}");
+        assert_eq!(std::fs::read(&f).unwrap(), b"first");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "temporary file left behind");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

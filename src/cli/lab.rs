@@ -235,7 +235,7 @@ pub fn audit(cmd: AuditCmd) -> anyhow::Result<ExitCode> {
             let prompts = protocol::generate(&task, protocol, samples, seed)?;
             let tpl = TextTemplate { filler, record, query };
             let text = export_jsonl(&task, protocol, &prompts, &tpl)?;
-            phasekv::run_dir::atomic_write(&out, text.as_bytes())?;
+            phasekv::run_dir::write_new(&out, text.as_bytes())?;
             let b = protocol::balance(&prompts, task.residue_modulus);
             println!(
                 "wrote {} {} prompts ({} per group, M = {}) to {}; target-position balance: mean spread {:.2} tokens, std spread {:.1} %",
