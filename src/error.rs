@@ -34,12 +34,29 @@ pub enum Error {
         reason: String,
     },
     /// An operating-system I/O failure on a path.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The path being read or written.
         path: PathBuf,
-        /// The underlying error (in the message, not chained, so it prints once).
-        source: std::io::Error,
+        /// The underlying error: in the message and deliberately not a `source` (an error
+        /// chain printed with `{:#}` would repeat the OS text).
+        error: std::io::Error,
+    },
+    /// A directory that another process is writing (advisory lock held).
+    #[error("{}: run directory in use by {holder}; wait for it to finish or choose another directory", path.display())]
+    Busy {
+        /// The directory.
+        path: PathBuf,
+        /// Who holds it (`pid N`, or `another process`).
+        holder: String,
+    },
+    /// Training diverged: stopped without writing `metrics.json` (exit status 1).
+    #[error("training diverged at step {step}: {reason}")]
+    Diverged {
+        /// Steps completed when the divergence was seen.
+        step: usize,
+        /// What was seen, with the bound it broke.
+        reason: String,
     },
     /// A run directory that already holds a finished run (never overwritten).
     #[error("{} already holds a finished run; choose another output directory", path.display())]
@@ -57,7 +74,14 @@ pub enum Error {
     },
     /// An error from the candle tensor backend.
     #[error("tensor backend: {0}")]
-    Candle(#[from] candle_core::Error),
+    Candle(candle_core::Error),
+}
+
+/// Not `#[from]`: that would also make the candle error a `source`, printed twice in a chain.
+impl From<candle_core::Error> for Error {
+    fn from(e: candle_core::Error) -> Self {
+        Error::Candle(e)
+    }
 }
 
 impl Error {
@@ -72,8 +96,8 @@ impl Error {
     }
 
     /// Shorthand for [`Error::Io`].
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+    pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
+        Error::Io { path: path.into(), error }
     }
 }
 

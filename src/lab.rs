@@ -16,10 +16,9 @@ use crate::analysis::gates::{self, GateSnapshot};
 use crate::analysis::phase::{self, PhaseProfile};
 use crate::analysis::protocol::{self, Balance, Protocol};
 use crate::kernel::spec::KernelSpec;
-use crate::model::train::{list_snapshots, load_run, EVAL_STREAM};
-use crate::model::RunConfig;
+use crate::model::train::{list_snapshots, load_run, verify_run, EVAL_STREAM};
 use crate::report::figures;
-use crate::run_dir::{atomic_write, write_json_atomic};
+use crate::run_dir::{atomic_write, write_json_atomic, DirLock};
 use crate::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -70,6 +69,10 @@ pub struct EvalResult {
     pub balance: Balance,
     /// Every phase statistic.
     pub profile: PhaseProfile,
+    /// Identity of the run evaluated (`<config hash>/<weights hash>`); a cached result is
+    /// reused only for the same identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 /// `knockout.json`.
@@ -85,6 +88,9 @@ pub struct KnockoutResult {
     pub seed: u64,
     /// The map.
     pub map: KnockoutMap,
+    /// Identity of the run (see [`EvalResult::run_id`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 /// `gates.json`.
@@ -100,6 +106,9 @@ pub struct GatesResult {
     pub seed: u64,
     /// One entry per saved checkpoint, in step order (the final model last).
     pub snapshots: Vec<GateSnapshot>,
+    /// Identity of the run (see [`EvalResult::run_id`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 /// The kernel's stride for phase folding (`None` for `full`).
@@ -112,7 +121,7 @@ pub fn stride_of(preset: &str) -> Result<Option<usize>> {
 
 /// Reads a JSON result file.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = crate::limits::read_text(path, crate::limits::MAX_JSON_BYTES)?;
     serde_json::from_str(&text)
         .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("unreadable result: {e}") })
 }
@@ -135,11 +144,6 @@ fn existing<T: DeserializeOwned>(path: &Path, same: impl Fn(&T) -> bool) -> Resu
     }
 }
 
-fn run_config(run: &Path) -> Result<RunConfig> {
-    check_run(run)?;
-    read_json(&run.join(crate::model::run::CONFIG_FILE))
-}
-
 /// A run directory must exist and hold `config.json`.
 fn check_run(run: &Path) -> Result<()> {
     if !run.join(crate::model::run::CONFIG_FILE).is_file() {
@@ -151,10 +155,16 @@ fn check_run(run: &Path) -> Result<()> {
     Ok(())
 }
 
-fn at_least_one(field: &str, v: usize) -> Result<()> {
-    if v == 0 {
-        return Err(Error::invalid(field, "must be at least 1, got 0"));
-    }
+/// `--samples` prompts per group: within `1..=MAX_SAMPLES_PER_GROUP`, and the prompts of
+/// every group (`groups` of them, `seq_len` tokens each) within [`crate::limits::MAX_HELD_TOKENS`].
+pub fn check_samples(field: &str, per_group: usize, groups: usize, seq_len: usize) -> Result<()> {
+    use crate::limits::*;
+    check_range(field, per_group, 1, MAX_SAMPLES_PER_GROUP)?;
+    check_product(
+        &format!("{field} x groups x sequence length"),
+        product(&[per_group, groups, seq_len]),
+        MAX_HELD_TOKENS,
+    )?;
     Ok(())
 }
 
@@ -167,9 +177,19 @@ pub fn eval_run(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<EvalResult> {
     check_run(run)?;
-    at_least_one("samples per group", per_group)?;
+    let verified = verify_run(run)?;
+    let task = &verified.config.task;
+    check_samples("--samples", per_group, task.residue_modulus, task.seq_len())?;
     let json = run.join(format!("eval-{}.json", protocol.name()));
-    if let Some(r) = existing::<EvalResult>(&json, |r| r.per_group == per_group && r.seed == seed)? {
+    let id = verified.identity;
+    let same = |r: &EvalResult| r.per_group == per_group && r.seed == seed && r.run_id == id;
+    if let Some(r) = existing(&json, same)? {
+        return Ok(r);
+    }
+    // A cached result is read without the lock; computing one takes it (and looks again, in
+    // case another writer just finished the same result).
+    let _lock = DirLock::shared(run)?;
+    if let Some(r) = existing(&json, same)? {
         return Ok(r);
     }
     let (config, model) = load_run(run, None)?;
@@ -179,8 +199,16 @@ pub fn eval_run(
     let outcomes = eval::evaluate(&model.decoder, &prompts, progress)?;
     let stride = stride_of(&config.model.preset)?;
     let profile = phase::profile(&outcomes, task.residue_modulus, stride, seed)?;
-    let result =
-        EvalResult { preset: config.model.preset.clone(), protocol, per_group, seed, stride, balance, profile };
+    let result = EvalResult {
+        preset: config.model.preset.clone(),
+        protocol,
+        per_group,
+        seed,
+        stride,
+        balance,
+        profile,
+        run_id: id,
+    };
     let mut lines = String::new();
     for o in &outcomes {
         lines.push_str(&serde_json::to_string(o).map_err(|e| Error::invalid("outcome", e.to_string()))?);
@@ -208,19 +236,27 @@ pub fn knockout_run(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<KnockoutResult> {
     check_run(run)?;
-    at_least_one("samples per group", per_group)?;
-    at_least_one("reference prompts", reference)?;
+    let verified = verify_run(run)?;
+    let task = &verified.config.task;
+    check_samples("--samples", per_group, task.residue_modulus, task.seq_len())?;
+    crate::limits::check_range("--reference", reference, 1, crate::limits::MAX_KNOCKOUT_REFERENCE)?;
     let json = run.join("knockout.json");
     let protocol = Protocol::InSequence;
-    if let Some(r) = existing::<KnockoutResult>(&json, |r| {
-        r.per_group == per_group && r.seed == seed && r.map.reference == reference
-    })? {
+    let id = verified.identity;
+    let same = |r: &KnockoutResult| {
+        r.per_group == per_group && r.seed == seed && r.map.reference == reference && r.run_id == id
+    };
+    if let Some(r) = existing(&json, same)? {
+        return Ok(r);
+    }
+    let _lock = DirLock::shared(run)?;
+    if let Some(r) = existing(&json, same)? {
         return Ok(r);
     }
     let (config, model) = load_run(run, None)?;
     let prompts = protocol::generate(&config.task, protocol, per_group, seed)?;
     let map = eval::knockout(&model.decoder, &config.task, &prompts, reference, seed, progress)?;
-    let result = KnockoutResult { preset: config.model.preset.clone(), protocol, per_group, seed, map };
+    let result = KnockoutResult { preset: config.model.preset.clone(), protocol, per_group, seed, map, run_id: id };
     let mut csv = String::from("layer,head,group,clean_accuracy,knocked_accuracy,drop_pp\n");
     for r in &result.map.rows {
         for (g, k) in r.groups.iter().enumerate() {
@@ -248,13 +284,26 @@ pub fn gates_run(
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Option<GatesResult>> {
-    at_least_one("samples", samples)?;
-    let config = run_config(run)?;
+    check_run(run)?;
+    let verified = verify_run(run)?;
+    let config = verified.config;
+    crate::limits::check_range("--samples", samples, 1, crate::limits::MAX_SAMPLES_PER_GROUP)?;
+    crate::limits::check_product(
+        "--samples x sequence length",
+        crate::limits::product(&[samples, config.task.seq_len()]),
+        crate::limits::MAX_HELD_TOKENS,
+    )?;
     if config.model.is_full() {
         return Ok(None);
     }
     let json = run.join("gates.json");
-    if let Some(r) = existing::<GatesResult>(&json, |r| r.samples == samples && r.seed == seed)? {
+    let id = verified.identity;
+    let same = |r: &GatesResult| r.samples == samples && r.seed == seed && r.run_id == id;
+    if let Some(r) = existing(&json, same)? {
+        return Ok(Some(r));
+    }
+    let _lock = DirLock::shared(run)?;
+    if let Some(r) = existing(&json, same)? {
         return Ok(Some(r));
     }
     let task = &config.task;
@@ -271,7 +320,7 @@ pub fn gates_run(
         progress(i + 1, weights.len());
     }
     let window = KernelSpec::preset(&config.model.preset)?.geometry.window();
-    let result = GatesResult { preset: config.model.preset.clone(), window, samples, seed, snapshots };
+    let result = GatesResult { preset: config.model.preset.clone(), window, samples, seed, snapshots, run_id: id };
     figures::gate_figures(&run.join("gates"), &result.preset, &result.snapshots, window)?;
     let mut csv = String::from("step,layer,head,branch,static_concentration,input_concentration,profile\n");
     for snap in &result.snapshots {
@@ -295,13 +344,52 @@ pub fn gates_run(
 }
 
 /// `phasekv audit analyze`: the phase profile of external results, written into `out`
-/// (`profile.json`, `groups.csv`, `phase.svg`/`.png`).
-pub fn audit_analyze(results: &Path, m: usize, stride: Option<usize>, seed: u64, out: &Path) -> Result<PhaseProfile> {
-    let text = std::fs::read_to_string(results).map_err(|e| Error::io(results, e))?;
-    let outcomes = crate::analysis::audit::parse_results(&text, m)
+/// (`profile.json`, `groups.csv`, `phase.svg`/`.png`), which must not exist yet (results are
+/// never overwritten). `m` is checked against [`crate::limits::MAX_MODULUS`]; a `stride` must
+/// be at least 2 and divide `m` (else folding would be silently skipped); `export`, the JSONL
+/// that `audit export` wrote, makes every result's id and group checked against it.
+pub fn audit_analyze(
+    results: &Path,
+    m: usize,
+    stride: Option<usize>,
+    seed: u64,
+    out: &Path,
+    export: Option<&Path>,
+) -> Result<PhaseProfile> {
+    crate::limits::check_range("--modulus", m, 2, crate::limits::MAX_MODULUS)?;
+    if let Some(s) = stride {
+        if s < 2 || s > m || !m.is_multiple_of(s) {
+            return Err(Error::invalid(
+                "--stride",
+                format!("must be at least 2 and divide --modulus ({m}) to fold phases, got {s}"),
+            ));
+        }
+    }
+    if out.exists() {
+        return Err(Error::File {
+            path: out.to_path_buf(),
+            reason: "exists; results are never overwritten (choose another --out)".into(),
+        });
+    }
+    let manifest = match export {
+        Some(p) => {
+            let text = crate::limits::read_text(p, crate::limits::MAX_JSONL_BYTES)?;
+            Some(
+                crate::analysis::audit::parse_manifest(&text)
+                    .map_err(|e| Error::File { path: p.to_path_buf(), reason: e.to_string() })?,
+            )
+        }
+        None => None,
+    };
+    let text = crate::limits::read_text(results, crate::limits::MAX_JSONL_BYTES)?;
+    let outcomes = crate::analysis::audit::parse_results_checked(&text, m, manifest.as_ref())
         .map_err(|e| Error::File { path: results.to_path_buf(), reason: e.to_string() })?;
     let profile = phase::profile(&outcomes, m, stride, seed)?;
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    // create_dir, not create_dir_all: fails if another process made it meanwhile.
+    std::fs::create_dir(out).map_err(|e| Error::io(out, e))?;
     write_json_atomic(&out.join("profile.json"), &profile)?;
     atomic_write(&out.join("groups.csv"), phase::groups_csv(&profile.groups).as_bytes())?;
     let name = results.file_name().and_then(|n| n.to_str()).unwrap_or("results");

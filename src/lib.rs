@@ -12,6 +12,7 @@
 //! | [`geometry`] | windows, phases, multiplicity, visibility, entry positions: the only place those formulas live |
 //! | [`kernel`] | kernel specs and presets, the f64 reference, the candle implementation, streaming, compressed attention, the invariant harness K1-K13 |
 //! | [`analysis`] | the phase lab: padding protocols, phase statistics, evaluation and knockouts, gate preferences, the JSONL audit |
+//! | [`limits`] | upper bounds on every size a user gives, and the one bounded file read |
 //! | [`lab`] | the phase lab on a run directory: evaluation, knockouts, gates, written as data and figures |
 //! | [`reproduce`] | the reproduction plan: units (kernels, theory, one per model), shards, resume |
 //! | [`theory`] | the idealized induction task, Theorem 1 (oracle, argmin) and Theorem 2 (gradient flow) |
@@ -27,6 +28,7 @@ pub mod error;
 pub mod geometry;
 pub mod kernel;
 pub mod lab;
+pub mod limits;
 pub mod model;
 pub mod report;
 pub mod reproduce;

@@ -55,7 +55,16 @@ fn write_eval(dir: &Path, preset: &str, protocol: Protocol, acc: &dyn Fn(usize) 
     let s = stride(preset);
     let profile = phase::profile(&outcomes(acc), M, s, 0).unwrap();
     let balance = Balance { groups: vec![], mean_spread: 0.0, std_spread: 0.0 };
-    let r = EvalResult { preset: preset.into(), protocol, per_group: N, seed: 0, stride: s, balance, profile };
+    let r = EvalResult {
+        preset: preset.into(),
+        protocol,
+        per_group: N,
+        seed: 0,
+        stride: s,
+        balance,
+        profile,
+        run_id: None,
+    };
     write(&dir.join(format!("eval-{}.json", protocol.name())), &r);
 }
 
@@ -73,7 +82,14 @@ fn write_knockout(dir: &Path, preset: &str, drop: impl Fn(usize) -> f64) {
     let map = KnockoutMap { modulus: M, reference: 4, replaced_entries: 10, clean, rows };
     write(
         &dir.join("knockout.json"),
-        &KnockoutResult { preset: preset.into(), protocol: Protocol::InSequence, per_group: N, seed: 0, map },
+        &KnockoutResult {
+            preset: preset.into(),
+            protocol: Protocol::InSequence,
+            per_group: N,
+            seed: 0,
+            map,
+            run_id: None,
+        },
     );
 }
 
@@ -93,7 +109,7 @@ fn write_gates(dir: &Path, preset: &str, end_static: f64) {
     ];
     write(
         &dir.join("gates.json"),
-        &GatesResult { preset: preset.into(), window: 8, samples: 16, seed: 0, snapshots: snaps },
+        &GatesResult { preset: preset.into(), window: 8, samples: 16, seed: 0, snapshots: snaps, run_id: None },
     );
 }
 

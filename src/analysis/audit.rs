@@ -150,10 +150,50 @@ pub fn export_jsonl(task: &TaskConfig, protocol: Protocol, prompts: &[Prompt], t
     Ok(out)
 }
 
+/// The exported prompts an audit's results are checked against: `id` to (`group`,
+/// `target_pos`), read from the JSONL that `audit export` wrote.
+pub type Manifest = std::collections::HashMap<u64, (usize, usize)>;
+
+/// Reads an export (`audit export` JSONL) as a [`Manifest`]; a repeated id or a line without
+/// `id`, `group` and `target_pos` is an error naming the line.
+pub fn parse_manifest(text: &str) -> Result<Manifest> {
+    let mut out = Manifest::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = |field: &str| format!("export line {}: {field}", i + 1);
+        let v: Value = serde_json::from_str(line).map_err(|e| Error::invalid(at("JSON"), e.to_string()))?;
+        let get = |f: &str| {
+            v.get(f)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| Error::invalid(at(f), "missing or not a non-negative integer"))
+        };
+        let (id, group, pos) = (get("id")?, get("group")?, get("target_pos")?);
+        if out.insert(id, (group as usize, pos as usize)).is_some() {
+            return Err(Error::invalid(at("id"), format!("id {id} is exported twice")));
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::invalid("export", "no exported prompts"));
+    }
+    Ok(out)
+}
+
 /// Reads per-sample results (see the module docs); `m` is the residue modulus. Errors name
 /// the line (1-based) and the field.
 pub fn parse_results(text: &str, m: usize) -> Result<Vec<Outcome>> {
+    parse_results_checked(text, m, None)
+}
+
+/// [`parse_results`], refusing what would fabricate or distort significance: a repeated `id`
+/// (the same results counted twice), `correct` contradicting `prob`, a `group` that is not
+/// `target_pos mod M` when the line carries `target_pos`, and, given the export's
+/// `manifest`, a missing `id`, an id that was never exported, or a group other than the
+/// exported one.
+pub fn parse_results_checked(text: &str, m: usize, manifest: Option<&Manifest>) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
+    let mut seen: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let n = i + 1;
         if line.trim().is_empty() {
@@ -172,12 +212,47 @@ pub fn parse_results(text: &str, m: usize) -> Result<Vec<Outcome>> {
             return Err(Error::invalid(at("group"), format!("unknown group {group}: allowed 0..{m}")));
         }
         let id = match obj.get("id") {
+            None if manifest.is_some() => {
+                return Err(Error::invalid(at("id"), "missing (required to check the results against --export)"))
+            }
             None => out.len(),
             Some(x) => x
                 .as_u64()
                 .ok_or_else(|| Error::invalid(at("id"), format!("must be a non-negative integer, got {x}")))?
                 as usize,
         };
+        if let Some(first) = seen.insert(id, n) {
+            return Err(Error::invalid(
+                at("id"),
+                format!("id {id} repeats line {first}; each prompt's result must appear once"),
+            ));
+        }
+        if let Some(pos) = obj.get("target_pos") {
+            let pos = pos.as_u64().ok_or_else(|| {
+                Error::invalid(at("target_pos"), format!("must be a non-negative integer, got {pos}"))
+            })?;
+            if pos % m as u64 != group {
+                return Err(Error::invalid(
+                    at("group"),
+                    format!(
+                        "group {group} contradicts target_pos {pos} (mod {m} = {}); is --modulus right?",
+                        pos % m as u64
+                    ),
+                ));
+            }
+        }
+        if let Some(manifest) = manifest {
+            match manifest.get(&(id as u64)) {
+                None => return Err(Error::invalid(at("id"), format!("id {id} was never exported"))),
+                Some(&(g, _)) if g as u64 != group => {
+                    return Err(Error::invalid(
+                        at("group"),
+                        format!("group {group} contradicts the export, which gave id {id} group {g}"),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
         let prob = match obj.get("prob") {
             None | Some(Value::Null) => None,
             Some(x) => {
@@ -189,6 +264,12 @@ pub fn parse_results(text: &str, m: usize) -> Result<Vec<Outcome>> {
             }
         };
         let correct = match (obj.get("correct"), prob) {
+            (Some(Value::Bool(b)), Some(p)) if *b != (p >= 0.5) => {
+                return Err(Error::invalid(
+                    at("correct"),
+                    format!("{b} contradicts prob {p} (counted correct at >= 0.5); give one or make them agree"),
+                ))
+            }
             (Some(Value::Bool(b)), _) => *b,
             (Some(x), _) => return Err(Error::invalid(at("correct"), format!("must be true or false, got {x}"))),
             (None, Some(p)) => p >= 0.5,

@@ -142,12 +142,19 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
             let spec = match (preset, spec) {
                 (Some(name), _) => KernelSpec::preset(&name)?,
                 (None, Some(path)) => {
-                    let text = std::fs::read_to_string(&path).map_err(|e| phasekv::Error::io(&path, e))?;
+                    let text = phasekv::limits::read_text(&path, phasekv::limits::MAX_JSON_BYTES)?;
                     KernelSpec::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
                 }
                 (None, None) => bail!("give --preset NAME or --spec FILE.json"),
             };
             let preset = spec.name.clone();
+            let w = spec.geometry.window();
+            if w > phasekv::limits::MAX_CHECK_WINDOW {
+                bail!(
+                    "invalid --preset: window W = {w} of {preset} is above the harness's limit of {} (cases hold up to 2W + 2S + 3 tokens)",
+                    phasekv::limits::MAX_CHECK_WINDOW
+                );
+            }
             let mut subjects: Vec<Box<dyn KernelUnderTest>> = Vec::new();
             if let Some(name) = mutant {
                 subjects.push(Box::new(ReferenceSubject::mutant(&spec, Mutation::from_name(&name)?)));
@@ -236,10 +243,16 @@ fn bench(
 ) -> anyhow::Result<ExitCode> {
     use phasekv::kernel::tensor::{TensorKernel, TensorParams};
     use phasekv::kernel::{forward_flops, random_input, KernelDims, KernelParams};
+    use phasekv::limits::{check_range, MAX_BENCH_SECONDS, MAX_BENCH_TOKENS, MAX_BENCH_WIDTH};
     let spec = KernelSpec::preset(preset)?;
+    check_range("--d-model", d_model, 1, MAX_BENCH_WIDTH)?;
+    check_range("--d-head", d_head, 1, MAX_BENCH_WIDTH)?;
     let dims = KernelDims::new(d_model, d_head)?;
-    if let Some(&t) = tokens.iter().find(|&&t| t == 0) {
-        bail!("invalid --tokens: every length must be at least 1, got {t}");
+    for &t in tokens {
+        check_range("--tokens", t, 1, MAX_BENCH_TOKENS)?;
+    }
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= MAX_BENCH_SECONDS) {
+        bail!("invalid --seconds: must be a finite number in (0, {MAX_BENCH_SECONDS}], got {seconds}");
     }
     let threads = rayon::current_num_threads();
     let peak = sgemm_flops(seconds)?;

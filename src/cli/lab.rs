@@ -95,9 +95,13 @@ pub enum AuditCmd {
         /// Stride to fold phases by (optional).
         #[arg(long)]
         stride: Option<usize>,
-        /// Output directory (default: next to the results, `<name>.audit/`).
+        /// Output directory (default: next to the results, `<name>.audit/`); must not exist.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// The prompts JSONL that `audit export` wrote: every result's id must be one of its
+        /// ids, with its group.
+        #[arg(long)]
+        export: Option<PathBuf>,
         /// Seed of the permutation test.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -218,18 +222,20 @@ pub fn audit(cmd: AuditCmd) -> anyhow::Result<ExitCode> {
             let protocol = Protocol::parse(&protocol)?;
             let task = match &config {
                 Some(path) => {
-                    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-                    RunConfig::from_json(&text)?.task
+                    let task = RunConfig::from_file(path)?.task;
+                    task.validate().map_err(|e| phasekv::Error::File { path: path.clone(), reason: e.to_string() })?;
+                    task
                 }
                 None => RunConfig::default().task,
             };
+            lab::check_samples("--samples", samples, task.residue_modulus, task.seq_len())?;
             if out.exists() {
                 anyhow::bail!("{}: exists; results are never overwritten (choose another --out)", out.display());
             }
             let prompts = protocol::generate(&task, protocol, samples, seed)?;
             let tpl = TextTemplate { filler, record, query };
             let text = export_jsonl(&task, protocol, &prompts, &tpl)?;
-            phasekv::run_dir::atomic_write(&out, text.as_bytes())?;
+            phasekv::run_dir::write_new(&out, text.as_bytes())?;
             let b = protocol::balance(&prompts, task.residue_modulus);
             println!(
                 "wrote {} {} prompts ({} per group, M = {}) to {}; target-position balance: mean spread {:.2} tokens, std spread {:.1} %",
@@ -242,9 +248,9 @@ pub fn audit(cmd: AuditCmd) -> anyhow::Result<ExitCode> {
                 100.0 * b.std_spread
             );
         }
-        AuditCmd::Analyze { results, modulus, stride, out, seed } => {
+        AuditCmd::Analyze { results, modulus, stride, out, export, seed } => {
             let out = out.unwrap_or_else(|| results.with_extension("audit"));
-            let p = lab::audit_analyze(&results, modulus, stride, seed, &out)?;
+            let p = lab::audit_analyze(&results, modulus, stride, seed, &out, export.as_deref())?;
             print_profile(&format!("audit of {}", results.display()), None, &p);
             println!("  written: {}/{{profile.json,groups.csv,phase.svg,phase.png}}", out.display());
         }

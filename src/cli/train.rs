@@ -87,10 +87,7 @@ impl Observer for Progress {
 
 pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let mut config = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            RunConfig::from_json(&text)?
-        }
+        Some(path) => RunConfig::from_file(path)?,
         None => RunConfig::default(),
     };
     if let Some(p) = &args.preset {
@@ -105,7 +102,11 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(lr) = args.lr {
         config.train.lr = lr;
     }
-    config.validate()?;
+    match (&args.config, config.validate()) {
+        (_, Ok(())) => {}
+        (Some(path), Err(e)) => return Err(phasekv::Error::File { path: path.clone(), reason: e.to_string() }.into()),
+        (None, Err(e)) => return Err(e.into()),
+    }
     if args.print_config {
         println!("{}", serde_json::to_string_pretty(&config)?);
         return Ok(ExitCode::SUCCESS);
@@ -125,7 +126,15 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| PathBuf::from(format!("runs/{}-seed{}", config.model.preset, config.train.seed)));
     let mut progress = Progress { bar: None, quiet: args.quiet };
     let env = serde_json::json!({ "command": std::env::args().collect::<Vec<_>>() });
-    let outcome = phasekv::model::train(&config, &out, env, &mut progress)?;
+    let outcome = match phasekv::model::train(&config, &out, env, &mut progress) {
+        Ok(o) => o,
+        Err(e @ phasekv::Error::Diverged { .. }) => {
+            // Not bad input: the run itself failed. Exit 1, nothing marked finished.
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e.into()),
+    };
     if let Some(bar) = &progress.bar {
         bar.finish();
     }

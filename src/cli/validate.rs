@@ -2,7 +2,7 @@
 //! Exit status 0 when the kernel passes, 1 when it fails, 2 when the dump is unusable.
 
 use phasekv::kernel::dump::{parse_dtype, Dump};
-use phasekv::kernel::validate::{validate, Status, Validation};
+use phasekv::kernel::validate::{validate_with_progress, Status, Validation};
 use phasekv::report::plot::{line_chart, Panel, Series};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,7 +20,14 @@ pub fn run(dump: &Path, dtype: Option<&str>, report: Option<&PathBuf>) -> anyhow
         None => None,
     };
     let d = Dump::load(dump, dtype)?;
-    let v = validate(&d)?;
+    let mut bar: Option<super::progress::Progress> = None;
+    let v = validate_with_progress(&d, &mut |done, total| {
+        let b = bar.get_or_insert_with(|| super::progress::Progress::new(total as u64, "validating"));
+        b.set_position(done as u64);
+        if done >= total {
+            b.finish();
+        }
+    })?;
     print(&v, dump);
     if let Some(dir) = report {
         write_report(&v, dir)?;
@@ -95,7 +102,7 @@ fn print(v: &Validation, path: &Path) {
 fn write_report(v: &Validation, dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| phasekv::Error::io(dir, e))?;
     let json = dir.join("validation.json");
-    std::fs::write(&json, serde_json::to_string_pretty(v)?).map_err(|e| phasekv::Error::io(&json, e))?;
+    phasekv::run_dir::write_json_atomic(&json, v)?;
     let lg = |e: f64| e.max(1e-300).log10();
     let phase = Panel {
         title: format!("{}: error by phase of the window start", v.spec),

@@ -141,7 +141,7 @@ impl Dump {
             let (meta, tensors) = read_npy_dir(path)?;
             return Dump::from_parts(path, &meta, tensors, dtype_override);
         }
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bytes = crate::limits::read_file(path, crate::limits::MAX_DUMP_BYTES)?;
         Dump::from_safetensors_bytes(path, &bytes, dtype_override)
     }
 
@@ -646,7 +646,7 @@ pub fn parse_npy(name: &str, bytes: &[u8]) -> std::result::Result<RawTensor, Str
 /// Reads a folder of `.npy` files and its `metadata.json` (a JSON object of strings).
 pub fn read_npy_dir(dir: &Path) -> Result<(HashMap<String, String>, BTreeMap<String, RawTensor>)> {
     let meta_path = dir.join("metadata.json");
-    let text = std::fs::read_to_string(&meta_path).map_err(|e| Error::io(&meta_path, e))?;
+    let text = crate::limits::read_text(&meta_path, crate::limits::MAX_JSON_BYTES)?;
     let meta: HashMap<String, String> =
         serde_json::from_str(&text).map_err(|e| file_err(&meta_path, format!("not a JSON object of strings: {e}")))?;
     let mut out = BTreeMap::new();
@@ -654,10 +654,12 @@ pub fn read_npy_dir(dir: &Path) -> Result<(HashMap<String, String>, BTreeMap<Str
     for entry in entries {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let p: PathBuf = entry.path();
-        let Some(name) = p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".npy")) else {
+        let Some(name) =
+            p.file_name().and_then(|n| n.to_str()).filter(|n| !n.starts_with('.')).and_then(|n| n.strip_suffix(".npy"))
+        else {
             continue;
         };
-        let bytes = std::fs::read(&p).map_err(|e| Error::io(&p, e))?;
+        let bytes = crate::limits::read_file(&p, crate::limits::MAX_DUMP_BYTES)?;
         out.insert(name.to_string(), parse_npy(name, &bytes).map_err(|r| file_err(&p, r))?);
     }
     Ok((meta, out))

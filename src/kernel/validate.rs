@@ -117,8 +117,33 @@ fn references(d: &Dump, run: &Run) -> Result<Vec<Compressed<f64>>> {
         .collect()
 }
 
-/// Validates a dump. Errors only when the reference itself cannot run (never for a failing kernel).
+/// Work of validating `d`, in units of one window-token-channel step, estimated: the f64 and
+/// low-precision reference runs and the `2S - 1` displaced references of the phase profile,
+/// each `B * n * W * max(d, d_h)` (`n` the larger of the dump's and the geometry's entry
+/// count). `None` on overflow.
+pub fn work_estimate(d: &Dump) -> Option<u64> {
+    let g = d.spec.geometry;
+    let n = d.main.entries().max(g.num_windows(d.main.tokens()));
+    let passes = (g.stride() as u64).checked_mul(2)?.checked_add(2)?;
+    crate::limits::product(&[d.main.batch(), n.max(1), g.window(), d.dims.d_model.max(d.dims.d_head)])?
+        .checked_mul(passes)
+}
+
+/// Validates a dump. Errors only when the reference itself cannot run (never for a failing
+/// kernel), or when the dump would take more than [`crate::limits::MAX_VALIDATION_WORK`]
+/// units of work (refused before any work, naming the estimate).
 pub fn validate(d: &Dump) -> Result<Validation> {
+    validate_with_progress(d, &mut |_, _| {})
+}
+
+/// [`validate`], reporting progress as `(done, total)` units: the reference runs, then one
+/// unit per displacement of the phase profile.
+pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) -> Result<Validation> {
+    crate::limits::check_product(
+        "dump (work of validation: (2S + 2) x B x n x W x max(d, d_h))",
+        work_estimate(d),
+        crate::limits::MAX_VALIDATION_WORK,
+    )?;
     let spec = &d.spec;
     let g = spec.geometry;
     let run = &d.main;
@@ -141,6 +166,9 @@ pub fn validate(d: &Dump) -> Result<Validation> {
 
     rows.push(finite_outputs(d));
 
+    // One unit for the reference runs, one per displacement `-(S-1)..=S-1`.
+    let units = 2 * g.stride();
+    progress(0, units);
     let ref64 = references(d, run)?;
     let mut low = Vec::new();
     for k in 0..b {
@@ -376,6 +404,7 @@ pub fn validate(d: &Dump) -> Result<Validation> {
         }
         let start_phase = (g.start(0) + delta).rem_euclid(sw) as usize;
         phase_profile.push(PhasePoint { delta, phase: start_phase, error: err, entries: count });
+        progress(phase_profile.len() + 1, units);
     }
     let best = phase_profile
         .iter()

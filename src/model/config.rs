@@ -59,20 +59,15 @@ impl ModelConfig {
     /// Checks every field (and that the preset exists).
     pub fn validate(&self) -> Result<()> {
         KernelSpec::preset(&self.preset)?;
-        let at_least = |field: &str, v: usize, min: usize| -> Result<()> {
-            if v < min {
-                Err(Error::invalid(format!("model.{field}"), format!("must be at least {min}, got {v}")))
-            } else {
-                Ok(())
-            }
-        };
-        at_least("d_model", self.d_model, 1)?;
-        at_least("n_layer", self.n_layer, 1)?;
-        at_least("n_head", self.n_head, 1)?;
-        at_least("n_kv_head", self.n_kv_head, 1)?;
-        at_least("d_head", self.d_head, 2)?;
-        at_least("d_ff", self.d_ff, 1)?;
-        at_least("local_window", self.local_window, 1)?;
+        use crate::limits::*;
+        let range = |field: &str, v: usize, min: usize, max: usize| check_range(&format!("model.{field}"), v, min, max);
+        range("d_model", self.d_model, 1, MAX_WIDTH)?;
+        range("n_layer", self.n_layer, 1, MAX_LAYERS)?;
+        range("n_head", self.n_head, 1, MAX_HEADS)?;
+        range("n_kv_head", self.n_kv_head, 1, MAX_HEADS)?;
+        range("d_head", self.d_head, 2, MAX_D_HEAD)?;
+        range("d_ff", self.d_ff, 1, MAX_WIDTH)?;
+        range("local_window", self.local_window, 1, MAX_SEQ_LEN)?;
         if !(self.qk_norm_gain.is_finite() && self.qk_norm_gain > 0.0 && self.qk_norm_gain <= 100.0) {
             return Err(Error::invalid(
                 "model.qk_norm_gain",
@@ -149,18 +144,15 @@ impl Default for TrainConfig {
 impl TrainConfig {
     /// Checks every field.
     pub fn validate(&self) -> Result<()> {
-        let at_least = |field: &str, v: usize, min: usize| -> Result<()> {
-            if v < min {
-                Err(Error::invalid(format!("train.{field}"), format!("must be at least {min}, got {v}")))
-            } else {
-                Ok(())
-            }
-        };
-        at_least("steps", self.steps, 1)?;
-        at_least("batch_size", self.batch_size, 1)?;
-        at_least("eval_every", self.eval_every, 1)?;
-        at_least("eval_samples", self.eval_samples, 1)?;
-        at_least("checkpoint_every", self.checkpoint_every, 1)?;
+        use crate::limits::*;
+        let range = |field: &str, v: usize, min: usize, max: usize| check_range(&format!("train.{field}"), v, min, max);
+        range("steps", self.steps, 1, MAX_STEPS)?;
+        range("warmup_steps", self.warmup_steps, 0, MAX_STEPS)?;
+        range("curriculum_steps", self.curriculum_steps, 0, MAX_STEPS)?;
+        range("batch_size", self.batch_size, 1, MAX_BATCH)?;
+        range("eval_every", self.eval_every, 1, MAX_STEPS)?;
+        range("eval_samples", self.eval_samples, 1, MAX_EVAL_SAMPLES)?;
+        range("checkpoint_every", self.checkpoint_every, 1, MAX_STEPS)?;
         let in_range = |field: &str, v: f64, lo: f64, hi: f64, incl_lo: bool| -> Result<()> {
             let ok = v.is_finite() && (if incl_lo { v >= lo } else { v > lo }) && v <= hi;
             if ok {
@@ -208,10 +200,32 @@ impl RunConfig {
     /// Checks each part and the constraints between them (the local window must be shorter
     /// than the sequence, so that retrieval has to go through compressed entries).
     pub fn validate(&self) -> Result<()> {
+        use crate::limits::*;
         self.task.validate()?;
         self.model.validate()?;
         self.train.validate()?;
         let t = self.task.seq_len();
+        if !self.model.is_full() {
+            // Degenerate geometry: a window or stride longer than the sequence leaves no
+            // compressed entry, and the run would train a local-window model under the
+            // preset's name.
+            let g = KernelSpec::preset(&self.model.preset)?.geometry;
+            let (w, s) = (g.window(), g.stride());
+            if w > t || s > t || g.num_windows(t) == 0 {
+                return Err(Error::invalid(
+                    "model.preset",
+                    format!(
+                        "{} (W = {w}, S = {s}) gives {} compressed entries on the task's {t}-token sequences; \
+                         W and S must be at most the sequence length",
+                        self.model.preset,
+                        g.num_windows(t)
+                    ),
+                ));
+            }
+        }
+        check_product("model parameters", self.parameter_estimate(), MAX_PARAMS)?;
+        check_product("activations per step", self.activation_floats(), MAX_ACTIVATION_FLOATS)?;
+        check_product("train.eval_samples x sequence length", product(&[self.train.eval_samples, t]), MAX_HELD_TOKENS)?;
         if !self.model.is_full() && self.model.local_window >= t {
             return Err(Error::invalid(
                 "model.local_window",
@@ -225,9 +239,87 @@ impl RunConfig {
         Ok(())
     }
 
+    /// Parameters of the decoder, estimated from the sizes (embedding and output head, the
+    /// attention and MLP matrices of every block); `None` when the arithmetic overflows.
+    pub fn parameter_estimate(&self) -> Option<u64> {
+        let m = &self.model;
+        let v = self.task.vocab_size() as u64;
+        let d = m.d_model as u64;
+        let attn = (d * m.d_head as u64).checked_mul(2 * m.n_head as u64 + 2 * m.n_kv_head as u64)?;
+        let mlp = d.checked_mul(3 * m.d_ff as u64)?;
+        let block = attn.checked_add(mlp)?.checked_add(4 * d)?;
+        v.checked_mul(2 * d)?.checked_add(block.checked_mul(m.n_layer as u64)?)
+    }
+
+    /// f32 values one training step holds at its peak, estimated: per layer, batch and token,
+    /// the hidden states, the MLP, the heads' queries, keys and values, the attention scores
+    /// over the keys a query may see (the sequence, plus the compressed entries for a kernel
+    /// preset), counted 16 times (candle keeps the masked scores, the softmax and their
+    /// gradients), and the compressed windows (`ceil(W / S)` copies of each key and value).
+    /// Calibrated with `train --bench 1` on 965-token sequences (`max_prefix` 900), batch 16:
+    /// `full` 6 711 MiB peak RSS measured, 7 411 MiB estimated; `w8s4` 9 027 MiB measured,
+    /// 9 250 MiB estimated. `None` when the arithmetic overflows.
+    pub fn activation_floats(&self) -> Option<u64> {
+        let m = &self.model;
+        let t = self.task.checked_seq_len()? as u64;
+        let (copies, entries) = if m.is_full() {
+            (0, 0)
+        } else {
+            let g = KernelSpec::preset(&m.preset).ok()?.geometry;
+            (g.window().div_ceil(g.stride()) as u64, g.num_windows(t as usize) as u64)
+        };
+        let heads = (m.n_head as u64 + 2 * m.n_kv_head as u64) * m.d_head as u64;
+        let per_token = (8 * m.d_model as u64)
+            .checked_add(3 * m.d_ff as u64)?
+            .checked_add(heads)?
+            .checked_add((16 * m.n_head as u64).checked_mul(t.checked_add(entries)?)?)?
+            .checked_add((2 * m.n_kv_head as u64 * m.d_head as u64).checked_mul(copies)?)?;
+        per_token.checked_mul(t)?.checked_mul(self.train.batch_size as u64)?.checked_mul(m.n_layer as u64)
+    }
+
     /// Reads a JSON config; fields and sections left out take their defaults, unknown fields
-    /// are errors.
+    /// are errors, and anything but a JSON object (`[]`, a number) is refused.
     pub fn from_json(text: &str) -> Result<Self> {
-        serde_json::from_str(text).map_err(|e| Error::invalid("config", e.to_string()))
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| Error::invalid("config", e.to_string()))?;
+        if !value.is_object() {
+            return Err(Error::invalid("config", "must be a JSON object with sections task, model, train"));
+        }
+        serde_json::from_value(value).map_err(|e| Error::invalid("config", e.to_string()))
+    }
+
+    /// Reads and parses a config file (a regular file of at most
+    /// [`crate::limits::MAX_JSON_BYTES`]); every error names the file.
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
+        let text = crate::limits::read_text(path, crate::limits::MAX_JSON_BYTES)?;
+        Self::from_json(&text).map_err(|e| Error::File { path: path.to_path_buf(), reason: e.to_string() })
+    }
+
+    /// The run's identity: a hash of its config as canonical JSON (sorted keys), recorded in
+    /// `metrics.json` and checked by every analysis of the run.
+    pub fn identity(&self) -> String {
+        let text = serde_json::to_value(self).map(|v| v.to_string()).unwrap_or_default();
+        crate::limits::content_hash(text.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calibration quoted on [`RunConfig::activation_floats`] (estimates in MiB of f32).
+    #[test]
+    fn activation_estimate_matches_its_calibration() {
+        let mib = |preset: &str| {
+            let mut c = RunConfig::default();
+            c.task.max_prefix = 900;
+            c.model.preset = preset.into();
+            assert_eq!(c.task.seq_len(), 965);
+            (c.activation_floats().unwrap() * 4) as f64 / (1u64 << 20) as f64
+        };
+        assert_eq!(mib("full").round(), 7411.0);
+        assert_eq!(mib("w8s4").round(), 9250.0);
+        // Both are accepted; the default config is far below the bound.
+        assert!(RunConfig::default().activation_floats().unwrap() < crate::limits::MAX_ACTIVATION_FLOATS / 50);
     }
 }

@@ -28,10 +28,12 @@ pub enum RunStart {
     Resume,
 }
 
-/// An open run directory.
+/// An open run directory. One opened for writing ([`RunDir::open`]) holds the directory's
+/// lock ([`crate::run_dir::DirLock`]) for as long as any clone of it lives.
 #[derive(Clone, Debug)]
 pub struct RunDir {
     path: PathBuf,
+    _lock: Option<std::sync::Arc<crate::run_dir::DirLock>>,
 }
 
 impl RunDir {
@@ -40,15 +42,23 @@ impl RunDir {
     /// resumed; with a different config it is an error naming `--out`; otherwise the directory
     /// is created and `config.json` and `environment.json` (with `environment` merged in) are
     /// written.
+    ///
+    /// A second process opening the same directory while the first holds it gets
+    /// [`Error::Busy`] naming the first one's pid.
     pub fn open<C: Serialize>(path: &Path, config: &C, environment: serde_json::Value) -> Result<(RunDir, RunStart)> {
-        let dir = RunDir { path: path.to_path_buf() };
+        if path.join(METRICS_FILE).exists() {
+            return Err(Error::FinishedRun { path: path.to_path_buf() });
+        }
+        let lock = crate::run_dir::DirLock::shared(path)?;
+        let dir = RunDir { path: path.to_path_buf(), _lock: Some(lock) };
+        // Checked again under the lock: another writer may have finished it meanwhile.
         if dir.is_finished() {
             return Err(Error::FinishedRun { path: path.to_path_buf() });
         }
         let want = serde_json::to_value(config).map_err(|e| Error::invalid("config", e.to_string()))?;
         let cfg_path = dir.file(CONFIG_FILE);
         if cfg_path.exists() {
-            let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+            let text = crate::limits::read_text(&cfg_path, crate::limits::MAX_JSON_BYTES)?;
             let have: serde_json::Value = serde_json::from_str(&text)
                 .map_err(|e| Error::File { path: cfg_path.clone(), reason: format!("not valid JSON: {e}") })?;
             if have != want {
@@ -87,7 +97,7 @@ impl RunDir {
 
     /// A handle on an existing directory (reading logs and metrics; no checks).
     pub fn open_existing(path: &Path) -> RunDir {
-        RunDir { path: path.to_path_buf() }
+        RunDir { path: path.to_path_buf(), _lock: None }
     }
 
     /// The directory.

@@ -26,6 +26,9 @@ pub const CHECKPOINT_INDEX: &str = "checkpoint.json";
 /// for analyses across training (gate trajectories); the optimiser state is not kept there.
 pub const SNAPSHOT_DIR: &str = "snapshots";
 
+/// Extension of the file beside each snapshot that holds its content hash.
+pub const SNAPSHOT_HASH_EXT: &str = "hash";
+
 /// File name of the parameter snapshot at `step` (inside [`SNAPSHOT_DIR`]).
 pub fn snapshot_name(step: usize) -> String {
     format!("step-{step:07}.safetensors")
@@ -188,6 +191,13 @@ pub struct Metrics {
     pub parameters: usize,
     /// Every evaluation, in order.
     pub evals: Vec<EvalReport>,
+    /// The run's identity: [`RunConfig::identity`] of the config it was trained with (absent
+    /// in runs from before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+    /// Content hash of `model.safetensors` as saved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights_hash: Option<String>,
 }
 
 /// The latest checkpoint, as recorded in `checkpoint.json`.
@@ -201,7 +211,78 @@ pub struct CheckpointIndex {
     pub elapsed_s: f64,
     /// Evaluations so far.
     pub evals: Vec<EvalReport>,
+    /// Content hash of the checkpoint file; a resume refuses a file that does not match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+    /// Training loss of the first step, the reference of the divergence check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_loss: Option<f64>,
+    /// The checkpoint before this one (kept on disk), to resume from if this one is damaged
+    /// or removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Box<CheckpointIndex>>,
 }
+
+impl CheckpointIndex {
+    /// The checkpoint file's bytes when it exists and matches its checksum; `Ok(None)` when
+    /// the file is missing, an error naming the file when it fails its checksum.
+    fn read_checked(&self, run: &RunDir) -> Result<Option<Vec<u8>>> {
+        let path = run.file(&self.file);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let bytes = crate::limits::read_file(&path, crate::limits::MAX_WEIGHTS_BYTES)?;
+        match &self.checksum {
+            Some(want) if crate::limits::content_hash(&bytes) != *want => Err(Error::File {
+                path,
+                reason: format!("checkpoint of step {} fails its checksum (saved as {want})", self.step),
+            }),
+            _ => Ok(Some(bytes)),
+        }
+    }
+}
+
+/// The checkpoint to resume from: the latest one in `idx` when intact; the previous one when
+/// the latest file was removed (the way to resume from it). A latest checkpoint that fails its
+/// checksum is refused, naming the step that can be resumed from instead.
+fn checkpoint_to_resume(idx: CheckpointIndex, run: &RunDir) -> Result<(CheckpointIndex, Vec<u8>)> {
+    let latest = run.file(&idx.file);
+    let previous = match idx.previous.as_deref() {
+        Some(p) => p.read_checked(run).ok().flatten().map(|_| p.step),
+        None => None,
+    };
+    match idx.read_checked(run) {
+        Ok(Some(bytes)) => Ok((idx, bytes)),
+        Err(Error::File { path, reason }) => {
+            let hint = match previous {
+                Some(p) => format!(
+                    "the checkpoint of step {p} is intact: delete {} and rerun the same command to resume from step {p}",
+                    path.display()
+                ),
+                None => format!(
+                    "no intact checkpoint is left, so the run can only restart from step 0: move {} away and rerun",
+                    run.path().display()
+                ),
+            };
+            Err(Error::File { path, reason: format!("{reason} and is refused; {hint}") })
+        }
+        Err(e) => Err(e),
+        Ok(None) => match idx.previous {
+            Some(p) => match p.read_checked(run)? {
+                Some(bytes) => Ok((*p, bytes)),
+                None => Err(Error::File { path: latest, reason: "missing, and so is the previous checkpoint".into() }),
+            },
+            None => Err(Error::File {
+                path: latest,
+                reason: format!("missing; move {} away to restart from step 0", run.path().display()),
+            }),
+        },
+    }
+}
+
+/// Training stops as diverged when an evaluation's loss exceeds this multiple of the first
+/// step's training loss (the loss of the freshly initialised model), or any loss is not finite.
+pub const DIVERGENCE_FACTOR: f64 = 10.0;
 
 /// Receives progress from [`train`]. Every method has a default that does nothing.
 pub trait Observer {
@@ -270,14 +351,16 @@ impl Model {
         Ok(())
     }
 
-    /// Saves the parameters to a safetensors file (atomically).
-    pub fn save(&self, path: &Path) -> Result<()> {
+    /// Saves the parameters to a safetensors file (atomically); returns the file's content
+    /// hash.
+    pub fn save(&self, path: &Path) -> Result<String> {
         save_tensors(&self.tensors(), path)
     }
 
     /// Loads parameters saved by [`Model::save`].
     pub fn load(&self, path: &Path) -> Result<()> {
-        let map = load_tensors(path, &self.decoder_device())?;
+        let bytes = crate::limits::read_file(path, crate::limits::MAX_WEIGHTS_BYTES)?;
+        let map = tensors_from_bytes(path, &bytes, &self.decoder_device())?;
         self.load_tensors(&map)
     }
 
@@ -286,37 +369,140 @@ impl Model {
     }
 }
 
-/// A trained model read back from its run directory: the config from `config.json`, the
-/// parameters from `weights` (default: the final `model.safetensors`, which exists once the run
-/// finished).
-pub fn load_run(run: &Path, weights: Option<&Path>) -> Result<(RunConfig, Model)> {
+/// A finished run whose provenance checked out: its config, metrics and identity.
+#[derive(Clone, Debug)]
+pub struct VerifiedRun {
+    /// The config from `config.json`.
+    pub config: RunConfig,
+    /// `metrics.json`.
+    pub metrics: Metrics,
+    /// `<config hash>/<weights hash>`, the key of cached analyses; `None` for a run from before
+    /// hashes were recorded.
+    pub identity: Option<String>,
+}
+
+fn read_json_file<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
+    let text = crate::limits::read_text(path, crate::limits::MAX_JSON_BYTES)?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("not {what}: {e}") })
+}
+
+/// Checks that `run` holds a finished run whose files agree: `metrics.json` is readable,
+/// `config.json` is the config the run was trained with (its hash, or for older runs its
+/// preset, seed and steps, match the metrics), and `model.safetensors` has the hash it was
+/// saved with. Every analysis starts here, so an edited config or swapped weights are refused
+/// instead of being evaluated under the wrong label.
+pub fn verify_run(run: &Path) -> Result<VerifiedRun> {
     let cfg_path = run.join(super::run::CONFIG_FILE);
-    let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
-    let config: RunConfig = serde_json::from_str(&text)
+    let text = crate::limits::read_text(&cfg_path, crate::limits::MAX_JSON_BYTES)?;
+    let config = RunConfig::from_json(&text)
         .map_err(|e| Error::File { path: cfg_path.clone(), reason: format!("not a run config: {e}") })?;
-    config.validate()?;
-    let final_weights = run.join("model.safetensors");
-    let path = weights.unwrap_or(&final_weights);
+    config.validate().map_err(|e| Error::File { path: cfg_path.clone(), reason: e.to_string() })?;
+    let metrics_path = run.join(super::run::METRICS_FILE);
+    if !metrics_path.exists() {
+        return Err(Error::File {
+            path: metrics_path,
+            reason: "missing: the run is not finished (rerun `phasekv train` with the same config to resume it)".into(),
+        });
+    }
+    let metrics: Metrics = read_json_file(&metrics_path, "the metrics of a finished run")?;
+    let changed = |what: String| Error::File {
+        path: cfg_path.clone(),
+        reason: format!("{what}: config.json was changed after training; restore it or train a new run"),
+    };
+    let id = config.identity();
+    match &metrics.config_hash {
+        Some(h) if *h != id => return Err(changed(format!("hash {id}, trained as {h}"))),
+        _ => {}
+    }
+    let recorded = (&metrics.preset, metrics.seed, metrics.steps);
+    if recorded != (&config.model.preset, config.train.seed, config.train.steps) {
+        return Err(changed(format!(
+            "preset {} seed {} steps {}, trained as preset {} seed {} steps {}",
+            config.model.preset, config.train.seed, config.train.steps, recorded.0, recorded.1, recorded.2
+        )));
+    }
+    let weights = run.join(FINAL_WEIGHTS);
+    let identity = match (&metrics.config_hash, &metrics.weights_hash) {
+        (Some(c), Some(w)) => {
+            let bytes = read_weights(&weights)?;
+            let have = crate::limits::content_hash(&bytes);
+            if have != *w {
+                return Err(Error::File {
+                    path: weights,
+                    reason: format!(
+                        "hash {have} is not the {w} this run saved; the weights were changed after training"
+                    ),
+                });
+            }
+            Some(format!("{c}/{w}"))
+        }
+        _ => None,
+    };
+    Ok(VerifiedRun { config, metrics, identity })
+}
+
+/// File name of a finished run's weights.
+pub const FINAL_WEIGHTS: &str = "model.safetensors";
+
+fn read_weights(path: &Path) -> Result<Vec<u8>> {
     if !path.exists() {
         return Err(Error::File {
             path: path.to_path_buf(),
             reason: "no trained weights here (is the run finished? rerun `phasekv train` to resume it)".into(),
         });
     }
+    crate::limits::read_file(path, crate::limits::MAX_WEIGHTS_BYTES)
+}
+
+/// A trained model read back from its run directory after [`verify_run`]: the config from
+/// `config.json`, the parameters from `weights` (default: the final `model.safetensors`).
+///
+/// Other weights (a snapshot) are checked against the hash saved beside them
+/// (`step-N.hash`), which runs with recorded hashes must have.
+pub fn load_run(run: &Path, weights: Option<&Path>) -> Result<(RunConfig, Model)> {
+    let verified = verify_run(run)?;
+    let config = verified.config;
+    let final_weights = run.join(FINAL_WEIGHTS);
+    let path = weights.unwrap_or(&final_weights);
+    let bytes = read_weights(path)?;
+    if weights.is_some() {
+        let sidecar = path.with_extension(SNAPSHOT_HASH_EXT);
+        match crate::limits::read_text(&sidecar, 1024) {
+            Ok(want) => {
+                let have = crate::limits::content_hash(&bytes);
+                if have != want.trim() {
+                    return Err(Error::File {
+                        path: path.to_path_buf(),
+                        reason: format!(
+                            "hash {have} is not the {} saved with it; the snapshot was changed",
+                            want.trim()
+                        ),
+                    });
+                }
+            }
+            Err(_) if verified.identity.is_none() => {} // a run from before hashes were recorded
+            Err(e) => return Err(e),
+        }
+    }
     let model = Model::new(&config, &Device::Cpu)?;
-    model.load(path)?;
+    model.load_tensors(&tensors_from_bytes(path, &bytes, &Device::Cpu)?)?;
     Ok((config, model))
 }
 
-fn save_tensors(map: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
-    let tmp = path.with_extension("safetensors.tmp");
-    candle_core::safetensors::save(map, &tmp)
-        .map_err(|e| Error::File { path: tmp.clone(), reason: format!("cannot write safetensors: {e}") })?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+/// Writes named tensors as a safetensors file through [`crate::run_dir::atomic_write`] (a
+/// temporary name unique to this writer, then a rename); returns the file's content hash.
+fn save_tensors(map: &HashMap<String, Tensor>, path: &Path) -> Result<String> {
+    let mut sorted: Vec<(&String, &Tensor)> = map.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let bytes = safetensors::tensor::serialize(sorted, None)
+        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("cannot write safetensors: {e}") })?;
+    write_atomic(path, &bytes)?;
+    Ok(crate::limits::content_hash(&bytes))
 }
 
-fn load_tensors(path: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
-    candle_core::safetensors::load(path, device)
+fn tensors_from_bytes(path: &Path, bytes: &[u8], device: &Device) -> Result<HashMap<String, Tensor>> {
+    candle_core::safetensors::load_buffer(bytes, device)
         .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("cannot read safetensors: {e}") })
 }
 
@@ -407,60 +593,80 @@ pub fn train(
     let mut step = 0usize;
     let mut elapsed_before = 0f64;
     let mut evals: Vec<EvalReport> = Vec::new();
+    let mut initial_loss: Option<f64> = None;
     let index_path = run.file(CHECKPOINT_INDEX);
     if start == RunStart::Resume && index_path.exists() {
-        let text = std::fs::read_to_string(&index_path).map_err(|e| Error::io(&index_path, e))?;
-        let idx: CheckpointIndex = serde_json::from_str(&text)
-            .map_err(|e| Error::File { path: index_path.clone(), reason: format!("not a checkpoint index: {e}") })?;
-        let map = load_tensors(&run.file(&idx.file), &device)?;
+        let idx: CheckpointIndex = read_json_file(&index_path, "a checkpoint index")?;
+        let (idx, bytes) = checkpoint_to_resume(idx, &run)?;
+        let map = tensors_from_bytes(&run.file(&idx.file), &bytes, &device)?;
         model.load_tensors(&map)?;
         opt.load_state(&map, idx.step)?;
         step = idx.step;
         elapsed_before = idx.elapsed_s;
         evals = idx.evals;
+        initial_loss = idx.initial_loss;
     }
     run.truncate_log(step)?;
     observer.on_start(step, tc.steps);
     let t0 = Instant::now();
     let elapsed = |t0: &Instant| elapsed_before + t0.elapsed().as_secs_f64();
     let eval_chunk = tc.batch_size.max(1);
-    let save_checkpoint = |step: usize, elapsed_s: f64, evals: &[EvalReport], opt: &AdamW| -> Result<()> {
-        let mut map = model.tensors();
-        let (state, _) = opt.state();
-        map.extend(state);
-        let file = format!("ckpt-{step:07}.safetensors");
-        // Snapshots on the cadence only: a stop by a signal at another step leaves none, so a run
-        // that was interrupted and resumed has the same snapshots (gate trajectories) as one that was not.
-        if step.is_multiple_of(tc.checkpoint_every) || step == tc.steps {
-            let snapshots = run.file(SNAPSHOT_DIR);
-            std::fs::create_dir_all(&snapshots).map_err(|e| Error::io(&snapshots, e))?;
-            save_tensors(&model.tensors(), &snapshots.join(snapshot_name(step)))?;
-        }
-        save_tensors(&map, &run.file(&file))?;
-        let previous: Option<CheckpointIndex> =
-            std::fs::read_to_string(&index_path).ok().and_then(|t| serde_json::from_str(&t).ok());
-        write_json_atomic(
-            &index_path,
-            &CheckpointIndex { step, file: file.clone(), elapsed_s, evals: evals.to_vec() },
-        )?;
-        if let Some(p) = previous {
-            if p.file != file {
-                let _ = std::fs::remove_file(run.file(&p.file));
+    let save_checkpoint =
+        |step: usize, elapsed_s: f64, evals: &[EvalReport], opt: &AdamW, initial_loss: Option<f64>| -> Result<()> {
+            let mut map = model.tensors();
+            let (state, _) = opt.state();
+            map.extend(state);
+            let file = format!("ckpt-{step:07}.safetensors");
+            // Snapshots on the cadence only: a stop by a signal at another step leaves none, so a
+            // run that was interrupted and resumed has the same snapshots (gate trajectories) as
+            // one that was not.
+            if step.is_multiple_of(tc.checkpoint_every) || step == tc.steps {
+                let snapshots = run.file(SNAPSHOT_DIR);
+                std::fs::create_dir_all(&snapshots).map_err(|e| Error::io(&snapshots, e))?;
+                let snapshot = snapshots.join(snapshot_name(step));
+                let hash = save_tensors(&model.tensors(), &snapshot)?;
+                write_atomic(&snapshot.with_extension(SNAPSHOT_HASH_EXT), hash.as_bytes())?;
             }
-        }
-        Ok(())
-    };
+            let checksum = save_tensors(&map, &run.file(&file))?;
+            // The latest checkpoint and the one before it are kept: if the latest is damaged,
+            // the run can still resume from the previous one.
+            let mut previous: Option<CheckpointIndex> =
+                std::fs::read_to_string(&index_path).ok().and_then(|t| serde_json::from_str(&t).ok());
+            let older = previous.as_mut().and_then(|p| p.previous.take());
+            let previous = previous.filter(|p| p.file != file);
+            write_json_atomic(
+                &index_path,
+                &CheckpointIndex {
+                    step,
+                    file: file.clone(),
+                    elapsed_s,
+                    evals: evals.to_vec(),
+                    checksum: Some(checksum),
+                    initial_loss,
+                    previous: previous.clone().map(Box::new),
+                },
+            )?;
+            if let Some(o) = older {
+                if o.file != file && previous.as_ref().is_none_or(|p| p.file != o.file) {
+                    let _ = std::fs::remove_file(run.file(&o.file));
+                }
+            }
+            Ok(())
+        };
     while step < tc.steps {
         let samples = training_batch(config, step);
         let batch = Batch::new(&samples, &device)?;
         let r = evaluate_batch(&model.decoder, &batch)?;
         let loss_value = r.loss.to_scalar::<f32>()? as f64;
         if !loss_value.is_finite() {
-            return Err(Error::Numerical {
-                what: format!("training loss at step {}", step + 1),
-                reason: format!("loss is {loss_value}; lower train.lr"),
+            return Err(Error::Diverged {
+                step: step + 1,
+                reason: format!(
+                    "training loss is {loss_value}; lower train.lr or set train.grad_clip (no metrics.json written)"
+                ),
             });
         }
+        let initial = *initial_loss.get_or_insert(loss_value);
         let grads = r.loss.backward()?;
         let grad_norm = opt.grad_norm(&grads)?;
         let scale = if tc.grad_clip > 0.0 && grad_norm > tc.grad_clip { tc.grad_clip / grad_norm } else { 1.0 };
@@ -485,18 +691,28 @@ pub fn train(
             line["kind"] = "eval".into();
             run.append_log(&line)?;
             observer.on_eval(&e);
+            if !(e.loss.is_finite() && e.loss <= DIVERGENCE_FACTOR * initial) {
+                return Err(Error::Diverged {
+                    step,
+                    reason: format!(
+                        "eval loss {:.4} is above {DIVERGENCE_FACTOR} x the initial loss {initial:.4}; lower \
+                         train.lr or set train.grad_clip (no metrics.json written)",
+                        e.loss
+                    ),
+                });
+            }
             evals.push(e);
         }
         let stop = observer.on_step(&report).is_break();
         if step.is_multiple_of(tc.checkpoint_every) || step == tc.steps || stop {
-            save_checkpoint(step, elapsed(&t0), &evals, &opt)?;
+            save_checkpoint(step, elapsed(&t0), &evals, &opt, initial_loss)?;
         }
         if stop && step < tc.steps {
             return Ok(Outcome::Interrupted { step });
         }
     }
     let train_seconds = elapsed(&t0);
-    model.save(&run.file("model.safetensors"))?;
+    let weights_hash = model.save(&run.file(FINAL_WEIGHTS))?;
     let final_eval = match evals.last() {
         Some(e) if e.step == step => e.clone(),
         _ => evaluate(&model.decoder, &config.task, tc.seed, tc.eval_samples, eval_chunk, step, &device)?,
@@ -509,9 +725,12 @@ pub fn train(
         final_eval,
         chance_in_context: config.task.chance_in_context(),
         train_seconds,
-        tokens_per_second: (tc.steps * tc.batch_size * config.task.seq_len()) as f64 / train_seconds.max(1e-9),
+        tokens_per_second: (tc.steps as f64 * tc.batch_size as f64 * config.task.seq_len() as f64)
+            / train_seconds.max(1e-9),
         parameters: model.store.num_params(),
         evals,
+        config_hash: Some(config.identity()),
+        weights_hash: Some(weights_hash),
     };
     // Learning curve as CSV next to the log, for plots.
     let mut csv = String::from("step,eval_loss,eval_accuracy,eval_token_accuracy\n");
@@ -544,9 +763,7 @@ pub struct StepBench {
 /// `0..warmup + steps`, same as training).
 pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<StepBench> {
     config.validate()?;
-    if steps == 0 {
-        return Err(Error::invalid("--bench", "must be at least 1 step, got 0"));
-    }
+    crate::limits::check_range("--bench", steps, 1, crate::limits::MAX_BENCH_STEPS)?;
     let device = Device::Cpu;
     let model = Model::new(config, &device)?;
     let tc = &config.train;

@@ -153,8 +153,8 @@ fn write_both(stem: &Path, size: (u32, u32), fig: &impl Figure) -> Result<Vec<Pa
     let name = stem.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "figure".into());
     let svg = stem.with_file_name(format!("{name}.svg"));
     let png = stem.with_file_name(format!("{name}.png"));
-    let svg_tmp = stem.with_file_name(format!(".{name}.tmp.svg"));
-    let png_tmp = stem.with_file_name(format!(".{name}.tmp.png"));
+    let svg_tmp = crate::run_dir::temp_sibling(&svg);
+    let png_tmp = crate::run_dir::temp_sibling(&png);
     {
         let root = SVGBackend::new(&svg_tmp, size).into_drawing_area();
         fig.draw(&root).map_err(|e| plot_err(stem, e))?;
@@ -165,8 +165,8 @@ fn write_both(stem: &Path, size: (u32, u32), fig: &impl Figure) -> Result<Vec<Pa
         fig.draw(&root).map_err(|e| plot_err(stem, e))?;
         root.present().map_err(|e| plot_err(stem, e))?;
     }
-    std::fs::rename(&svg_tmp, &svg).map_err(|e| Error::io(&svg, e))?;
-    std::fs::rename(&png_tmp, &png).map_err(|e| Error::io(&png, e))?;
+    crate::run_dir::persist(&svg_tmp, &svg)?;
+    crate::run_dir::persist(&png_tmp, &png)?;
     Ok(vec![svg, png])
 }
 

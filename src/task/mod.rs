@@ -134,10 +134,19 @@ impl TaskConfig {
     }
 
     /// Length of every sequence: room for the largest prefix and gaps, and the query block.
+    /// (Saturates at `usize::MAX` for a config that [`TaskConfig::validate`] refuses.)
     pub fn seq_len(&self) -> usize {
-        1 + self.max_prefix
-            + self.n_records * (self.key_len + self.val_len + self.max_gap)
-            + self.n_queries * (1 + self.key_len + self.val_len)
+        self.checked_seq_len().unwrap_or(usize::MAX)
+    }
+
+    /// [`TaskConfig::seq_len`] with checked arithmetic: `None` when it overflows.
+    pub fn checked_seq_len(&self) -> Option<usize> {
+        let record = self.key_len.checked_add(self.val_len)?.checked_add(self.max_gap)?;
+        let query = self.key_len.checked_add(self.val_len)?.checked_add(1)?;
+        1usize
+            .checked_add(self.max_prefix)?
+            .checked_add(self.n_records.checked_mul(record)?)?
+            .checked_add(self.n_queries.checked_mul(query)?)
     }
 
     /// Chance level of exact match when guessing uniformly among the values in context.
@@ -147,21 +156,32 @@ impl TaskConfig {
 
     /// Checks every field; errors name the field and the allowed range.
     pub fn validate(&self) -> Result<()> {
-        let at_least = |field: &str, v: usize, min: usize| -> Result<()> {
-            if v < min {
-                Err(Error::invalid(format!("task.{field}"), format!("must be at least {min}, got {v}")))
-            } else {
-                Ok(())
+        use crate::limits::*;
+        let range = |field: &str, v: usize, min: usize, max: usize| check_range(&format!("task.{field}"), v, min, max);
+        range("n_key", self.n_key, 1, MAX_VOCAB_PART)?;
+        range("n_val", self.n_val, 1, MAX_VOCAB_PART)?;
+        range("n_filler", self.n_filler, 1, MAX_VOCAB_PART)?;
+        range("key_len", self.key_len, 1, MAX_KEY_LEN)?;
+        range("val_len", self.val_len, 1, MAX_KEY_LEN)?;
+        range("n_records", self.n_records, 1, MAX_RECORDS)?;
+        range("n_queries", self.n_queries, 1, MAX_RECORDS)?;
+        range("max_prefix", self.max_prefix, 0, MAX_PADDING)?;
+        range("max_gap", self.max_gap, 0, MAX_PADDING)?;
+        range("residue_modulus", self.residue_modulus, 1, MAX_MODULUS)?;
+        match self.checked_seq_len() {
+            Some(t) if t <= MAX_SEQ_LEN => {}
+            Some(t) => {
+                return Err(Error::invalid(
+                    "task",
+                    format!(
+                        "sequence length {t} (1 + max_prefix + records + queries) is above the limit of {MAX_SEQ_LEN}"
+                    ),
+                ))
             }
-        };
-        at_least("n_key", self.n_key, 1)?;
-        at_least("n_val", self.n_val, 1)?;
-        at_least("n_filler", self.n_filler, 1)?;
-        at_least("key_len", self.key_len, 1)?;
-        at_least("val_len", self.val_len, 1)?;
-        at_least("n_records", self.n_records, 1)?;
-        at_least("n_queries", self.n_queries, 1)?;
-        at_least("residue_modulus", self.residue_modulus, 1)?;
+            None => {
+                return Err(Error::invalid("task", format!("sequence length overflows; the limit is {MAX_SEQ_LEN}")))
+            }
+        }
         if self.n_records > self.distinct_keys() {
             return Err(Error::invalid(
                 "task.n_records",
@@ -177,9 +197,6 @@ impl TaskConfig {
                 "task.n_queries",
                 format!("must be at most n_records ({}), got {}", self.n_records, self.n_queries),
             ));
-        }
-        if self.vocab_size() > u32::MAX as usize || self.seq_len() > 1 << 20 {
-            return Err(Error::invalid("task", "vocabulary or sequence length too large"));
         }
         Ok(())
     }
