@@ -96,7 +96,12 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::from(2)
+            // A run that diverged is a failed run (exit 1), not bad input (exit 2), whichever
+            // command (train, reproduce) was training it.
+            let diverged = err
+                .chain()
+                .any(|e| matches!(e.downcast_ref::<phasekv::Error>(), Some(phasekv::Error::Diverged { .. })));
+            ExitCode::from(if diverged { 1 } else { 2 })
         }
     }
 }

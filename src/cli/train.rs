@@ -126,15 +126,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| PathBuf::from(format!("runs/{}-seed{}", config.model.preset, config.train.seed)));
     let mut progress = Progress { bar: None, quiet: args.quiet };
     let env = serde_json::json!({ "command": std::env::args().collect::<Vec<_>>() });
-    let outcome = match phasekv::model::train(&config, &out, env, &mut progress) {
-        Ok(o) => o,
-        Err(e @ phasekv::Error::Diverged { .. }) => {
-            // Not bad input: the run itself failed. Exit 1, nothing marked finished.
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(1));
-        }
-        Err(e) => return Err(e.into()),
-    };
+    // A diverged run is an error that main() turns into exit status 1, nothing marked finished.
+    let outcome = phasekv::model::train(&config, &out, env, &mut progress)?;
     if let Some(bar) = &progress.bar {
         bar.finish();
     }
