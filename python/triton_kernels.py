@@ -41,6 +41,8 @@ if not torch.cuda.is_available():
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kernels import Dsv4Csa, GatedCompressor, W8S4  # noqa: E402
 
@@ -48,82 +50,55 @@ from kernels import Dsv4Csa, GatedCompressor, W8S4  # noqa: E402
 @triton.jit
 def gated_pool_kernel(
     x_ptr, z_ptr, b_ptr, c_ptr, g_ptr, pooled_ptr, gate_ptr,
-    T, n_win, first_start, D, C, E,
-    STRIDE: tl.constexpr, W: tl.constexpr, SHIFT: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_E: tl.constexpr, ACC: tl.constexpr,
+    T, n_win, n_entries, first_start, D, C, E,
+    STRIDE: tl.constexpr, W: tl.constexpr, SHIFT: tl.constexpr, BLOCK_Q: tl.constexpr,
+    BLOCK_W: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_E: tl.constexpr, ACC: tl.constexpr,
 ):
-    """pooled[b, j, e] = sum_i a[b, j, i, e] * (C_{g(i)} x[t])[e], with
-    a[b, j, i, :] = softmax over real slots i of (Z_{g(i)} x[t] + b_i), t = start_j + i + SHIFT,
-    start_j = first_start + j * STRIDE. Contiguous tensors: x [B, T, D], z [G, C, D], b [W, C],
-    c [G, E, D], g [W] (int32), pooled [B, n_win, E], gate [B, n_win, W, C] (C == E: vector
-    gates)."""
-    win = tl.program_id(0)
-    bat = tl.program_id(1)
-    start = first_start + win * STRIDE + SHIFT
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_c = tl.arange(0, BLOCK_C)
-    offs_e = tl.arange(0, BLOCK_E)
-    md = offs_d < D
-    mc = offs_c < C
-    me = offs_e < E
-    x_row = x_ptr + bat * T * D
+    """BLOCK_Q entries per program, entry q = (sequence q // n_win, window q % n_win):
+    pooled[q, e] = sum_i a[q, i, e'] * (C_{g(i)} x[t])[e] with e' = e (vector gate, C == E) or 0
+    (scalar gate, C == 1), a[q, i, :] = softmax over the real slots i of Z_{g(i)} x[t] + b_i,
+    t = first_start + (q % n_win) * STRIDE + i + SHIFT. Contiguous tensors: x [B, T, D],
+    z [G, C, D], b [W, C], c [G, E, D], g [W] (int32), pooled [B * n_win, E],
+    gate [B * n_win, W, C]."""
+    q = tl.program_id(0) * BLOCK_Q + tl.arange(0, BLOCK_Q)  # [Q]
+    oi = tl.arange(0, BLOCK_W)
+    od = tl.arange(0, BLOCK_D)
+    oc = tl.arange(0, BLOCK_C)
+    oe = tl.arange(0, BLOCK_E)
+    mq = q < n_entries
+    mw = oi < W
+    seq = q // n_win
+    t = first_start + (q % n_win)[:, None] * STRIDE + oi[None, :] + SHIFT  # [Q, W] token of each slot
+    real = mq[:, None] & mw[None, :] & (t >= 0) & (t < T)  # [Q, W] slots that hold a token
 
-    # Pass 1: the per-channel maximum of the logits over the real slots.
-    m = tl.full((BLOCK_C,), float("-inf"), ACC)
-    for i in range(W):
-        t = start + i
-        # Slot reality as vectors (the interpreter mishandles a scalar mask combined with a vector).
-        td = offs_d * 0 + t
-        tc = offs_c * 0 + t
-        real_d = (td >= 0) & (td < T)
-        real = (tc >= 0) & (tc < T)
-        g = tl.load(g_ptr + i)
-        h = tl.load(x_row + t * D + offs_d, mask=md & real_d, other=0.0).to(ACC)
-        z = tl.load(z_ptr + g * C * D + offs_c[:, None] * D + offs_d[None, :], mask=mc[:, None] & md[None, :],
-                    other=0.0).to(ACC)
-        logit = tl.sum(z * h[None, :], axis=1) + tl.load(b_ptr + i * C + offs_c, mask=mc, other=0.0).to(ACC)
-        m = tl.where(real, tl.maximum(m, logit), m)
+    # The window's tokens [Q, W, D], zero on empty slots.
+    h = tl.load(x_ptr + (seq[:, None, None] * T + t[:, :, None]) * D + od[None, None, :],
+                mask=real[:, :, None] & (od < D)[None, None, :], other=0.0).to(ACC)
+    g = tl.load(g_ptr + oi, mask=mw, other=0)  # [W] parameter group of each offset
+    wcd = mw[:, None, None] & (oc < C)[None, :, None] & (od < D)[None, None, :]
+    z = tl.load(z_ptr + (g[:, None, None] * C + oc[None, :, None]) * D + od[None, None, :], mask=wcd,
+                other=0.0).to(ACC)  # [W, C, D]
+    bias = tl.load(b_ptr + oi[:, None] * C + oc[None, :], mask=mw[:, None] & (oc < C)[None, :], other=0.0).to(ACC)
+    logits = tl.sum(h[:, :, None, :] * z[None, :, :, :], axis=3) + bias[None, :, :]  # [Q, W, C]
 
-    # Pass 2: the normaliser and the weighted sum of the projections.
-    den = tl.zeros((BLOCK_C,), ACC)
-    acc = tl.zeros((BLOCK_E,), ACC)
-    for i in range(W):
-        t = start + i
-        # Slot reality as vectors (the interpreter mishandles a scalar mask combined with a vector).
-        td = offs_d * 0 + t
-        tc = offs_c * 0 + t
-        real_d = (td >= 0) & (td < T)
-        real = (tc >= 0) & (tc < T)
-        g = tl.load(g_ptr + i)
-        h = tl.load(x_row + t * D + offs_d, mask=md & real_d, other=0.0).to(ACC)
-        z = tl.load(z_ptr + g * C * D + offs_c[:, None] * D + offs_d[None, :], mask=mc[:, None] & md[None, :],
-                    other=0.0).to(ACC)
-        logit = tl.sum(z * h[None, :], axis=1) + tl.load(b_ptr + i * C + offs_c, mask=mc, other=0.0).to(ACC)
-        p = tl.where(real, tl.exp(logit - m), 0.0)
-        den += p
-        cm = tl.load(c_ptr + g * E * D + offs_e[:, None] * D + offs_d[None, :], mask=me[:, None] & md[None, :],
-                     other=0.0).to(ACC)
-        proj = tl.sum(cm * h[None, :], axis=1)
-        acc += p * proj
-    out = pooled_ptr + (bat * n_win + win) * E
-    tl.store(out + offs_e, (acc / den).to(pooled_ptr.dtype.element_ty), mask=me)
+    # Softmax over the real slots, per channel.
+    logits = tl.where(real[:, :, None], logits, float("-inf"))
+    m = tl.max(logits, axis=1)  # [Q, C]
+    m = tl.where(m == float("-inf"), 0.0, m)  # entries past the end: no real slot
+    p = tl.where(real[:, :, None], tl.exp(logits - m[:, None, :]), 0.0)
+    den = tl.sum(p, axis=1)
+    a = p / tl.where(den == 0.0, 1.0, den)[:, None, :]  # [Q, W, C]
 
-    # Pass 3: the gate weights themselves (dumped for K5 and the phase diagnosis).
-    gate_row = gate_ptr + (bat * n_win + win) * W * C
-    for i in range(W):
-        t = start + i
-        # Slot reality as vectors (the interpreter mishandles a scalar mask combined with a vector).
-        td = offs_d * 0 + t
-        tc = offs_c * 0 + t
-        real_d = (td >= 0) & (td < T)
-        real = (tc >= 0) & (tc < T)
-        g = tl.load(g_ptr + i)
-        h = tl.load(x_row + t * D + offs_d, mask=md & real_d, other=0.0).to(ACC)
-        z = tl.load(z_ptr + g * C * D + offs_c[:, None] * D + offs_d[None, :], mask=mc[:, None] & md[None, :],
-                    other=0.0).to(ACC)
-        logit = tl.sum(z * h[None, :], axis=1) + tl.load(b_ptr + i * C + offs_c, mask=mc, other=0.0).to(ACC)
-        a = tl.where(real, tl.exp(logit - m) / den, 0.0)
-        tl.store(gate_row + i * C + offs_c, a.to(gate_ptr.dtype.element_ty), mask=mc)
+    # Projections [Q, W, E] and the pooled entry.
+    wed = mw[:, None, None] & (oe < E)[None, :, None] & (od < D)[None, None, :]
+    cm = tl.load(c_ptr + (g[:, None, None] * E + oe[None, :, None]) * D + od[None, None, :], mask=wed,
+                 other=0.0).to(ACC)  # [W, E, D]
+    proj = tl.sum(h[:, :, None, :] * cm[None, :, :, :], axis=3)
+    pooled = tl.sum(a * proj, axis=1)  # [Q, E] (a broadcasts when C == 1)
+    tl.store(pooled_ptr + q[:, None] * E + oe[None, :], pooled.to(pooled_ptr.dtype.element_ty),
+             mask=mq[:, None] & (oe < E)[None, :])
+    tl.store(gate_ptr + (q[:, None, None] * W + oi[None, :, None]) * C + oc[None, None, :],
+             a.to(gate_ptr.dtype.element_ty), mask=mq[:, None, None] & mw[None, :, None] & (oc < C)[None, None, :])
 
 
 def default_device():
@@ -131,24 +106,31 @@ def default_device():
 
 
 def triton_pool(x, z, b, c, groups, window, stride, pad_left, shift=0):
-    """Runs the Triton kernel: x [B, T, d], z [G, C, d], b [W, C], c [G, E, d], groups: list of
-    W group indices. Returns (pooled [B, n, E], gates [B, n, W, C]) on x's device."""
+    """Runs the Triton kernel: x [B, T, d], z [G, C, d], b [W, C], c [G, E, d] with C == E
+    (vector gate) or C == 1 (scalar gate), groups: list of W group indices. Returns
+    (pooled [B, n, E], gates [B, n, W, C]) on x's device."""
     bsz, t_len, d = x.shape
     if pad_left:
         n, first = t_len // stride, stride - window
     else:
         n, first = ((t_len - window) // stride + 1 if t_len >= window else 0), 0
     e, cw = c.shape[1], z.shape[1]
+    if cw not in (1, e):
+        raise ValueError(f"gate width {cw}: the Triton kernel takes vector gates (width {e}) or scalar ones (1)")
     pooled = torch.empty(bsz, n, e, dtype=x.dtype, device=x.device)
     gates = torch.empty(bsz, n, window, cw, dtype=x.dtype, device=x.device)
-    if n == 0 or bsz == 0:
+    entries = bsz * n
+    if entries == 0:
         return pooled, gates
     g = torch.tensor(groups, dtype=torch.int32, device=x.device)
     acc = tl.float64 if x.dtype == torch.float64 else tl.float32
-    gated_pool_kernel[(n, bsz)](
+    # The interpreter pays per operation, not per element: one program for every entry there;
+    # natively, 16 entries per program.
+    block_q = triton.next_power_of_2(entries) if INTERPRETED else 16
+    gated_pool_kernel[(triton.cdiv(entries, block_q),)](
         x.contiguous(), z.contiguous(), b.contiguous(), c.contiguous(), g, pooled, gates,
-        t_len, n, first, d, cw, e,
-        STRIDE=stride, W=window, SHIFT=shift,
+        t_len, n, entries, first, d, cw, e,
+        STRIDE=stride, W=window, SHIFT=shift, BLOCK_Q=block_q, BLOCK_W=triton.next_power_of_2(window),
         BLOCK_D=triton.next_power_of_2(d), BLOCK_C=triton.next_power_of_2(cw), BLOCK_E=triton.next_power_of_2(e),
         ACC=acc,
     )
