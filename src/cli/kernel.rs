@@ -60,6 +60,9 @@ pub enum KernelCmd {
         /// to the process); the sequence is then cut to the shortest prefix that still fails.
         #[arg(long, default_value_t = 64, requires = "external")]
         shrink: u32,
+        /// With --external: seconds to wait for each reply before giving up.
+        #[arg(long, default_value_t = 600.0, requires = "external", value_parser = parse_timeout)]
+        reply_timeout: f64,
     },
     /// Time one forward pass of the reference and the candle kernel side by side, with the
     /// sgemm throughput of this machine measured in the same run.
@@ -154,7 +157,19 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
         KernelCmd::Bench { preset, tokens, d_model, d_head, r#impl, seconds, json } => {
             bench(&preset, &tokens, d_model, d_head, r#impl, seconds, json)
         }
-        KernelCmd::Check { preset, spec, r#impl, dtype, cases, seed, mutant, external, failures, shrink } => {
+        KernelCmd::Check {
+            preset,
+            spec,
+            r#impl,
+            dtype,
+            cases,
+            seed,
+            mutant,
+            external,
+            failures,
+            shrink,
+            reply_timeout,
+        } => {
             let given = match (preset, spec) {
                 (Some(name), _) => Some(KernelSpec::preset(&name)?),
                 (None, Some(path)) => {
@@ -164,7 +179,7 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
                 (None, None) => None,
             };
             if let Some(cmd) = external {
-                return check_external(&cmd, given.as_ref(), cases, seed, shrink, &failures);
+                return check_external(&cmd, given.as_ref(), cases, seed, shrink, reply_timeout, &failures);
             }
             let Some(spec) = given else { bail!("give --preset NAME, --spec FILE.json or --external CMD") };
             let preset = spec.name.clone();
@@ -211,6 +226,13 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.001..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!("must be a number of seconds in 0.001..=86400, got '{s}'")),
+    }
+}
+
 /// `kernel check --external CMD`: every invariant against the process, one start; each failure's
 /// shrunk case written as a dump under `failures`.
 fn check_external(
@@ -219,9 +241,10 @@ fn check_external(
     cases: u32,
     seed: u64,
     shrink: u32,
+    reply_timeout: f64,
     failures: &std::path::Path,
 ) -> anyhow::Result<ExitCode> {
-    let kernel = ExternalKernel::start(cmd)?;
+    let kernel = ExternalKernel::start(cmd, std::time::Duration::from_secs_f64(reply_timeout))?;
     let spec = kernel.spec().clone();
     if let Some(g) = given {
         if *g != spec {

@@ -28,9 +28,12 @@ use ndarray::{concatenate, Array2, Array3, Array4, ArrayView2, Axis};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufReader, BufWriter, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::rc::Rc;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::time::Duration;
 
 /// Largest reply frame accepted (a guard against a process writing garbage to stdout).
 const MAX_FRAME: u64 = 1 << 30;
@@ -38,14 +41,54 @@ const MAX_FRAME: u64 = 1 << 30;
 struct Process {
     command: String,
     child: Child,
-    stdin: BufWriter<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
+    stdin: Option<BufWriter<ChildStdin>>,
+    /// Reply frames, read by a thread so that a silent process times out instead of hanging.
+    replies: Receiver<std::result::Result<Vec<u8>, String>>,
+    timeout: Duration,
+}
+
+/// Reads frames from the process's stdout until it ends, sending each on `tx`.
+fn read_frames(stdout: ChildStdout, tx: Sender<std::result::Result<Vec<u8>, String>>) {
+    let mut r = BufReader::new(stdout);
+    loop {
+        let mut head = [0u8; 8];
+        if let Err(e) = r.read_exact(&mut head) {
+            let _ = tx.send(Err(format!("no reply on stdout ({e}); did it exit? see its stderr")));
+            return;
+        }
+        let n = u64::from_le_bytes(head);
+        if n > MAX_FRAME {
+            let _ = tx.send(Err(format!(
+                "reply frame of {n} bytes announced (more than {MAX_FRAME}): does the process print to stdout? \
+                 The protocol owns stdout; log to stderr"
+            )));
+            return;
+        }
+        let mut buf = vec![0u8; n as usize];
+        if let Err(e) = r.read_exact(&mut buf) {
+            let _ = tx.send(Err(format!("reply cut short after the length ({e})")));
+            return;
+        }
+        if tx.send(Ok(buf)).is_err() {
+            return;
+        }
+    }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        // Closing stdin asks the server to exit; kill in case it does not (it is our child).
-        let _ = self.stdin.flush();
+        // End of stdin asks the server to exit; give it a moment, then end the process group
+        // we started it in (the shell and whatever it started), by its id.
+        drop(self.stdin.take());
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).stderr(Stdio::null()).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -63,29 +106,27 @@ impl Process {
         tensors: &BTreeMap<String, RawTensor>,
     ) -> Result<(HashMap<String, String>, BTreeMap<String, RawTensor>)> {
         let body = safetensors_bytes(&meta, tensors).map_err(|r| self.err(format!("cannot encode a request: {r}")))?;
-        let sent = self
-            .stdin
+        let Some(stdin) = self.stdin.as_mut() else { return Err(self.err("its stdin is closed".into())) };
+        let sent = stdin
             .write_all(&(body.len() as u64).to_le_bytes())
-            .and_then(|_| self.stdin.write_all(&body))
-            .and_then(|_| self.stdin.flush());
+            .and_then(|_| stdin.write_all(&body))
+            .and_then(|_| stdin.flush());
         if let Err(e) = sent {
-            return Err(self.err(format!("the process does not read its stdin ({e}); did it exit? see its stderr")));
+            // It may have exited after writing something: its stdout says more than the pipe.
+            let reason = match self.replies.recv_timeout(Duration::from_millis(500)) {
+                Ok(Err(reason)) => reason,
+                _ => format!("the process does not read its stdin ({e}); did it exit? see its stderr"),
+            };
+            return Err(self.err(reason));
         }
-        let mut head = [0u8; 8];
-        if let Err(e) = self.stdout.read_exact(&mut head) {
-            return Err(self.err(format!("no reply on stdout ({e}); did it exit? see its stderr")));
-        }
-        let n = u64::from_le_bytes(head);
-        if n > MAX_FRAME {
-            return Err(self.err(format!(
-                "reply frame of {n} bytes announced (more than {MAX_FRAME}): does the process print to stdout? \
-                 The protocol owns stdout; log to stderr"
-            )));
-        }
-        let mut buf = vec![0u8; n as usize];
-        if let Err(e) = self.stdout.read_exact(&mut buf) {
-            return Err(self.err(format!("reply cut short after the length ({e})")));
-        }
+        let buf = match self.replies.recv_timeout(self.timeout) {
+            Ok(Ok(buf)) => buf,
+            Ok(Err(reason)) => return Err(self.err(reason)),
+            Err(RecvTimeoutError::Timeout) => {
+                return Err(self.err(format!("no reply within {} s (--reply-timeout)", self.timeout.as_secs_f64())))
+            }
+            Err(RecvTimeoutError::Disconnected) => return Err(self.err("its stdout is closed".into())),
+        };
         let path = PathBuf::from(format!("reply of `{}`", self.command));
         let (meta, tensors) = read_safetensors(&path, &buf)?;
         if let Some(e) = meta.get("error") {
@@ -105,12 +146,14 @@ pub struct ExternalKernel {
 }
 
 impl ExternalKernel {
-    /// Starts `command` (through `sh -c 'exec ...'`, so it may carry arguments and environment
-    /// assignments) and asks it which kernel it serves.
-    pub fn start(command: &str) -> Result<Self> {
+    /// Starts `command` (through `sh -c`, in a process group of its own, so it may carry
+    /// arguments and environment assignments) and asks it which kernel it serves. A request not answered within `timeout`
+    /// is an error (the process is then killed when the kernel is dropped).
+    pub fn start(command: &str, timeout: Duration) -> Result<Self> {
         let mut child = Command::new("sh")
             .arg("-c")
-            .arg(format!("exec {command}"))
+            .arg(command)
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -121,12 +164,10 @@ impl ExternalKernel {
             let _ = child.wait();
             return Err(Error::invalid("--external", "cannot open the process's stdin and stdout"));
         };
-        let mut process = Process {
-            command: command.to_string(),
-            child,
-            stdin: BufWriter::new(stdin),
-            stdout: BufReader::new(stdout),
-        };
+        let (tx, replies) = channel();
+        std::thread::spawn(move || read_frames(stdout, tx));
+        let mut process =
+            Process { command: command.to_string(), child, stdin: Some(BufWriter::new(stdin)), replies, timeout };
         let hello = HashMap::from([("op".to_string(), "hello".to_string())]);
         let (meta, _) = process.request(hello, &BTreeMap::new())?;
         let spec = match (meta.get("preset"), meta.get("spec")) {
