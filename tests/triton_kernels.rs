@@ -75,7 +75,10 @@ fn triton_kernels_pass_validation_and_their_late_twins_fail_with_the_shift_named
         let (code, out) = phasekv(&["kernel", "validate", &path(kernel)]);
         assert_eq!(code, 1, "{kernel}:\n{out}");
         assert!(out.contains("verdict: FAIL"), "{kernel}:\n{out}");
-        assert!(out.contains("diagnosis: the kernel matches the reference with windows starting 1 token late"), "{out}");
+        assert!(
+            out.contains("diagnosis: the kernel matches the reference with windows starting 1 token late"),
+            "{out}"
+        );
         assert!(out.lines().any(|l| l.trim_start().starts_with("1 ") && l.ends_with("<- best")), "{out}");
         assert!(out.lines().any(|l| l.starts_with("K2 ") && l.contains("FAIL")), "{kernel}:\n{out}");
     }
