@@ -3,12 +3,13 @@
 geometry with vector gates, with or without `pad_left`, any group map (per offset, or DeepSeek's
 {prev, cur}), separate or shared K/V.
 
-One Triton program computes one window of one sequence: it gathers the window's tokens straight
-from `x` (the slot index is computed in the kernel from the window index, the stride and the left
-pad; slots before the first or after the last token are empty), evaluates the gate logits
-`Z_{g(i)} h + b_i` and the projections `C_{g(i)} h` for every offset, takes the per-channel softmax
-over the real slots (two passes: maximum, then normalised sum) and writes the pooled entry and the
-gate weights. RMSNorm and RoPE run afterwards in torch (`kernels.GatedCompressor.post`, the same
+One Triton program computes a block of entries (entry = one window of one sequence): it gathers
+each window's tokens straight from `x` (the slot index is computed in the kernel from the window
+index, the stride and the left pad; slots before the first or after the last token are empty),
+evaluates the gate logits `Z_{g(i)} h + b_i` and the projections `C_{g(i)} h` of every slot as one
+`[W, C, d]` tile, takes the per-channel softmax over the real slots (max-subtracted) and writes
+the pooled entry and the gate weights. Tiles hold whole rows of `d`: a validation target, not a
+kernel tuned for d = 4096. RMSNorm and RoPE run afterwards in torch (`kernels.GatedCompressor.post`, the same
 code as the PyTorch kernels): the Triton kernel is the pooling, which is where the geometry lives.
 
 The modules implement the dumpable interface of kernels.py (`phasekv_spec()`, `forward(x)` ->
