@@ -3,8 +3,11 @@
 use anyhow::bail;
 use candle_core::{DType, Device};
 use clap::{Subcommand, ValueEnum};
+use phasekv::kernel::harness::external::ExternalKernel;
 use phasekv::kernel::harness::subjects::{ReferenceSubject, TensorSubject};
-use phasekv::kernel::harness::{run_invariant, seeded_runner, Invariant, InvariantReport, KernelUnderTest};
+use phasekv::kernel::harness::{
+    run_invariant, seeded_runner, seeded_runner_shrinking, Invariant, InvariantReport, KernelUnderTest,
+};
 use phasekv::kernel::reference::Mutation;
 use phasekv::kernel::spec::preset_names;
 use phasekv::kernel::KernelSpec;
@@ -23,7 +26,7 @@ pub enum KernelCmd {
     /// the candle implementation. Exit status 0 when every invariant holds, 1 otherwise.
     Check {
         /// Preset name (see `phasekv kernel list`).
-        #[arg(long, required_unless_present = "spec", conflicts_with = "spec")]
+        #[arg(long, required_unless_present_any = ["spec", "external"], conflicts_with = "spec")]
         preset: Option<String>,
         /// A JSON spec file (any spec `kernel validate` accepts; `kernel list --json PRESET`
         /// prints one to start from; format in theory/dump-format.md).
@@ -44,6 +47,22 @@ pub enum KernelCmd {
         /// Check a deliberately broken reference instead (harness self-test).
         #[arg(long, hide = true)]
         mutant: Option<String>,
+        /// Check a kernel served by another process instead, e.g.
+        /// "python3 python/serve_kernel.py --kernel triton-w8s4" (protocol in
+        /// theory/dump-format.md). The process names its spec; --preset/--spec, if given, must agree.
+        #[arg(long, value_name = "CMD", conflicts_with_all = ["mutant", "impl"])]
+        external: Option<String>,
+        /// With --external: where the shrunk counterexample of each failed invariant is written,
+        /// as a dump `phasekv kernel validate` replays.
+        #[arg(long, value_name = "DIR", default_value = "kernel-check-failures", requires = "external")]
+        failures: std::path::PathBuf,
+        /// With --external: proptest shrinking steps per failed invariant (each costs a round trip
+        /// to the process); the sequence is then cut to the shortest prefix that still fails.
+        #[arg(long, default_value_t = 64, requires = "external")]
+        shrink: u32,
+        /// With --external: seconds to wait for each reply before giving up.
+        #[arg(long, default_value_t = 600.0, requires = "external", value_parser = parse_timeout)]
+        reply_timeout: f64,
     },
     /// Time one forward pass of the reference and the candle kernel side by side, with the
     /// sgemm throughput of this machine measured in the same run.
@@ -138,15 +157,31 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
         KernelCmd::Bench { preset, tokens, d_model, d_head, r#impl, seconds, json } => {
             bench(&preset, &tokens, d_model, d_head, r#impl, seconds, json)
         }
-        KernelCmd::Check { preset, spec, r#impl, dtype, cases, seed, mutant } => {
-            let spec = match (preset, spec) {
-                (Some(name), _) => KernelSpec::preset(&name)?,
+        KernelCmd::Check {
+            preset,
+            spec,
+            r#impl,
+            dtype,
+            cases,
+            seed,
+            mutant,
+            external,
+            failures,
+            shrink,
+            reply_timeout,
+        } => {
+            let given = match (preset, spec) {
+                (Some(name), _) => Some(KernelSpec::preset(&name)?),
                 (None, Some(path)) => {
                     let text = phasekv::limits::read_text(&path, phasekv::limits::MAX_JSON_BYTES)?;
-                    KernelSpec::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+                    Some(KernelSpec::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?)
                 }
-                (None, None) => bail!("give --preset NAME or --spec FILE.json"),
+                (None, None) => None,
             };
+            if let Some(cmd) = external {
+                return check_external(&cmd, given.as_ref(), cases, seed, shrink, reply_timeout, &failures);
+            }
+            let Some(spec) = given else { bail!("give --preset NAME, --spec FILE.json or --external CMD") };
             let preset = spec.name.clone();
             let w = spec.geometry.window();
             if w > phasekv::limits::MAX_CHECK_WINDOW {
@@ -196,6 +231,81 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
             }
         }
     }
+}
+
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.001..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!("must be a number of seconds in 0.001..=86400, got '{s}'")),
+    }
+}
+
+/// `kernel check --external CMD`: every invariant against the process, one start; each failure's
+/// shrunk case written as a dump under `failures`.
+fn check_external(
+    cmd: &str,
+    given: Option<&KernelSpec>,
+    cases: u32,
+    seed: u64,
+    shrink: u32,
+    reply_timeout: f64,
+    failures: &std::path::Path,
+) -> anyhow::Result<ExitCode> {
+    let kernel = ExternalKernel::start(cmd, std::time::Duration::from_secs_f64(reply_timeout))?;
+    let spec = kernel.spec().clone();
+    if let Some(g) = given {
+        if *g != spec {
+            bail!(
+                "invalid --external: the process serves {} ({}) but --preset/--spec gives {} ({})",
+                spec.name,
+                spec.describe(),
+                g.name,
+                g.describe()
+            );
+        }
+    }
+    println!("preset {}: {}", spec.name, spec.describe());
+    println!("{cases} cases per invariant, seed {seed}");
+    println!();
+    println!("== {} ({:?}, one process: {cmd}) ==", kernel.label(), kernel.dtype());
+    println!(
+        "{:<4} {:<20} {:<5} {:>7} {:>5} {:>11} {:>11}  note",
+        "id", "invariant", "", "passed", "n/a", "max error", "bound"
+    );
+    let mut failed = Vec::new();
+    for inv in Invariant::ALL {
+        let start = Instant::now();
+        let mut r = run_invariant(&kernel, inv, &mut seeded_runner_shrinking(cases, seed, shrink));
+        print_row(&r, start.elapsed().as_secs_f64());
+        if let Some(case) = r.counterexample.take() {
+            failed.push((inv, case));
+        }
+    }
+    println!();
+    if failed.is_empty() {
+        println!("verdict: every invariant holds");
+        return Ok(ExitCode::SUCCESS);
+    }
+    std::fs::create_dir_all(failures).map_err(|e| phasekv::Error::io(failures, e))?;
+    for (inv, case) in &failed {
+        let path = failures.join(format!("{}.safetensors", inv.id()));
+        let windows = spec.geometry.num_windows(case.x.nrows());
+        println!(
+            "counterexample {} ({}): T = {}, d = {}, d_h = {}, {windows} window(s)",
+            inv.id(),
+            inv.name(),
+            case.x.nrows(),
+            case.dims.d_model,
+            case.dims.d_head
+        );
+        match kernel.save_counterexample(case, &path) {
+            Ok(()) => println!("  replay: phasekv kernel validate {}", path.display()),
+            Err(e) => println!("  (no dump written: {e})"),
+        }
+    }
+    println!();
+    println!("verdict: FAILED");
+    Ok(ExitCode::from(1))
 }
 
 /// Runs `f` once to warm up, then repeatedly for at least `seconds` (at least 3 times unless a

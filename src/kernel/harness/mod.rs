@@ -7,6 +7,7 @@
 //! `cargo test` (`tests/kernel_invariants.rs`) and behind `phasekv kernel check`.
 
 pub mod checks;
+pub mod external;
 pub mod strategies;
 pub mod subjects;
 pub mod tolerance;
@@ -183,6 +184,9 @@ pub struct InvariantReport {
     pub bound_at_worst: f64,
     /// The (shrunk) failure message, if any.
     pub failure: Option<String>,
+    /// The shrunk case that failed (to replay it, e.g. as a dump of an external kernel).
+    #[serde(skip)]
+    pub counterexample: Option<Case>,
 }
 
 /// Runs one invariant over cases drawn by `runner` (proptest: failures shrink to a minimal case).
@@ -207,15 +211,22 @@ pub fn run_invariant(subject: &dyn KernelUnderTest, invariant: Invariant, runner
         Err(e) => Err(TestCaseError::fail(format!("error: {e}"))),
     });
     let (passed, na, worst, bound) = *stats.borrow();
-    let failure = match result {
-        Ok(()) => None,
-        Err(TestError::Fail(msg, case)) => Some(format!(
-            "{msg} [minimal case: T={}, d={}, d_h={}]",
-            case.x.nrows(),
-            case.dims.d_model,
-            case.dims.d_head
-        )),
-        Err(TestError::Abort(msg)) => Some(format!("aborted: {msg}")),
+    let (failure, counterexample) = match result {
+        Ok(()) => (None, None),
+        Err(TestError::Fail(msg, case)) => {
+            let (msg, case) = shrink_tokens(subject, invariant, msg.to_string(), case);
+            (
+                Some(format!(
+                    "{msg} [minimal case: T={}, d={}, d_h={}, {} window(s)]",
+                    case.x.nrows(),
+                    case.dims.d_model,
+                    case.dims.d_head,
+                    spec.geometry.num_windows(case.x.nrows())
+                )),
+                Some(case),
+            )
+        }
+        Err(TestError::Abort(msg)) => (Some(format!("aborted: {msg}")), None),
     };
     let status = match (&failure, passed) {
         (Some(_), _) => "fail",
@@ -230,15 +241,44 @@ pub fn run_invariant(subject: &dyn KernelUnderTest, invariant: Invariant, runner
         worst_error: worst,
         bound_at_worst: bound,
         failure,
+        counterexample,
     }
+}
+
+/// After proptest's shrinking (which spends its iterations on the many drawn values, rarely
+/// reaching the sequence length): the shortest prefix of the failing case's sequences that still
+/// fails, with its message. Each shorter length is tried once, shortest first.
+fn shrink_tokens(subject: &dyn KernelUnderTest, invariant: Invariant, msg: String, case: Case) -> (String, Case) {
+    use ndarray::s;
+    for t in 0..case.x.nrows() {
+        let mut c = case.clone();
+        c.x = case.x.slice(s![..t, ..]).to_owned();
+        c.other = case.other.slice(s![..t, ..]).to_owned();
+        c.token = case.token.min(t.saturating_sub(1));
+        c.attention.queries = case.attention.queries.slice(s![..t, ..]).to_owned();
+        c.attention.raw_keys = case.attention.raw_keys.slice(s![..t, ..]).to_owned();
+        c.attention.raw_values = case.attention.raw_values.slice(s![..t, ..]).to_owned();
+        match checks::check(invariant, subject, &c) {
+            Ok(Verdict::Fail(m)) => return (m, c),
+            Err(e) => return (format!("error: {e}"), c),
+            Ok(_) => {}
+        }
+    }
+    (msg, case)
 }
 
 /// A proptest runner with `cases` cases, seeded (the same seed draws the same cases), with no
 /// failure persistence (the CLI's runs are reproduced with `--seed`).
 pub fn seeded_runner(cases: u32, seed: u64) -> TestRunner {
+    seeded_runner_shrinking(cases, seed, 256)
+}
+
+/// [`seeded_runner`] with at most `max_shrink_iters` shrinking steps (an external kernel pays
+/// a process round trip per step).
+pub fn seeded_runner_shrinking(cases: u32, seed: u64, max_shrink_iters: u32) -> TestRunner {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let config = Config { cases, failure_persistence: None, max_shrink_iters: 256, ..Config::default() };
+    let config = Config { cases, failure_persistence: None, max_shrink_iters, ..Config::default() };
     TestRunner::new_with_rng(config, TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &bytes))
 }
 

@@ -79,21 +79,8 @@ impl KernelUnderTest for ReferenceSubject {
             }
             return Ok(all);
         }
-        // A mutant has no streaming path of its own: stream it the way a caller without state
-        // would, recomputing each prefix and keeping the entries it newly completes.
-        seqs.iter()
-            .map(|(x, chunks)| {
-                let mut done: Option<Compressed<f64>> = None;
-                let mut parts: Vec<Compressed<f64>> = Vec::new();
-                for (_, b) in chunk_bounds(x.nrows(), chunks) {
-                    let c = self.compress(dims, params, x.slice(ndarray::s![..b, ..]))?;
-                    let have = done.as_ref().map_or(0, |d| d.len());
-                    parts.push(slice_entries(&c, have, c.len()));
-                    done = Some(c);
-                }
-                Ok(concat_entries(&self.spec, dims, &parts))
-            })
-            .collect()
+        // A mutant has no streaming path of its own.
+        stream_by_prefixes(self, dims, params, seqs)
     }
 
     fn attend(
@@ -113,6 +100,30 @@ impl KernelUnderTest for ReferenceSubject {
             self.mutation,
         )
     }
+}
+
+/// Streams a kernel that has no streaming path of its own the way a caller without state
+/// would: recompute each prefix (up to the end of every chunk) and keep the entries it newly
+/// completes (what [`KernelUnderTest::stream`] returns, for mutants and external kernels).
+pub fn stream_by_prefixes(
+    subject: &dyn KernelUnderTest,
+    dims: KernelDims,
+    params: &KernelParams<f64>,
+    seqs: &[(ArrayView2<f64>, Vec<usize>)],
+) -> Result<Vec<Compressed<f64>>> {
+    seqs.iter()
+        .map(|(x, chunks)| {
+            let mut done: Option<Compressed<f64>> = None;
+            let mut parts: Vec<Compressed<f64>> = Vec::new();
+            for (_, b) in chunk_bounds(x.nrows(), chunks) {
+                let c = subject.compress(dims, params, x.slice(ndarray::s![..b, ..]))?;
+                let have = done.as_ref().map_or(0, |d| d.len());
+                parts.push(slice_entries(&c, have.min(c.len()), c.len()));
+                done = Some(c);
+            }
+            Ok(concat_entries(subject.spec(), dims, &parts))
+        })
+        .collect()
 }
 
 /// `[start, end)` of each chunk of a `t_len`-token sequence (the last chunk takes the rest).
