@@ -114,6 +114,32 @@ class HfCompressor(torch.nn.Module):
             }
         return {"gate_k.z": gate[None], "gate_k.b": bias, "proj_k": kv[None], "gamma": sd["kv_norm.weight"]}
 
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """phasekv's names back to HF's parameters (the inverse of `state_dict`), so the live
+        harness (`serve_kernel.py`) can set the parameters of every case."""
+        dh = self.config.head_dim
+        want = set(self.state_dict())
+        if strict and set(state_dict) != want:
+            raise KeyError(f"expected parameters {sorted(want)}, got {sorted(state_dict)}")
+        z, b, c = state_dict["gate_k.z"], state_dict["gate_k.b"], state_dict["proj_k"]
+        if self.kind == "csa":
+            m = self.config.compress_rates["compressed_sparse_attention"]
+            first, second = (1, 0) if self.swap else (0, 1)
+            kv = torch.cat((c[first], c[second]))
+            gate = torch.cat((z[first], z[second]))
+            halves = (b[m:], b[:m]) if self.swap else (b[:m], b[m:])
+            bias = torch.cat(halves, dim=1)
+        else:
+            kv, gate, bias = c[0], z[0], b
+        sd = {"kv_proj.weight": kv, "gate_proj.weight": gate, "position_bias": bias, "kv_norm.weight": state_dict["gamma"]}
+        with torch.no_grad():
+            own = dict(self.hf.named_parameters())
+            for k, v in sd.items():
+                if own[k].shape != v.shape:
+                    raise ValueError(f"{k}: shape {tuple(v.shape)}, HF holds {tuple(own[k].shape)} (head_dim {dh})")
+                own[k].copy_(v.to(own[k].dtype))
+        return None
+
     def _call(self, x, start, cache):
         b, t, _ = x.shape
         position_ids = torch.arange(start, start + t)[None].expand(b, -1)
@@ -124,6 +150,14 @@ class HfCompressor(torch.nn.Module):
         return compressed[:, 0]
 
     def forward(self, x):
+        b, dh = x.shape[0], self.config.head_dim
+        w = 2 * self.config.compress_rates["compressed_sparse_attention"] if self.kind == "csa" else \
+            self.config.compress_rates["heavily_compressed_attention"]
+        no_entries = {"keys": x.new_zeros((b, 0, dh)), "pooled_keys": x.new_zeros((b, 0, dh)),
+                      "gate_k": x.new_zeros((b, 0, w, dh))}
+        if x.shape[1] == 0:
+            # HF's CSA indexer cannot reshape an empty sequence; zero tokens give zero entries.
+            return no_entries
         if self.chunk is not None:
             cls = hf.DeepseekV4CSACache if self.kind == "csa" else hf.DeepseekV4HCACache
             cache = cls(self.config)
@@ -150,11 +184,42 @@ class HfCompressor(torch.nn.Module):
         finally:
             torch.Tensor.softmax = real_softmax
             handle.remove()
+        if keys.shape[1] == 0:
+            return no_entries  # no window closed: HF never pooled, so nothing was captured
         out = {"keys": keys}
         if "pooled" in captured:
             out["pooled_keys"] = captured["pooled"].to(keys.dtype)
             out["gate_k"] = captured["gate"].to(keys.dtype)
         return out
+
+
+class _Served(HfCompressor):
+    """An HF compressor built from a tiny config of the given widths, for serve_kernel.py."""
+
+    kind_name, hca_rate, swapped = "csa", 8, False
+    # HF rotates int(head_dim / 8) channels: below 16 that is fewer than one pair.
+    min_d_head = 16
+
+    def __init__(self, d_model, d_head, seed=0):
+        super().__init__(self.kind_name, tiny_config(d_model, d_head, self.hca_rate), seed=seed, swap=self.swapped)
+
+
+class ServedCsa(_Served):
+    kind_name = "csa"
+
+
+class ServedHca8(_Served):
+    kind_name = "hca"
+
+
+class ServedCsaSwapped(_Served):
+    """The negative control: prev and cur mapped the wrong way round (must fail)."""
+
+    kind_name, swapped = "csa", True
+
+
+# Kernels `python/serve_kernel.py --kernel NAME` serves (Hugging Face's unmodified modules).
+KERNELS = {"hf-dsv4-csa": ServedCsa, "hf-dsv4-hca8": ServedHca8, "hf-dsv4-csa-swapped": ServedCsaSwapped}
 
 
 def main():

@@ -9,7 +9,8 @@ property harness (K1-K13, proptest-driven, shrinking) runs live against it. The 
 - every message, both ways, is a frame: an 8-byte little-endian unsigned length, then that many
   bytes of a safetensors file (tensors and a string-to-string metadata map);
 - phasekv sends `op = hello` first; the reply's metadata carries `spec` (the JSON spec) or `preset`,
-  `dtype` (what the kernel computes in) and `label`;
+  `dtype` (what the kernel computes in), `label`, and optionally `min_d_head` (the narrowest head
+  the kernel runs; phasekv then draws `d_h` from it on; a factory attribute `min_d_head`);
 - then any number of `op = compress` requests: metadata `d_model`, `d_head`; tensors `input`
   [B, T, d] and the parameters under phasekv's names (f64; the server casts to its dtype).
   The reply holds `keys` [B, n, d_h] and whatever else forward() returned (`values`,
@@ -22,6 +23,8 @@ Usage:
     phasekv kernel check --external "python3 python/serve_kernel.py --kernel triton-w8s4"
 
 Library use, for a kernel of your own: `serve(lambda d_model, d_head: MyKernel(d_model, d_head))`.
+Kernels served by name: those of kernels.py, triton_kernels.py (with triton) and
+hf_deepseek_v4.py (with transformers: `hf-dsv4-csa`, `hf-dsv4-hca8`, Hugging Face's modules).
 """
 import argparse
 import json
@@ -75,8 +78,9 @@ def serve(factory, dtype=torch.float32, label="kernel", stdin=None, stdout=None)
         try:
             op = meta.get("op")
             if op == "hello":
-                spec = factory(1, 1).phasekv_spec()
-                reply = {"label": label, "dtype": NAMES[dtype]}
+                min_d_head = int(getattr(factory, "min_d_head", 1))
+                spec = factory(1, min_d_head).phasekv_spec()
+                reply = {"label": label, "dtype": NAMES[dtype], "min_d_head": str(min_d_head)}
                 reply.update({"spec": json.dumps(spec)} if isinstance(spec, dict) else {"preset": spec})
                 write_frame(stdout, {}, reply)
             elif op == "compress":
@@ -106,6 +110,11 @@ def kernel_registry():
         table.update(TRITON)
     except ImportError:
         pass
+    try:
+        from hf_deepseek_v4 import KERNELS as HF
+        table.update(HF)
+    except ImportError:
+        pass
     return table
 
 
@@ -120,7 +129,12 @@ def main():
     cls = table[a.kernel]
     protocol = sys.stdout.buffer
     sys.stdout = sys.stderr  # stray prints must not corrupt the frames
-    serve(lambda d_model, d_head: cls(d_model, d_head), dtype=DTYPES[a.dtype], label=a.kernel, stdout=protocol)
+
+    def factory(d_model, d_head):
+        return cls(d_model, d_head)
+
+    factory.min_d_head = getattr(cls, "min_d_head", 1)
+    serve(factory, dtype=DTYPES[a.dtype], label=a.kernel, stdout=protocol)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 //! Hugging Face's DeepSeek-V4 compressors, unmodified (transformers 5.23), dumped through
 //! `python/hf_deepseek_v4.py` and validated against the presets `dsv4-csa` and `dsv4-hca`:
 //! one-shot and through HF's streaming cache they pass (exit 0); the negative control that maps
-//! prev and cur the wrong way round fails (exit 1).
+//! prev and cur the wrong way round fails (exit 1). The same modules, served live
+//! (`python/serve_kernel.py`), pass every invariant K1-K13 of `kernel check --external`, and the
+//! swapped control fails with a shrunk counterexample.
 //!
 //! Needs python3 with torch, safetensors and transformers. CI installs them (`.ci/run`) and sets
 //! `PHASEKV_REQUIRE_TRANSFORMERS=1`, which turns a missing package into a failure, never a skip.
@@ -75,4 +77,33 @@ fn hugging_face_dsv4_compressors_validate_against_the_released_presets() {
         std::fs::remove_dir_all(std::env::temp_dir().join(format!("phasekv-hf-{}-{label}", std::process::id())))
             .unwrap();
     }
+}
+
+#[test]
+fn hugging_face_dsv4_compressors_pass_the_live_harness_and_the_swap_fails_it() {
+    let Some(py) = python_with_transformers() else { return };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let server = root.join("python/serve_kernel.py");
+    let dir = scratch("external");
+    let check = |kernel: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_phasekv"))
+            .args(["kernel", "check", "--cases", "16", "--external"])
+            .arg(format!("{py} {} --kernel {kernel}", server.display()))
+            .arg("--failures")
+            .arg(dir.join(kernel))
+            .output()
+            .unwrap();
+        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).to_string())
+    };
+    for kernel in ["hf-dsv4-csa", "hf-dsv4-hca8"] {
+        let (code, out) = check(kernel);
+        assert_eq!(code, 0, "{kernel}:\n{out}");
+        let passing = out.lines().filter(|l| l.starts_with('K') && l.contains(" PASS ")).count();
+        assert_eq!(passing, 13, "{kernel}: every invariant runs and holds:\n{out}");
+    }
+    let (code, out) = check("hf-dsv4-csa-swapped");
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("K13  reference agreement  FAIL") && out.contains("counterexample K13"), "{out}");
+    assert!(dir.join("hf-dsv4-csa-swapped/K13.safetensors").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

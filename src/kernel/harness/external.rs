@@ -143,6 +143,7 @@ pub struct ExternalKernel {
     spec: KernelSpec,
     dtype: DType,
     label: String,
+    min_d_head: usize,
 }
 
 impl ExternalKernel {
@@ -181,7 +182,16 @@ impl ExternalKernel {
             None => return Err(process.err("the hello reply must carry dtype".into())),
         };
         let label = format!("external:{}", meta.get("label").cloned().unwrap_or_else(|| command.to_string()));
-        Ok(ExternalKernel { process: Rc::new(RefCell::new(process)), spec, dtype, label })
+        // Optional: the narrowest head the kernel runs (cases then draw d_h from it on).
+        let min_d_head = match meta.get("min_d_head") {
+            None => 1,
+            Some(v) => {
+                v.parse::<usize>().ok().filter(|&m| (1..=crate::limits::MAX_D_HEAD).contains(&m)).ok_or_else(|| {
+                    process.err(format!("hello reply min_d_head '{v}' is not in 1..={}", crate::limits::MAX_D_HEAD))
+                })?
+            }
+        };
+        Ok(ExternalKernel { process: Rc::new(RefCell::new(process)), spec, dtype, label, min_d_head })
     }
 
     /// Runs the process on `x: [B, T, d]`: its outputs, checked against the spec's shapes.
@@ -320,6 +330,10 @@ impl KernelUnderTest for ExternalKernel {
         self.dtype
     }
 
+    fn min_d_head(&self) -> usize {
+        self.min_d_head
+    }
+
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest> {
         if spec == self.spec {
             Box::new(ExternalKernel {
@@ -327,6 +341,7 @@ impl KernelUnderTest for ExternalKernel {
                 spec,
                 dtype: self.dtype,
                 label: self.label.clone(),
+                min_d_head: self.min_d_head,
             })
         } else {
             // The process implements one spec; the other side of K7/K10 is the reference.

@@ -75,9 +75,17 @@ pub fn params_from_draw(spec: &KernelSpec, dims: KernelDims, draw: &[f64]) -> Ke
 
 /// The case strategy for a spec.
 pub fn case_strategy(spec: &KernelSpec) -> BoxedStrategy<Case> {
+    case_strategy_min_head(spec, 1)
+}
+
+/// [`case_strategy`] with head widths `d_h` in `min_d_head ..= min_d_head + 3`, for kernels that
+/// cannot run narrower heads (Hugging Face's DeepSeek-V4 rotates `d_h / 8` channels and needs
+/// `d_h >= 16`).
+pub fn case_strategy_min_head(spec: &KernelSpec, min_d_head: usize) -> BoxedStrategy<Case> {
     let spec = spec.clone();
     let (w, s) = (spec.geometry.window(), spec.geometry.stride());
-    (1usize..=4, 1usize..=4, seq_len(&spec))
+    let lo = min_d_head.max(1);
+    (1usize..=4, lo..=lo + 3, seq_len(&spec))
         .prop_flat_map(move |(d, dh, t)| {
             let dims = KernelDims { d_model: d, d_head: dh };
             let np = ParamLayout::of(&spec, dims).len();
