@@ -318,7 +318,7 @@ fn time_median(seconds: f64, mut f: impl FnMut() -> anyhow::Result<()>) -> anyho
         let t = Instant::now();
         f()?;
         runs.push(t.elapsed().as_secs_f64());
-        if start.elapsed().as_secs_f64() > seconds && runs.len() >= 1 && runs[0] > seconds {
+        if start.elapsed().as_secs_f64() > seconds && !runs.is_empty() && runs[0] > seconds {
             break;
         }
     }

@@ -252,6 +252,24 @@ fn to2<F: Float>(shape: &[usize], v: Vec<F>) -> Array2<F> {
     Array2::from_shape_vec((shape[0], shape[1]), v).expect("layout shape")
 }
 
+impl KernelParams<f64> {
+    /// Seeded random parameters for benchmarks and demos: weights uniform in `[-1, 1]/sqrt(d)`,
+    /// biases uniform in `[-1, 1]`, RMSNorm weights 1. (Property tests draw from proptest
+    /// strategies instead.)
+    pub fn random(spec: &KernelSpec, dims: KernelDims, seed: u64) -> Self {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let n = ParamLayout::of(spec, dims).len();
+        let flat: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let mut p = KernelParams::from_flat(spec, dims, &flat).expect("layout length");
+        p.scale_weights(1.0 / (dims.d_model as f64).sqrt());
+        if let Some(g) = &mut p.gamma {
+            g.fill(1.0);
+        }
+        p
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,23 +312,5 @@ mod tests {
         flat[3] = f64::NAN;
         let p = KernelParams::from_flat(&spec, dims, &flat).unwrap();
         assert!(p.validate(&spec, dims).unwrap_err().to_string().contains("NaN"));
-    }
-}
-
-impl KernelParams<f64> {
-    /// Seeded random parameters for benchmarks and demos: weights uniform in `[-1, 1]/sqrt(d)`,
-    /// biases uniform in `[-1, 1]`, RMSNorm weights 1. (Property tests draw from proptest
-    /// strategies instead.)
-    pub fn random(spec: &KernelSpec, dims: KernelDims, seed: u64) -> Self {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        let n = ParamLayout::of(spec, dims).len();
-        let flat: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
-        let mut p = KernelParams::from_flat(spec, dims, &flat).expect("layout length");
-        p.scale_weights(1.0 / (dims.d_model as f64).sqrt());
-        if let Some(g) = &mut p.gamma {
-            g.fill(1.0);
-        }
-        p
     }
 }

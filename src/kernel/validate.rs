@@ -261,7 +261,9 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) 
         }
     }
     let positions: Vec<usize> = ref64[0].positions[..n].to_vec();
-    let outputs: Vec<(&str, &ndarray::Array3<f64>, Option<&ndarray::Array3<f64>>)> = if spec.shared_kv {
+    // (name, the kernel's output, its pooled entries if dumped)
+    type Output<'a> = (&'a str, &'a ndarray::Array3<f64>, Option<&'a ndarray::Array3<f64>>);
+    let outputs: Vec<Output> = if spec.shared_kv {
         vec![("keys", &run.keys, run.pooled_keys.as_ref())]
     } else {
         vec![
@@ -368,10 +370,10 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) 
 
     // Profiles.
     let mut window_errors = vec![0.0f64; n];
-    for k in 0..b {
+    for (k, r) in ref64.iter().enumerate().take(b) {
         for (j, e) in window_errors.iter_mut().enumerate() {
-            let ek = max_abs_diff(&run.keys.slice(s![k, j, ..]), &ref64[k].keys.row(j));
-            let ev = max_abs_diff(&run.values_or_keys().slice(s![k, j, ..]), &ref64[k].values.row(j));
+            let ek = max_abs_diff(&run.keys.slice(s![k, j, ..]), &r.keys.row(j));
+            let ev = max_abs_diff(&run.values_or_keys().slice(s![k, j, ..]), &r.values.row(j));
             *e = e.max(ek).max(ev);
         }
     }
