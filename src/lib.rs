@@ -10,12 +10,12 @@
 //! |---|---|
 //! | [`error`] | the one error enum |
 //! | [`geometry`] | windows, phases, multiplicity, visibility, entry positions: the only place those formulas live |
-//! | [`kernel`] | kernel specs and presets, the f64 reference, the candle implementation, streaming, compressed attention, the invariant harness K1-K13 |
-//! | [`analysis`] | the phase lab: padding protocols, phase statistics, evaluation and knockouts, gate preferences, the JSONL audit |
+//! | [`kernel`] | kernel specs (presets and the JSON spec language), the f64 reference, the candle implementation, streaming, compressed attention, the invariant harness K1-K13 (also for a kernel in another process), dumps and their validation |
+//! | [`analysis`] | the phase lab: padding protocols, phase statistics and the pre-registered phase test, verdict states, evaluation and knockouts, gate preferences, the JSONL audit |
 //! | [`limits`] | upper bounds on every size a user gives, and the one bounded file read |
 //! | [`lab`] | the phase lab on a run directory: evaluation, knockouts, gates, written as data and figures |
-//! | [`reproduce`] | the reproduction plan: units (kernels, theory, one per model), shards, resume |
-//! | [`theory`] | the idealized induction task, Theorem 1 (oracle, argmin) and Theorem 2 (gradient flow) |
+//! | [`reproduce`] | the reproduction: plan files and sweeps, units (kernels, theory, one per model), shards, resume, Slurm array scripts |
+//! | [`theory`] | the idealized induction task, Theorem 1 (oracle, argmin, critical-point classification) and Theorem 2 (gradient flow) |
 //! | [`report`] | plotting helpers (line chart, category grid, scatter; SVG + PNG), lab figures, the claims ledger |
 //! | [`run_dir`] | run directories: config, results, environment; a finished run is never overwritten |
 //! | [`task`] | the synthetic retrieval task: seeded generator, per-sample records with positions |
