@@ -355,7 +355,7 @@ pub fn audit_analyze(
     seed: u64,
     out: &Path,
     export: Option<&Path>,
-) -> Result<PhaseProfile> {
+) -> Result<AuditAnalysis> {
     crate::limits::check_range("--modulus", m, 2, crate::limits::MAX_MODULUS)?;
     if let Some(s) = stride {
         if s < 2 || s > m || !m.is_multiple_of(s) {
@@ -385,14 +385,34 @@ pub fn audit_analyze(
     let outcomes = crate::analysis::audit::parse_results_checked(&text, m, manifest.as_ref())
         .map_err(|e| Error::File { path: results.to_path_buf(), reason: e.to_string() })?;
     let profile = phase::profile(&outcomes, m, stride, seed)?;
+    // The pre-registered statistics need each prompt's depth: positions from the export only.
+    let records = manifest.as_ref().and_then(|mf| crate::analysis::audit::phase_records(mf, &outcomes));
+    let statistics = match records {
+        Some(r) => Some(phase::statistics(&r, m, stride, seed)?),
+        None => None,
+    };
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
     // create_dir, not create_dir_all: fails if another process made it meanwhile.
     std::fs::create_dir(out).map_err(|e| Error::io(out, e))?;
     write_json_atomic(&out.join("profile.json"), &profile)?;
+    if let Some(st) = &statistics {
+        write_json_atomic(&out.join("statistics.json"), st)?;
+    }
     atomic_write(&out.join("groups.csv"), phase::groups_csv(&profile.groups).as_bytes())?;
     let name = results.file_name().and_then(|n| n.to_str()).unwrap_or("results");
     figures::phase_profile(&out.join("phase"), &format!("audit of {name}"), &profile, stride)?;
-    Ok(profile)
+    Ok(AuditAnalysis { profile, statistics })
+}
+
+/// What `audit analyze` found: the per-group profile, and with an export that carries
+/// positions, the pre-registered statistics (the depth-controlled phase test at the stride,
+/// the corrected period scan, gaps with their noise floors).
+#[derive(Clone, Debug)]
+pub struct AuditAnalysis {
+    /// Per-group accuracy and the exploratory statistics of [`phase::profile`].
+    pub profile: PhaseProfile,
+    /// [`phase::statistics`] from the export's positions (`None` without `--export`).
+    pub statistics: Option<phase::PhaseStatistics>,
 }

@@ -340,3 +340,68 @@ fn export_text_follows_the_templates() {
     let bad = TextTemplate { record: "{key}".into(), ..TextTemplate::default() };
     assert!(export_jsonl(&task, Protocol::Prefix, &prompts, &bad).unwrap_err().to_string().contains("{value}"));
 }
+
+/// `audit analyze --export --stride` applies the pre-registered depth-controlled phase test
+/// with positions from the export (issue 17, item 8): results whose correctness depends only on
+/// the key-to-query distance show no phase effect, a planted one (phase 0 of S = 4 correct 25 pp
+/// less often) is found. Outcomes are drawn with a fixed hash of the prompt id (seeded).
+#[test]
+fn audit_applies_the_depth_controlled_phase_test_with_positions_from_the_export() {
+    let dir = tmp_dir("audit-depth");
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompts = dir.join("prompts.jsonl");
+    let out = phasekv()
+        .args(["audit", "export", "--protocol", "in-sequence", "--samples", "60", "--out"])
+        .arg(&prompts)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&prompts).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // A uniform draw in [0, 1) from the prompt id and a salt (splitmix64).
+    let uniform = |id: u64, salt: u64| {
+        let mut z = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) as f64 / 2f64.powi(64)
+    };
+    let analyse = |label: &str, p_correct: &dyn Fn(u64, u64) -> f64| {
+        let mut results = String::new();
+        for l in &lines {
+            let (id, g) = (l["id"].as_u64().unwrap(), l["group"].as_u64().unwrap());
+            let (t, q) = (l["target_pos"].as_u64().unwrap(), l["query_pos"].as_u64().unwrap());
+            let correct = uniform(id, 7) < p_correct(q - t, t);
+            results.push_str(&format!("{{\"id\": {id}, \"group\": {g}, \"correct\": {correct}}}\n"));
+        }
+        let res = dir.join(format!("{label}.jsonl"));
+        std::fs::write(&res, results).unwrap();
+        let report = dir.join(label);
+        let out = phasekv()
+            .args(["audit", "analyze", "--modulus", "24", "--stride", "4", "--export"])
+            .arg(&prompts)
+            .arg(&res)
+            .arg("--out")
+            .arg(&report)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("depth-controlled phase test (pre-registered, S = 4)"), "{stdout}");
+        let st: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(report.join("statistics.json")).unwrap()).unwrap();
+        let t = &st["phase_test"];
+        assert_eq!(t["n"].as_u64(), Some(lines.len() as u64));
+        t["p"]["value"].as_f64().unwrap_or_else(|| panic!("{t}"))
+    };
+    // Depth only: accuracy falls smoothly from about 95 % to 60 % with the key-to-query distance.
+    let p_depth = analyse("depth-only", &|depth, _| 0.95 - 0.35 * (depth as f64 / 90.0).min(1.0));
+    eprintln!("depth-only p = {p_depth}");
+    assert!(p_depth > 0.01, "a depth-only model must not show a phase effect: p = {p_depth}");
+    // The same plus a planted phase effect at the kernel's stride.
+    let p_phase = analyse("planted", &|depth, t| {
+        0.95 - 0.35 * (depth as f64 / 90.0).min(1.0) - if t % 4 == 0 { 0.25 } else { 0.0 }
+    });
+    eprintln!("planted p = {p_phase}");
+    assert!(p_phase < 1e-3, "a planted 25 pp phase effect must be found: p = {p_phase}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -150,12 +150,25 @@ pub fn export_jsonl(task: &TaskConfig, protocol: Protocol, prompts: &[Prompt], t
     Ok(out)
 }
 
-/// The exported prompts an audit's results are checked against: `id` to (`group`,
-/// `target_pos`), read from the JSONL that `audit export` wrote.
-pub type Manifest = std::collections::HashMap<u64, (usize, usize)>;
+/// What the export says of one prompt: its residue group and the positions that set its
+/// phase and depth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExportEntry {
+    /// Residue group of the target.
+    pub group: usize,
+    /// Source-key position of the target (its phase is `target_pos mod S`).
+    pub target_pos: usize,
+    /// Position of the scored query marker (depth = `query_pos - target_pos`), when exported.
+    pub query_pos: Option<usize>,
+}
 
-/// Reads an export (`audit export` JSONL) as a [`Manifest`]; a repeated id or a line without
-/// `id`, `group` and `target_pos` is an error naming the line.
+/// The exported prompts an audit's results are checked against, by `id`, read from the JSONL
+/// that `audit export` wrote. Positions come from here, never from the results file.
+pub type Manifest = std::collections::HashMap<u64, ExportEntry>;
+
+/// Reads an export (`audit export` JSONL) as a [`Manifest`]; a repeated id, a line without
+/// `id`, `group` and `target_pos`, or a `query_pos` before the target is an error naming the
+/// line.
 pub fn parse_manifest(text: &str) -> Result<Manifest> {
     let mut out = Manifest::new();
     for (i, line) in text.lines().enumerate() {
@@ -170,7 +183,18 @@ pub fn parse_manifest(text: &str) -> Result<Manifest> {
                 .ok_or_else(|| Error::invalid(at(f), "missing or not a non-negative integer"))
         };
         let (id, group, pos) = (get("id")?, get("group")?, get("target_pos")?);
-        if out.insert(id, (group as usize, pos as usize)).is_some() {
+        let query_pos = match v.get("query_pos") {
+            None => None,
+            Some(_) => Some(get("query_pos")? as usize),
+        };
+        let entry = ExportEntry { group: group as usize, target_pos: pos as usize, query_pos };
+        if entry.query_pos.is_some_and(|q| q < entry.target_pos) {
+            return Err(Error::invalid(
+                at("query_pos"),
+                format!("{} is before target_pos {pos}", query_pos.unwrap_or(0)),
+            ));
+        }
+        if out.insert(id, entry).is_some() {
             return Err(Error::invalid(at("id"), format!("id {id} is exported twice")));
         }
     }
@@ -178,6 +202,27 @@ pub fn parse_manifest(text: &str) -> Result<Manifest> {
         return Err(Error::invalid("export", "no exported prompts"));
     }
     Ok(out)
+}
+
+/// The per-prompt records of the pre-registered phase test (`analysis::phase_test`) for
+/// outcomes of exported prompts: phase and depth from the export's positions (the results file
+/// is trusted for correctness only). `None` when the export carries no `query_pos`.
+pub fn phase_records(
+    manifest: &Manifest,
+    outcomes: &[Outcome],
+) -> Option<Vec<crate::analysis::phase_test::PhaseRecord>> {
+    outcomes
+        .iter()
+        .map(|o| {
+            let e = manifest.get(&(o.id as u64))?;
+            let q = e.query_pos?;
+            Some(crate::analysis::phase_test::PhaseRecord {
+                position: e.target_pos,
+                depth: q - e.target_pos,
+                correct: o.correct,
+            })
+        })
+        .collect()
 }
 
 /// Reads per-sample results (see the module docs); `m` is the residue modulus. Errors name
@@ -244,7 +289,7 @@ pub fn parse_results_checked(text: &str, m: usize, manifest: Option<&Manifest>) 
         if let Some(manifest) = manifest {
             match manifest.get(&(id as u64)) {
                 None => return Err(Error::invalid(at("id"), format!("id {id} was never exported"))),
-                Some(&(g, _)) if g as u64 != group => {
+                Some(&ExportEntry { group: g, .. }) if g as u64 != group => {
                     return Err(Error::invalid(
                         at("group"),
                         format!("group {group} contradicts the export, which gave id {id} group {g}"),
