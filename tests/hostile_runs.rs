@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::plans::{phasekv, scratch};
+
 use phasekv::model::train::{Observer, Outcome};
 use phasekv::model::{RunConfig, StepReport};
 use phasekv::run_dir::DirLock;
@@ -14,20 +16,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn phasekv(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_phasekv"))
-        .args(args)
-        .env("RAYON_NUM_THREADS", "1")
-        .env("CANDLE_NUM_THREADS", "1")
-        .output()
-        .expect("run phasekv");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
 fn refused(args: &[&str], needles: &[&str]) -> String {
     let (code, out, err) = phasekv(args);
     assert_eq!(code, 2, "{args:?}: exit {code}\n{out}{err}");
@@ -36,13 +24,6 @@ fn refused(args: &[&str], needles: &[&str]) -> String {
         assert!(err.contains(n), "{args:?}: {err:?} lacks {n:?}");
     }
     err
-}
-
-fn scratch(label: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("phasekv-hostile-runs-{}-{label}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn s(p: &Path) -> &str {
