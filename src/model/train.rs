@@ -338,9 +338,29 @@ impl Model {
     }
 
     /// Sets every parameter from named tensors (`param.<name>`); all must be present with the
-    /// right shapes.
+    /// right shapes, and no `param.*` tensor may be left over: a checkpoint of another
+    /// architecture (a `w8s4` model's, which holds every tensor of a `full` model plus the
+    /// compressor's) is refused rather than silently loaded in part.
     pub fn load_tensors(&self, map: &HashMap<String, Tensor>) -> Result<()> {
-        for (n, v) in self.store.vars() {
+        let vars = self.store.vars();
+        let mut extra: Vec<&str> = map
+            .keys()
+            .filter(|k| k.starts_with("param."))
+            .filter(|k| !vars.iter().any(|(n, _)| k.strip_prefix("param.") == Some(n.as_str())))
+            .map(String::as_str)
+            .collect();
+        if !extra.is_empty() {
+            extra.sort_unstable();
+            return Err(Error::invalid(
+                "checkpoint",
+                format!(
+                    "{} tensor(s) this model does not have, first {} (a checkpoint of another preset or size?)",
+                    extra.len(),
+                    extra[0]
+                ),
+            ));
+        }
+        for (n, v) in vars {
             let k = format!("param.{n}");
             let t = map.get(&k).ok_or_else(|| Error::invalid("checkpoint", format!("missing tensor {k}")))?;
             if t.dims() != v.dims() {
