@@ -17,6 +17,15 @@
 //!
 //! The source-key position of a query is the position of the first key token of its target
 //! record; its residue group is that position mod `residue_modulus` (`M = 24` by default).
+//!
+//! Two placements of the query block ([`QueryPlacement`]): at the end of the sequence (the first
+//! run's task: the query sits at a fixed position, so a target's depth determines its phase), or
+//! right after the records and a random tail, with filler after it (issue 17's task: the query
+//! moves with the records, so phase and depth come apart). [`layout`] holds the evaluation
+//! families built on the second placement and the checks the pre-registration asks for
+//! (`theory/phase-lab.md` §7.1).
+
+pub mod layout;
 
 use crate::{Error, Result};
 use rand::seq::SliceRandom;
@@ -28,6 +37,34 @@ use serde::{Deserialize, Serialize};
 pub const BOS: u32 = 0;
 /// Token id of the query marker.
 pub const QUERY: u32 = 1;
+
+/// Where the query block sits in a sequence.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueryPlacement {
+    /// At the end of the sequence, filler between the last record and the queries (fixed query
+    /// positions).
+    #[default]
+    End,
+    /// Right after the last record's gap and a tail of `0..=max_tail` filler tokens; filler
+    /// fills the sequence after the query block.
+    AfterRecords,
+}
+
+/// Which query of an evaluation prompt is scored (its target is asked there).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScoredQuery {
+    /// The last query: the records asked before it can be eliminated (the first run's task).
+    #[default]
+    Last,
+    /// The first query: nothing has been asked yet, so elimination cannot help.
+    First,
+}
+
+fn is_default<T: Default + PartialEq>(x: &T) -> bool {
+    *x == T::default()
+}
 
 /// Everything that defines the task distribution.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -53,6 +90,17 @@ pub struct TaskConfig {
     pub max_gap: usize,
     /// Residue modulus `M` for the residue group of a source key.
     pub residue_modulus: usize,
+    /// Where the query block sits (left out of the JSON when it is the default, so configs of
+    /// runs from before the field keep their identity hash).
+    #[serde(skip_serializing_if = "is_default")]
+    pub query_placement: QueryPlacement,
+    /// Largest tail of filler between the last record's gap and the query block, drawn
+    /// uniformly in `0..=max_tail` (only with [`QueryPlacement::AfterRecords`]).
+    #[serde(skip_serializing_if = "is_default")]
+    pub max_tail: usize,
+    /// Which query of an evaluation prompt is scored.
+    #[serde(skip_serializing_if = "is_default")]
+    pub scored_query: ScoredQuery,
 }
 
 impl Default for TaskConfig {
@@ -68,6 +116,9 @@ impl Default for TaskConfig {
             max_prefix: 33,
             max_gap: 3,
             residue_modulus: 24,
+            query_placement: QueryPlacement::End,
+            max_tail: 0,
+            scored_query: ScoredQuery::Last,
         }
     }
 }
@@ -146,6 +197,7 @@ impl TaskConfig {
         1usize
             .checked_add(self.max_prefix)?
             .checked_add(self.n_records.checked_mul(record)?)?
+            .checked_add(self.max_tail)?
             .checked_add(self.n_queries.checked_mul(query)?)
     }
 
@@ -167,6 +219,16 @@ impl TaskConfig {
         range("n_queries", self.n_queries, 1, MAX_RECORDS)?;
         range("max_prefix", self.max_prefix, 0, MAX_PADDING)?;
         range("max_gap", self.max_gap, 0, MAX_PADDING)?;
+        range("max_tail", self.max_tail, 0, MAX_PADDING)?;
+        if self.max_tail > 0 && self.query_placement == QueryPlacement::End {
+            return Err(Error::invalid(
+                "task.max_tail",
+                format!(
+                    "must be 0 with query_placement \"end\" (the tail only exists before a moving query block), got {}",
+                    self.max_tail
+                ),
+            ));
+        }
         range("residue_modulus", self.residue_modulus, 1, MAX_MODULUS)?;
         match self.checked_seq_len() {
             Some(t) if t <= MAX_SEQ_LEN => {}
@@ -222,15 +284,37 @@ impl TaskConfig {
         let n_records = n_records.clamp(1, self.n_records);
         let prefix = prefix.min(self.max_prefix);
         let gaps: Vec<usize> = (0..n_records).map(|r| gaps.get(r).copied().unwrap_or(0).min(self.max_gap)).collect();
-        self.build(rng, n_records, prefix, &gaps, None)
+        // Drawn only for the moving query block, so the first run's streams are unchanged.
+        let tail = match self.query_placement {
+            QueryPlacement::End => 0,
+            QueryPlacement::AfterRecords => rng.random_range(0..=self.max_tail),
+        };
+        self.build(rng, n_records, prefix, &gaps, tail, None)
     }
 
     /// An evaluation prompt (`phase-eval.md` §2): all `n_records` records after `prefix`
     /// filler tokens with the given gaps (not clamped to the training ranges), and the query
-    /// block with record `target` asked *last*, so the scored query sits at a fixed position
-    /// (the other queries are unscored context, as in training). Errors when the layout does
-    /// not fit in [`TaskConfig::seq_len`] or `target` is not a record.
+    /// block with record `target` asked where [`TaskConfig::scored_query`] says (the other
+    /// queries are unscored context, as in training). With the query block at the end the
+    /// scored query sits at a fixed position. Errors when the layout does not fit in
+    /// [`TaskConfig::seq_len`] or `target` is not a record.
     pub fn sample_prompt(&self, rng: &mut ChaCha8Rng, prefix: usize, gaps: &[usize], target: usize) -> Result<Sample> {
+        self.sample_prompt_with_tail(rng, prefix, gaps, 0, target)
+    }
+
+    /// [`TaskConfig::sample_prompt`] with a tail of `tail` filler tokens before a moving query
+    /// block ([`QueryPlacement::AfterRecords`]; must be 0 otherwise).
+    pub fn sample_prompt_with_tail(
+        &self,
+        rng: &mut ChaCha8Rng,
+        prefix: usize,
+        gaps: &[usize],
+        tail: usize,
+        target: usize,
+    ) -> Result<Sample> {
+        if tail > 0 && self.query_placement == QueryPlacement::End {
+            return Err(Error::invalid("tail", format!("must be 0 with the query block at the end, got {tail}")));
+        }
         if target >= self.n_records {
             return Err(Error::invalid(
                 "target",
@@ -238,7 +322,7 @@ impl TaskConfig {
             ));
         }
         let gaps: Vec<usize> = (0..self.n_records).map(|r| gaps.get(r).copied().unwrap_or(0)).collect();
-        let used = 1 + prefix + self.n_records * (self.key_len + self.val_len) + gaps.iter().sum::<usize>();
+        let used = 1 + prefix + self.n_records * (self.key_len + self.val_len) + gaps.iter().sum::<usize>() + tail;
         if used + self.n_queries * (1 + self.key_len + self.val_len) > self.seq_len() {
             return Err(Error::invalid(
                 "layout",
@@ -248,7 +332,7 @@ impl TaskConfig {
                 ),
             ));
         }
-        Ok(self.build(rng, self.n_records, prefix, &gaps, Some(target)))
+        Ok(self.build(rng, self.n_records, prefix, &gaps, tail, Some(target)))
     }
 
     /// Tokens before the query block (`BOS`, paddings, records, gaps): where records can be.
@@ -256,8 +340,8 @@ impl TaskConfig {
         self.seq_len() - self.n_queries * (1 + self.key_len + self.val_len)
     }
 
-    /// Position of the scored (last) query's first answer token input, i.e. the position whose
-    /// next token is the first answer token of the last query.
+    /// Position of the last query's first answer token input, i.e. the position whose next
+    /// token is the first answer token of the last query (with the query block at the end).
     pub fn last_answer_input(&self) -> usize {
         self.seq_len() - self.val_len - 1
     }
@@ -270,7 +354,8 @@ impl TaskConfig {
         n_records: usize,
         prefix: usize,
         gaps: &[usize],
-        last: Option<usize>,
+        tail: usize,
+        scored: Option<usize>,
     ) -> Sample {
         let n_queries = self.n_queries.min(n_records);
         let t_len = self.seq_len();
@@ -302,14 +387,23 @@ impl TaskConfig {
             }
         }
         let query_block = n_queries * (1 + self.key_len + self.val_len);
-        while tokens.len() < t_len - query_block {
-            tokens.push(filler(rng));
+        match self.query_placement {
+            QueryPlacement::End => {
+                while tokens.len() < t_len - query_block {
+                    tokens.push(filler(rng));
+                }
+            }
+            QueryPlacement::AfterRecords => {
+                for _ in 0..tail {
+                    tokens.push(filler(rng));
+                }
+            }
         }
         let mut targets: Vec<usize> = (0..n_records).collect();
         targets.shuffle(rng);
         targets.truncate(n_queries);
-        if let Some(last) = last {
-            match targets.iter().position(|&r| r == last) {
+        if let Some(scored) = scored {
+            match targets.iter().position(|&r| r == scored) {
                 Some(i) => {
                     targets.remove(i);
                 }
@@ -317,7 +411,10 @@ impl TaskConfig {
                     targets.pop();
                 }
             }
-            targets.push(last);
+            match self.scored_query {
+                ScoredQuery::Last => targets.push(scored),
+                ScoredQuery::First => targets.insert(0, scored),
+            }
         }
         let mut queries = Vec::with_capacity(n_queries);
         for &r in &targets {
@@ -336,6 +433,9 @@ impl TaskConfig {
                 answer: values[r].clone(),
                 residue_group: source_key_pos % self.residue_modulus,
             });
+        }
+        while tokens.len() < t_len {
+            tokens.push(filler(rng));
         }
         debug_assert_eq!(tokens.len(), t_len);
         Sample { tokens, record_positions, prefix, queries }

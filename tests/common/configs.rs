@@ -17,6 +17,7 @@ pub fn tiny_config(preset: &str) -> RunConfig {
         max_prefix: 2,
         max_gap: 1,
         residue_modulus: 24,
+        ..TaskConfig::default()
     };
     c.model = ModelConfig {
         preset: preset.into(),
