@@ -24,12 +24,14 @@
 #![warn(missing_docs)]
 
 pub mod analysis;
+pub mod conformance;
 pub mod error;
 pub mod geometry;
 pub mod kernel;
 pub mod lab;
 pub mod limits;
 pub mod model;
+pub mod numeric;
 pub mod report;
 pub mod reproduce;
 pub mod run_dir;

@@ -6,8 +6,8 @@ mod common;
 
 use candle_core::{DType, Device};
 use common::strategies::check_every_preset;
-use phasekv::kernel::harness::subjects::{ReferenceSubject, TensorSubject};
-use phasekv::kernel::harness::{Invariant, KernelUnderTest};
+use phasekv::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
+use phasekv::conformance::harness::{Invariant, KernelUnderTest};
 
 /// Cases per preset and invariant (each test covers all 28 presets).
 const REFERENCE_CASES: u32 = 48;
@@ -40,7 +40,7 @@ fn reference(spec: &phasekv::kernel::KernelSpec) -> Box<dyn KernelUnderTest> {
 }
 
 /// Asserts the invariant was really exercised (not vacuous) on most presets.
-fn assert_exercised(inv: Invariant, reports: &[(String, phasekv::kernel::harness::InvariantReport)]) {
+fn assert_exercised(inv: Invariant, reports: &[(String, phasekv::conformance::harness::InvariantReport)]) {
     let exercised = reports.iter().filter(|(_, r)| r.cases_passed > 0).count();
     let applicable = match inv {
         // uniform presets and `full` have no gate for these

@@ -6,8 +6,8 @@ mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
 use common::strategies::{case_strategy, runner};
+use phasekv::conformance::harness::tolerance::max_abs_diff;
 use phasekv::kernel::attention::compressed_attention as reference_attention;
-use phasekv::kernel::harness::tolerance::max_abs_diff;
 use phasekv::kernel::params::KernelParams;
 use phasekv::kernel::reference;
 use phasekv::kernel::tensor::{compressed_attention, TensorGate, TensorKernel, TensorParams};

@@ -3,12 +3,12 @@
 use anyhow::bail;
 use candle_core::{DType, Device};
 use clap::{Subcommand, ValueEnum};
-use phasekv::kernel::harness::external::ExternalKernel;
-use phasekv::kernel::harness::subjects::{ReferenceSubject, TensorSubject};
-use phasekv::kernel::harness::{
+use phasekv::conformance::harness::external::ExternalKernel;
+use phasekv::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
+use phasekv::conformance::harness::{
     run_invariant, seeded_runner, seeded_runner_shrinking, Invariant, InvariantReport, KernelUnderTest,
 };
-use phasekv::kernel::reference::Mutation;
+use phasekv::conformance::mutants::Mutant;
 use phasekv::kernel::spec::preset_names;
 use phasekv::kernel::KernelSpec;
 use std::process::ExitCode;
@@ -192,7 +192,7 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
             }
             let mut subjects: Vec<Box<dyn KernelUnderTest>> = Vec::new();
             if let Some(name) = mutant {
-                subjects.push(Box::new(ReferenceSubject::mutant(&spec, Mutation::from_name(&name)?)));
+                subjects.push(Box::new(ReferenceSubject::mutant(&spec, Mutant::from_name(&name)?)));
             } else {
                 if matches!(r#impl, Impl::Reference | Impl::Both) {
                     subjects.push(Box::new(ReferenceSubject::new(&spec)));

@@ -1,8 +1,8 @@
 //! `phasekv kernel validate DUMP`: a kernel dumped from elsewhere against the reference.
 //! Exit status 0 when the kernel passes, 1 when it fails, 2 when the dump is unusable.
 
-use phasekv::kernel::dump::{parse_dtype, Dump};
-use phasekv::kernel::validate::{validate_with_progress, Status, Validation};
+use phasekv::conformance::dump::{parse_dtype, Dump};
+use phasekv::conformance::validate::{validate_with_progress, Status, Validation};
 use phasekv::report::plot::{line_chart, Panel, Series};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -54,7 +54,7 @@ fn print(v: &Validation, path: &Path) {
     println!("error by phase of the window start (reference windows displaced by delta tokens):");
     println!("{:>6} {:>6} {:>11} {:>8}", "delta", "phase", "max error", "entries");
     // Long profiles (large S) print the rows that matter: delta 0, the best, and the next best.
-    let shown: Vec<&phasekv::kernel::validate::PhasePoint> = if v.phase_profile.len() <= PHASE_ROWS {
+    let shown: Vec<&phasekv::conformance::validate::PhasePoint> = if v.phase_profile.len() <= PHASE_ROWS {
         v.phase_profile.iter().collect()
     } else {
         let mut by_error: Vec<_> = v.phase_profile.iter().filter(|p| p.entries > 0).collect();

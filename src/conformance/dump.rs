@@ -16,8 +16,8 @@
 //! The loader never panics on any bytes: every problem is one [`Error::File`] naming the file
 //! and the tensor or field.
 
-use super::params::{KernelParams, ParamLayout};
-use super::spec::{KernelDims, KernelSpec};
+use crate::kernel::params::{KernelParams, ParamLayout};
+use crate::kernel::spec::{KernelDims, KernelSpec};
 use crate::{Error, Result};
 use candle_core::DType;
 use ndarray::{Array2, Array3, Array4, ArrayD};
@@ -711,7 +711,7 @@ pub fn reference_dump(
     dtype: DType,
     extras: Option<(&Array2<f64>, usize)>,
 ) -> Result<Dump> {
-    mutant_dump(spec, spec, crate::kernel::reference::Mutation::None, dims, params, x, dtype, extras)
+    mutant_dump(spec, spec, None, dims, params, x, dtype, extras)
 }
 
 /// A known-bad dump for the test suite: the outputs computed by the reference under `computed`
@@ -722,7 +722,7 @@ pub fn reference_dump(
 pub fn mutant_dump(
     claimed: &KernelSpec,
     computed: &KernelSpec,
-    mutation: crate::kernel::reference::Mutation,
+    mutation: Option<crate::conformance::mutants::Mutant>,
     dims: KernelDims,
     params: &KernelParams<f64>,
     x: &Array3<f64>,
@@ -738,8 +738,9 @@ pub fn mutant_dump(
         let mut outs = Vec::new();
         for s in 0..b {
             let xs = x.index_axis(ndarray::Axis(0), s).to_owned();
-            let c = crate::kernel::harness::checks::low_reference_mutated(dtype, spec, dims, &params, &xs, mutation)?
-                .ok_or_else(|| Error::invalid("dtype", format!("no reference in {dtype:?}")))?;
+            let c =
+                crate::conformance::harness::checks::low_reference_mutated(dtype, spec, dims, &params, &xs, mutation)?
+                    .ok_or_else(|| Error::invalid("dtype", format!("no reference in {dtype:?}")))?;
             outs.push(c);
         }
         let stack2 = |f: &dyn Fn(&crate::kernel::Compressed<f64>) -> &Array2<f64>| {

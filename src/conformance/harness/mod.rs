@@ -12,10 +12,10 @@ pub mod strategies;
 pub mod subjects;
 pub mod tolerance;
 
-use super::attention::{AttentionInputs, AttentionOut};
-use super::params::KernelParams;
-use super::spec::{KernelDims, KernelSpec};
-use super::Compressed;
+use crate::kernel::attention::{AttentionInputs, AttentionOut};
+use crate::kernel::params::KernelParams;
+use crate::kernel::spec::{KernelDims, KernelSpec};
+use crate::kernel::Compressed;
 use crate::Result;
 use candle_core::DType;
 use ndarray::{Array2, ArrayView2};

@@ -27,8 +27,8 @@
 use super::dump::{Dump, Run};
 use super::harness::checks::{low_reference, post_rows};
 use super::harness::tolerance::{floor, max_abs, max_abs_diff, reassociation, two_reference_bound, unit_roundoff};
-use super::reference::{self, compress_window, Mutation};
-use super::Compressed;
+use crate::kernel::reference::{self, compress_window};
+use crate::kernel::Compressed;
 use crate::Result;
 use candle_core::DType;
 use ndarray::{s, Array2, ArrayView1, Axis};
@@ -398,7 +398,7 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) 
                     })
                     .collect();
                 let Some(rows_j) = rows_j else { continue };
-                let out = compress_window(spec, d.dims, &d.params, j, &rows_j, Mutation::None);
+                let out = compress_window(spec, d.dims, &d.params, j, &rows_j);
                 err = err.max(max_abs_diff(&run.keys.slice(s![k, j, ..]), &out.key));
                 err = err.max(max_abs_diff(&run.values_or_keys().slice(s![k, j, ..]), &out.value));
                 count += 1;
@@ -729,7 +729,7 @@ fn k3(d: &Dump, sh: &Run, terms: usize) -> CheckRow {
                 let mut old: Vec<f64> = a.slice(s![k, j, ..]).to_vec();
                 if let Some(rs) = &d.spec.rope {
                     let r = rs.rotated_channels(old.len());
-                    super::post::rope(&mut old, &rs.inv_frequencies(r), s_len);
+                    crate::kernel::post::rope(&mut old, &rs.inv_frequencies(r), s_len);
                 }
                 diffs.push(max_abs_diff(&ndarray::Array1::from(old), &bb.slice(s![k, j + 1, ..]).to_owned()));
             }

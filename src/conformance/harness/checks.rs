@@ -695,7 +695,7 @@ pub(crate) fn low_reference(
     params: &KernelParams<f64>,
     x: &Array2<f64>,
 ) -> Result<Option<Compressed<f64>>> {
-    low_reference_mutated(dtype, spec, dims, params, x, reference::Mutation::None)
+    low_reference_mutated(dtype, spec, dims, params, x, None)
 }
 
 /// [`low_reference`] with a planted bug (the known-bad dumps of the test suite).
@@ -705,14 +705,14 @@ pub(crate) fn low_reference_mutated(
     dims: crate::kernel::KernelDims,
     params: &KernelParams<f64>,
     x: &Array2<f64>,
-    m: reference::Mutation,
+    m: Option<crate::conformance::mutants::Mutant>,
 ) -> Result<Option<Compressed<f64>>> {
-    use reference::compress_mutated as c;
+    use crate::conformance::mutants::compress as c;
     Ok(Some(match dtype {
-        DType::F64 => c(spec, dims, params, x.view(), m)?,
-        DType::F32 => widen(c::<f32>(spec, dims, &params.cast(), x.mapv(|v| v as f32).view(), m)?),
-        DType::F16 => widen(c::<half::f16>(spec, dims, &params.cast(), x.mapv(half::f16::from_f64).view(), m)?),
-        DType::BF16 => widen(c::<half::bf16>(spec, dims, &params.cast(), x.mapv(half::bf16::from_f64).view(), m)?),
+        DType::F64 => c(m, spec, dims, params, x.view())?,
+        DType::F32 => widen(c::<f32>(m, spec, dims, &params.cast(), x.mapv(|v| v as f32).view())?),
+        DType::F16 => widen(c::<half::f16>(m, spec, dims, &params.cast(), x.mapv(half::f16::from_f64).view())?),
+        DType::BF16 => widen(c::<half::bf16>(m, spec, dims, &params.cast(), x.mapv(half::bf16::from_f64).view())?),
         _ => return Ok(None),
     }))
 }
