@@ -26,6 +26,7 @@
 pub mod analysis;
 pub mod conformance;
 pub mod error;
+pub mod figures;
 pub mod geometry;
 pub mod kernel;
 pub mod lab;

@@ -289,6 +289,41 @@ pub fn seeded_runner_shrinking(cases: u32, seed: u64, max_shrink_iters: u32) -> 
     TestRunner::new_with_rng(config, TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &bytes))
 }
 
+/// Runs every invariant of the catalogue on `subject`, each over a fresh runner from `runner`;
+/// each report goes to `on_report` with its wall-clock seconds as soon as it is done.
+pub fn run_catalogue(
+    subject: &dyn KernelUnderTest,
+    runner: &dyn Fn() -> TestRunner,
+    on_report: &mut dyn FnMut(&InvariantReport, f64),
+) -> Vec<InvariantReport> {
+    Invariant::ALL
+        .iter()
+        .map(|&inv| {
+            let start = std::time::Instant::now();
+            let r = run_invariant(subject, inv, &mut runner());
+            on_report(&r, start.elapsed().as_secs_f64());
+            r
+        })
+        .collect()
+}
+
+/// Whether the harness can draw cases for `spec` (cases hold up to `2W + 2S + 3` tokens, so
+/// the window is capped at [`crate::limits::MAX_CHECK_WINDOW`]); a one-line error otherwise.
+pub fn checkable(spec: &KernelSpec) -> Result<()> {
+    let w = spec.geometry.window();
+    if w > crate::limits::MAX_CHECK_WINDOW {
+        return Err(crate::Error::invalid(
+            "--preset",
+            format!(
+                "window W = {w} of {} is above the harness's limit of {} (cases hold up to 2W + 2S + 3 tokens)",
+                spec.name,
+                crate::limits::MAX_CHECK_WINDOW
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Runs every invariant on a subject.
 pub fn run_all(subject: &dyn KernelUnderTest, cases: u32, seed: u64) -> Vec<InvariantReport> {
     Invariant::ALL.iter().map(|&inv| run_invariant(subject, inv, &mut seeded_runner(cases, seed))).collect()
