@@ -1,6 +1,6 @@
 //! The conformance room: the tools that check a kernel, kept apart from the kernel itself
-//! ([`crate::kernel`]). Rules and formats: [`theory/kernels.md`](../../theory/kernels.md) and
-//! [`theory/dump-format.md`](../../theory/dump-format.md).
+//! ([`crate::kernel`]). Rules and formats: `theory/kernels.md` and
+//! `theory/dump-format.md`.
 //!
 //! | module | owns |
 //! |---|---|

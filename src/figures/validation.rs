@@ -1,6 +1,6 @@
 //! The report of `phasekv kernel validate --report DIR`: `validation.json` (written atomically
 //! through [`crate::run_dir::write_json_atomic`]) and two plots, error by phase of the window
-//! start and error by window (formats in [`theory/dump-format.md`](../../theory/dump-format.md)).
+//! start and error by window (formats in `theory/dump-format.md`).
 
 use crate::conformance::validate::Validation;
 use crate::report::plot::{line_chart, Panel, Series};

@@ -1,16 +1,16 @@
-//! The chunked KV-compression kernel family (`spec/kernels.md`).
+//! The chunked KV-compression kernel family: the kernel itself and nothing that checks it (the
+//! harness, mutants, dumps and their validation live in [`crate::conformance`]). Conventions,
+//! implementations and tolerances: `theory/kernels.md`; the JSON spec and dump formats:
+//! `theory/dump-format.md`.
 //!
 //! | file | owns |
 //! |---|---|
-//! | [`spec`] | knobs, presets, validation |
+//! | [`spec`] | knobs, validation, the JSON form; [`spec::presets`]: the preset registry |
 //! | [`params`] | parameter layout of one head, flat order |
 //! | [`reference`] | the f64 (any float) reference: plain loops, one-shot and streaming |
 //! | [`post`] | RMSNorm and partial RoPE of entries (the angle formula) |
 //! | [`attention`] | compressed attention (local raw window + visible entries), reference |
-//! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; a fused CPU f32 forward (`fused.rs`) when no gradient is needed |
-//! | [`dump`] | dumps of external kernels (safetensors / .npy): load, check, save |
-//! | [`validate`] | a dump against the reference: tolerance rule, K1/K2/K3/K5, error by window and phase |
-//! | [`harness`] | the invariant catalogue K1-K13, strategies, tolerance rule, mutants |
+//! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; its formulas (`ops`), parameter layout (`params`) and a fused CPU f32 forward when no gradient is needed |
 
 pub mod attention;
 pub mod params;

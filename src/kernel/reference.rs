@@ -1,6 +1,6 @@
 //! The reference kernel: plain loops over ndarray, written for obviousness, generic over the
 //! float type (f64 is the oracle; f32/f16/bf16 instances give the "low" reference of the
-//! tolerance rule, `spec/kernels.md` §3).
+//! tolerance rule, `theory/kernels.md`, "Tolerances").
 //!
 //! For window `j`, branch `B`, valid offset `i` holding token `t`:
 //!

@@ -1,4 +1,4 @@
-//! The invariant harness: the catalogue K1-K13 of `spec/kernels.md` §4, usable on any kernel
+//! The invariant harness: the catalogue K1-K13 of `theory/kernels.md`, usable on any kernel
 //! that implements [`KernelUnderTest`] (the reference, the candle implementation in any dtype,
 //! deliberately broken mutants, and later kernels loaded from dumps).
 //!
@@ -74,7 +74,7 @@ pub trait KernelUnderTest {
     ) -> Result<AttentionOut<f64>>;
 }
 
-/// The invariants of `spec/kernels.md` §4.
+/// The invariants of the catalogue (`theory/kernels.md`, "The catalogue and the tests").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Invariant {
     /// K1: the number of windows `n(T)` for the alignment.

@@ -1,5 +1,5 @@
 //! Validation of a dumped kernel ([`super::dump::Dump`]) against the reference: the tolerance
-//! rule of `spec/kernels.md` §3 in the dump's dtype, the invariants the dump makes checkable
+//! rule of `theory/kernels.md` ("Tolerances") in the dump's dtype, the invariants the dump makes checkable
 //! (K1 always, K2 with a perturbed run, K3 with a shifted run, K5 with dumped gates), and two
 //! error profiles. The library computes; the CLI prints ([`Validation`] is the table).
 //!

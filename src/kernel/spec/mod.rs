@@ -1,4 +1,4 @@
-//! Kernel specifications and the named presets of `spec/kernels.md` §2.
+//! Kernel specifications (`theory/dump-format.md`, "Specs") and the named presets ([`presets`]).
 //!
 //! A [`KernelSpec`] fixes every knob of the gated kernel family (paper eqs. 1-2):
 //!

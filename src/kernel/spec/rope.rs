@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(rope.rotated_channels(512), 64);
         assert_eq!(rope.theta, 160_000.0);
         // DeepSeek-V4's YaRN on 64 channels, base 160000: the correction range is pairs
-        // 15..25 (shared/reference/deepseek-v4-compressors.md §2.4): pairs up to 15 keep the base
+        // 15..25 (DeepSeek-V4's `precompute_freqs_cis` and Hugging Face's `yarn` rope type): pairs up to 15 keep the base
         // frequency, pairs from 25 on are divided by 16, pairs in between are blended.
         let f = rope.inv_frequencies(64);
         let plain = RopeSpec::plain(rope.channels, rope.position, rope.theta).inv_frequencies(64);

@@ -1,6 +1,6 @@
 //! The candle implementation: batched over sequences and heads, device-generic, in f32, f16 or
 //! bf16, built only from differentiable primitives (candle-nn's fused softmax, RMSNorm and RoPE
-//! drop gradients silently; see `reference/rust-stack-notes.md`).
+//! drop gradients silently; see `theory/kernels.md`, "Implementations").
 //!
 //! Layout. For `B` sequences of `T` tokens, `H` heads, `n` windows of `W` slots:
 //!

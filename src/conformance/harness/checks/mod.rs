@@ -1,4 +1,4 @@
-//! One function per invariant of `spec/kernels.md` §4. Each takes a kernel under test and a
+//! One function per invariant of the catalogue (`theory/kernels.md`, "The catalogue and the tests"). Each takes a kernel under test and a
 //! drawn [`Case`] and returns a [`Verdict`] with the measured deviation and the allowed bound.
 //!
 //! Where an invariant is exact ("bit for bit"), the bound is 0. Where two computations of the
