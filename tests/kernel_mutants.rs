@@ -26,8 +26,8 @@ fn caught_by(mutation: Option<Mutant>, preset: &str) -> Vec<Invariant> {
         // Mutant failures are expected: no regression file, or every run would replay them.
         let mut r = runner(&format!("mutant-{mutation}-{preset}-{}", inv.id()), CASES, None);
         let report = run_invariant(&subject, inv, &mut r);
-        if report.failure.is_some() {
-            println!("{preset:<10} {mutation:<24} {:<4} {}", inv.id(), report.failure.unwrap());
+        if let Some(failure) = &report.failure {
+            println!("{preset:<10} {mutation:<24} {:<4} {failure}", inv.id());
             caught.push(inv);
         }
     }

@@ -66,7 +66,7 @@ pub fn run(
         let reports = run_catalogue(subject.as_ref(), &|| seeded_runner(opts.cases, opts.seed), &mut print_row);
         all_ok &= reports.iter().all(|r| r.status != "fail");
     }
-    return Ok(verdict(all_ok));
+    Ok(verdict(all_ok))
 }
 
 /// `kernel check --external CMD`: every invariant against the process, one start; each failure's

@@ -228,8 +228,11 @@ pub const ALL: &[Preset] = &[
     },
 ];
 
-/// The single-knob ablations a `w{W}s{S}` name takes as a `-suffix`: (suffix, change).
-pub const ABLATIONS: &[(&str, fn(&mut KernelSpec))] =
+/// One ablation: the `-suffix` and the knob it changes.
+pub type Ablation = (&'static str, fn(&mut KernelSpec));
+
+/// The single-knob ablations a `w{W}s{S}` name takes as a `-suffix`.
+pub const ABLATIONS: &[Ablation] =
     &[("scalar", ablate_scalar), ("uniform", ablate_uniform), ("tied", ablate_tied), ("norope", ablate_norope)];
 
 fn ablate_scalar(spec: &mut KernelSpec) {
