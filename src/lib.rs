@@ -10,7 +10,10 @@
 //! |---|---|
 //! | [`error`] | the one error enum |
 //! | [`geometry`] | windows, phases, multiplicity, visibility, entry positions: the only place those formulas live |
-//! | [`kernel`] | kernel specs (presets and the JSON spec language), the f64 reference, the candle implementation, streaming, compressed attention, the invariant harness K1-K13 (also for a kernel in another process), dumps and their validation |
+//! | [`numeric`] | the one softmax and log-sum-exp over a slice (bottom layer: imports nothing from the crate) |
+//! | [`kernel`] | kernel specs (the preset registry and the JSON spec language), the f64 reference, the candle implementation, streaming, compressed attention: the kernel only |
+//! | [`conformance`] | what checks a kernel: the invariant harness K1-K13 (also for a kernel in another process), mutants, dumps and their validation, the kernel bench |
+//! | [`figures`] | plots: validation figures of a kernel dump |
 //! | [`analysis`] | the phase lab: padding protocols, phase statistics and the pre-registered phase test, verdict states, evaluation and knockouts, gate preferences, the JSONL audit |
 //! | [`limits`] | upper bounds on every size a user gives, and the one bounded file read |
 //! | [`lab`] | the phase lab on a run directory: evaluation, knockouts, gates, written as data and figures |
@@ -24,12 +27,15 @@
 #![warn(missing_docs)]
 
 pub mod analysis;
+pub mod conformance;
 pub mod error;
+pub mod figures;
 pub mod geometry;
 pub mod kernel;
 pub mod lab;
 pub mod limits;
 pub mod model;
+pub mod numeric;
 pub mod report;
 pub mod reproduce;
 pub mod run_dir;

@@ -144,7 +144,7 @@ fn special_files_are_never_read() {
 
 #[test]
 fn a_dump_whose_validation_grows_as_w_squared_is_refused_before_starting() {
-    use phasekv::kernel::dump::reference_dump;
+    use phasekv::conformance::dump::reference_dump;
     use phasekv::kernel::{KernelDims, KernelParams, KernelSpec};
     // W = S = 2^17 on 2^17 tokens, d = 1: a 0.5 MB dump whose phase profile alone would need
     // 2^35 units of work.
@@ -154,7 +154,7 @@ fn a_dump_whose_validation_grows_as_w_squared_is_refused_before_starting() {
     let params = KernelParams::random(&spec, dims, 1);
     let x = phasekv::kernel::random_input(w, 1, 2).into_shape_with_order((1, w, 1)).unwrap();
     let dump = reference_dump(&spec, dims, &params, &x, candle_core::DType::F32, None).unwrap();
-    let est = phasekv::kernel::validate::work_estimate(&dump).unwrap();
+    let est = phasekv::conformance::validate::work_estimate(&dump).unwrap();
     assert!(est > phasekv::limits::MAX_VALIDATION_WORK, "{est}");
     let dir = scratch("bomb");
     let file = dir.join("bomb.safetensors");

@@ -5,32 +5,37 @@
 mod common;
 
 use common::strategies::runner;
-use phasekv::kernel::harness::subjects::ReferenceSubject;
-use phasekv::kernel::harness::{run_invariant, Invariant};
-use phasekv::kernel::reference::Mutation;
+use phasekv::conformance::harness::subjects::ReferenceSubject;
+use phasekv::conformance::harness::{run_invariant, Invariant};
+use phasekv::conformance::mutants::Mutant;
 use phasekv::kernel::KernelSpec;
 
 const CASES: u32 = 32;
 
 /// Runs every invariant on a mutant and returns the ids that failed.
-fn caught_by(mutation: Mutation, preset: &str) -> Vec<Invariant> {
+fn caught_by(mutation: Option<Mutant>, preset: &str) -> Vec<Invariant> {
     let spec = KernelSpec::preset(preset).unwrap();
-    let subject = ReferenceSubject::mutant(&spec, mutation);
+    let subject = match mutation {
+        Some(m) => ReferenceSubject::mutant(&spec, m),
+        None => ReferenceSubject::new(&spec),
+    };
+    // The runner's label (its seed) names the mutant as it always has: `None` or the variant.
+    let mutation = mutation.map_or("None".to_string(), |m| format!("{m:?}"));
     let mut caught = Vec::new();
     for inv in Invariant::ALL {
         // Mutant failures are expected: no regression file, or every run would replay them.
-        let mut r = runner(&format!("mutant-{mutation:?}-{preset}-{}", inv.id()), CASES, None);
+        let mut r = runner(&format!("mutant-{mutation}-{preset}-{}", inv.id()), CASES, None);
         let report = run_invariant(&subject, inv, &mut r);
-        if report.failure.is_some() {
-            println!("{preset:<10} {mutation:<24?} {:<4} {}", inv.id(), report.failure.unwrap());
+        if let Some(failure) = &report.failure {
+            println!("{preset:<10} {mutation:<24} {:<4} {failure}", inv.id());
             caught.push(inv);
         }
     }
     caught
 }
 
-fn assert_caught(mutation: Mutation, preset: &str, expected: &[Invariant]) {
-    let caught = caught_by(mutation, preset);
+fn assert_caught(mutation: Mutant, preset: &str, expected: &[Invariant]) {
+    let caught = caught_by(Some(mutation), preset);
     let ids: Vec<_> = caught.iter().map(|i| i.id()).collect();
     println!("{mutation:?} on {preset}: caught by {}", ids.join(", "));
     for inv in expected {
@@ -41,47 +46,43 @@ fn assert_caught(mutation: Mutation, preset: &str, expected: &[Invariant]) {
 #[test]
 fn correct_reference_is_not_flagged() {
     for preset in ["w8s4", "dsv4-csa"] {
-        assert!(caught_by(Mutation::None, preset).is_empty(), "{preset}");
+        assert!(caught_by(None, preset).is_empty(), "{preset}");
     }
 }
 
 #[test]
 fn off_by_one_window_start() {
     assert_caught(
-        Mutation::WindowStartOffByOne,
+        Mutant::WindowStartOffByOne,
         "w8s4",
         &[Invariant::K2Locality, Invariant::K11Streaming, Invariant::K13ReferenceAgreement],
     );
-    assert_caught(
-        Mutation::WindowStartOffByOne,
-        "dsv4-csa",
-        &[Invariant::K2Locality, Invariant::K13ReferenceAgreement],
-    );
+    assert_caught(Mutant::WindowStartOffByOne, "dsv4-csa", &[Invariant::K2Locality, Invariant::K13ReferenceAgreement]);
 }
 
 #[test]
 fn softmax_over_channels() {
-    assert_caught(Mutation::SoftmaxOverChannels, "w8s4", &[Invariant::K5Normalisation, Invariant::K6Convexity]);
+    assert_caught(Mutant::SoftmaxOverChannels, "w8s4", &[Invariant::K5Normalisation, Invariant::K6Convexity]);
 }
 
 #[test]
 fn bias_indexed_by_window() {
-    assert_caught(Mutation::BiasByWindow, "w8s4", &[Invariant::K3StrideShift, Invariant::K13ReferenceAgreement]);
+    assert_caught(Mutant::BiasByWindow, "w8s4", &[Invariant::K3StrideShift, Invariant::K13ReferenceAgreement]);
 }
 
 #[test]
 fn padded_slots_keep_weight() {
-    assert_caught(Mutation::PaddedSlotsKeepWeight, "dsv4-csa", &[Invariant::K5Normalisation]);
+    assert_caught(Mutant::PaddedSlotsKeepWeight, "dsv4-csa", &[Invariant::K5Normalisation]);
 }
 
 #[test]
 fn stride_used_for_window() {
-    assert_caught(Mutation::StrideForWindow, "w8s4", &[Invariant::K4PhaseNotWindow]);
-    assert_caught(Mutation::StrideForWindow, "w8s6", &[Invariant::K4PhaseNotWindow]);
+    assert_caught(Mutant::StrideForWindow, "w8s4", &[Invariant::K4PhaseNotWindow]);
+    assert_caught(Mutant::StrideForWindow, "w8s6", &[Invariant::K4PhaseNotWindow]);
 }
 
 #[test]
 fn missing_causal_mask() {
-    assert_caught(Mutation::AttentionLookAhead, "w8s4", &[Invariant::K12Causality]);
-    assert_caught(Mutation::AttentionLookAhead, "dsv4-csa", &[Invariant::K12Causality]);
+    assert_caught(Mutant::AttentionLookAhead, "w8s4", &[Invariant::K12Causality]);
+    assert_caught(Mutant::AttentionLookAhead, "dsv4-csa", &[Invariant::K12Causality]);
 }

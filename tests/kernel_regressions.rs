@@ -3,11 +3,11 @@
 
 use candle_core::{DType, Device};
 use ndarray::{Array1, Array2};
+use phasekv::conformance::harness::checks::check;
+use phasekv::conformance::harness::strategies::params_from_draw;
+use phasekv::conformance::harness::subjects::TensorSubject;
+use phasekv::conformance::harness::{Case, Invariant, Verdict};
 use phasekv::kernel::attention::AttentionInputs;
-use phasekv::kernel::harness::checks::check;
-use phasekv::kernel::harness::strategies::params_from_draw;
-use phasekv::kernel::harness::subjects::TensorSubject;
-use phasekv::kernel::harness::{Case, Invariant, Verdict};
 use phasekv::kernel::{KernelDims, KernelSpec, ParamLayout};
 
 fn case(spec: &KernelSpec, dims: KernelDims, x: Array2<f64>, token: usize, params_value: f64) -> Case {

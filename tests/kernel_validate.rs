@@ -4,8 +4,8 @@
 
 use candle_core::DType;
 use ndarray::{Array2, Array3};
-use phasekv::kernel::dump::{read_safetensors, reference_dump, safetensors_bytes, write_npy_dir, Dump, RawTensor};
-use phasekv::kernel::validate::validate;
+use phasekv::conformance::dump::{read_safetensors, reference_dump, safetensors_bytes, write_npy_dir, Dump, RawTensor};
+use phasekv::conformance::validate::validate;
 use phasekv::kernel::{KernelDims, KernelParams, KernelSpec};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
@@ -53,7 +53,7 @@ fn a_dump_of_the_reference_passes_and_round_trips_through_both_formats() {
         let v = validate(&d).unwrap();
         assert!(v.passed, "{preset}: {:#?}", v.rows);
         assert_eq!(v.best_delta, 0, "{preset}");
-        assert!(v.rows.iter().filter(|r| r.status == phasekv::kernel::validate::Status::Pass).count() >= 5);
+        assert!(v.rows.iter().filter(|r| r.status == phasekv::conformance::validate::Status::Pass).count() >= 5);
         let dir = scratch(&format!("good-{preset}"));
         let file = dir.join("d.safetensors");
         d.save(&file).unwrap();

@@ -6,10 +6,10 @@
 
 use candle_core::DType;
 use ndarray::{Array2, Array3};
-use phasekv::kernel::dump::{mutant_dump, Dump};
-use phasekv::kernel::reference::Mutation;
+use phasekv::conformance::dump::{mutant_dump, Dump};
+use phasekv::conformance::mutants::Mutant;
+use phasekv::conformance::validate::{validate, Status, Validation};
 use phasekv::kernel::spec::{RopeScaling, ROPE_THETA};
-use phasekv::kernel::validate::{validate, Status, Validation};
 use phasekv::kernel::{KernelDims, KernelParams, KernelSpec};
 use std::path::PathBuf;
 use std::process::Command;
@@ -19,7 +19,7 @@ fn input(b: usize, t: usize, d: usize, seed: u64) -> Array3<f64> {
 }
 
 /// A dump of `claimed` whose outputs come from `computed` with `mutation`.
-fn dump(claimed: &KernelSpec, computed: &KernelSpec, mutation: Mutation, dims: KernelDims, dtype: DType) -> Dump {
+fn dump(claimed: &KernelSpec, computed: &KernelSpec, mutation: Option<Mutant>, dims: KernelDims, dtype: DType) -> Dump {
     let params = KernelParams::random(claimed, dims, 3);
     let x = input(2, 29, dims.d_model, 4);
     let pre: Array2<f64> = phasekv::kernel::random_input(claimed.geometry.stride(), dims.d_model, 5);
@@ -57,7 +57,7 @@ fn the_reference_passes_in_every_dtype_with_no_hint() {
         [("w8s4", DType::F32), ("dsv4-csa", DType::F64), ("dsv4-csa", DType::BF16), ("w4s4", DType::F16)]
     {
         let spec = preset(name);
-        let v = validate(&dump(&spec, &spec, Mutation::None, KernelDims::new(6, 32).unwrap(), dtype)).unwrap();
+        let v = validate(&dump(&spec, &spec, None, KernelDims::new(6, 32).unwrap(), dtype)).unwrap();
         assert!(v.passed, "{name} {dtype:?}: {:?}", failed(&v));
         assert!(v.hints.is_empty() && v.diagnosis.is_none(), "{name}: {:?} {:?}", v.hints, v.diagnosis);
     }
@@ -67,7 +67,7 @@ fn the_reference_passes_in_every_dtype_with_no_hint() {
 fn a_window_shift_fails_with_the_displacement_diagnosis() {
     for name in ["w8s4", "dsv4-csa"] {
         let spec = preset(name);
-        let d = dump(&spec, &spec, Mutation::WindowStartOffByOne, KernelDims::new(6, 8).unwrap(), DType::F32);
+        let d = dump(&spec, &spec, Some(Mutant::WindowStartOffByOne), KernelDims::new(6, 8).unwrap(), DType::F32);
         let v = validate(&d).unwrap();
         assert!(!v.passed);
         assert!(failed(&v).iter().any(|f| f.contains("pooled keys")), "{name}: {:?}", failed(&v));
@@ -86,7 +86,7 @@ fn a_window_shift_fails_with_the_displacement_diagnosis() {
 #[test]
 fn a_bias_row_bug_fails_on_the_pooled_entries_and_gates() {
     let spec = preset("w8s4");
-    let d = dump(&spec, &spec, Mutation::BiasByWindow, KernelDims::new(6, 8).unwrap(), DType::F32);
+    let d = dump(&spec, &spec, Some(Mutant::BiasByWindow), KernelDims::new(6, 8).unwrap(), DType::F32);
     let v = validate(&d).unwrap();
     let f = failed(&v);
     assert!(
@@ -101,7 +101,7 @@ fn a_rope_position_bug_fails_in_the_rotated_channels_only() {
     let claimed = preset("dsv4-csa");
     let mut computed = claimed.clone();
     computed.rope.as_mut().unwrap().position = phasekv::geometry::EntryPosition::Last;
-    let d = dump(&claimed, &computed, Mutation::None, KernelDims::new(6, 32).unwrap(), DType::F32);
+    let d = dump(&claimed, &computed, None, KernelDims::new(6, 32).unwrap(), DType::F32);
     let v = validate(&d).unwrap();
     let f = failed(&v);
     assert!(f.iter().any(|f| f.starts_with("K13 tolerance: keys")), "{f:?}");
@@ -125,7 +125,7 @@ fn a_rope_base_or_scaling_mismatch_gets_the_frequency_hint() {
     let mut no_yarn = claimed.clone();
     no_yarn.rope.as_mut().unwrap().scaling = None;
     for (computed, want) in [(theta, "every pair but the first differs"), (no_yarn, "the slow pairs")] {
-        let d = dump(&claimed, &computed, Mutation::None, KernelDims::new(6, 64).unwrap(), DType::F32);
+        let d = dump(&claimed, &computed, None, KernelDims::new(6, 64).unwrap(), DType::F32);
         let v = validate(&d).unwrap();
         assert!(!v.passed);
         let hint = v.hints.join(" | ");
@@ -139,7 +139,7 @@ fn an_rms_norm_eps_mismatch_gets_the_rms_norm_hint() {
     let claimed = preset("dsv4-csa");
     let mut computed = claimed.clone();
     computed.rms_norm_eps = 0.05;
-    let d = dump(&claimed, &computed, Mutation::None, KernelDims::new(6, 32).unwrap(), DType::F64);
+    let d = dump(&claimed, &computed, None, KernelDims::new(6, 32).unwrap(), DType::F64);
     let v = validate(&d).unwrap();
     assert!(!v.passed);
     assert!(v.hints.iter().any(|h| h.contains("RMSNorm mismatch")), "{:?} {:?}", v.hints, failed(&v));
@@ -148,7 +148,7 @@ fn an_rms_norm_eps_mismatch_gets_the_rms_norm_hint() {
 #[test]
 fn a_kernel_computing_in_bf16_under_an_f32_label_gets_the_dtype_hint() {
     let spec = preset("w8s4");
-    let mut d = dump(&spec, &spec, Mutation::None, KernelDims::new(6, 8).unwrap(), DType::BF16);
+    let mut d = dump(&spec, &spec, None, KernelDims::new(6, 8).unwrap(), DType::BF16);
     d.dtype = DType::F32;
     let v = validate(&d).unwrap();
     assert!(!v.passed);
@@ -158,14 +158,14 @@ fn a_kernel_computing_in_bf16_under_an_f32_label_gets_the_dtype_hint() {
 #[test]
 fn a_systematic_error_of_16_ulps_on_the_pooled_values_fails_in_f32() {
     let spec = preset("w8s4");
-    let good = dump(&spec, &spec, Mutation::None, KernelDims::new(6, 8).unwrap(), DType::F32);
+    let good = dump(&spec, &spec, None, KernelDims::new(6, 8).unwrap(), DType::F32);
     assert!(validate(&good).unwrap().passed);
     let u = f32::EPSILON as f64 / 2.0;
     // The kernel's value branch is off by a factor 1 + 16u in every run (w8s4's post-processing,
     // RoPE, is linear, so its values carry the same factor).
     let mut d = good.clone();
     let f32r = |v: f64| v as f32 as f64;
-    let scale = |r: &mut phasekv::kernel::dump::Run| {
+    let scale = |r: &mut phasekv::conformance::dump::Run| {
         for a in [r.pooled_values.as_mut(), r.values.as_mut()].into_iter().flatten() {
             a.mapv_inplace(|v| f32r(v * (1.0 + 16.0 * u)));
         }
@@ -182,7 +182,7 @@ fn a_systematic_error_of_16_ulps_on_the_pooled_values_fails_in_f32() {
 #[test]
 fn nan_in_the_outputs_fails_the_kernel_and_nan_in_the_inputs_is_unusable() {
     let spec = preset("w8s4");
-    let mut d = dump(&spec, &spec, Mutation::None, KernelDims::new(6, 8).unwrap(), DType::F32);
+    let mut d = dump(&spec, &spec, None, KernelDims::new(6, 8).unwrap(), DType::F32);
     d.main.keys[[1, 2, 3]] = f64::NAN;
     let v = validate(&d).unwrap();
     let row = v.rows.iter().find(|r| r.name == "finite outputs").unwrap();
@@ -191,7 +191,7 @@ fn nan_in_the_outputs_fails_the_kernel_and_nan_in_the_inputs_is_unusable() {
     let (code, out) = cli(&d, "nan-out");
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("finite outputs") && out.contains("window 2, channel 3"), "{out}");
-    let mut bad = dump(&spec, &spec, Mutation::None, KernelDims::new(6, 8).unwrap(), DType::F32);
+    let mut bad = dump(&spec, &spec, None, KernelDims::new(6, 8).unwrap(), DType::F32);
     bad.main.input[[0, 0, 0]] = f64::INFINITY;
     let (code, _) = cli(&bad, "nan-in");
     assert_eq!(code, 2);
@@ -200,7 +200,7 @@ fn nan_in_the_outputs_fails_the_kernel_and_nan_in_the_inputs_is_unusable() {
 #[test]
 fn shared_kv_values_that_are_not_the_keys_fail() {
     let spec = preset("dsv4-csa");
-    let mut d = dump(&spec, &spec, Mutation::None, KernelDims::new(6, 16).unwrap(), DType::F32);
+    let mut d = dump(&spec, &spec, None, KernelDims::new(6, 16).unwrap(), DType::F32);
     d.main.values = Some(d.main.keys.clone());
     assert!(validate(&d).unwrap().passed, "values equal to the keys are fine");
     let n = d.main.keys.shape()[1];

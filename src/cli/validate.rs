@@ -1,9 +1,8 @@
 //! `phasekv kernel validate DUMP`: a kernel dumped from elsewhere against the reference.
 //! Exit status 0 when the kernel passes, 1 when it fails, 2 when the dump is unusable.
 
-use phasekv::kernel::dump::{parse_dtype, Dump};
-use phasekv::kernel::validate::{validate_with_progress, Status, Validation};
-use phasekv::report::plot::{line_chart, Panel, Series};
+use phasekv::conformance::dump::{parse_dtype, Dump};
+use phasekv::conformance::validate::{validate_with_progress, Status, Validation};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -30,7 +29,7 @@ pub fn run(dump: &Path, dtype: Option<&str>, report: Option<&PathBuf>) -> anyhow
     })?;
     print(&v, dump);
     if let Some(dir) = report {
-        write_report(&v, dir)?;
+        phasekv::figures::validation::write_report(&v, dir)?;
         println!("report: {}", dir.display());
     }
     Ok(if v.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
@@ -53,18 +52,7 @@ fn print(v: &Validation, path: &Path) {
     println!();
     println!("error by phase of the window start (reference windows displaced by delta tokens):");
     println!("{:>6} {:>6} {:>11} {:>8}", "delta", "phase", "max error", "entries");
-    // Long profiles (large S) print the rows that matter: delta 0, the best, and the next best.
-    let shown: Vec<&phasekv::kernel::validate::PhasePoint> = if v.phase_profile.len() <= PHASE_ROWS {
-        v.phase_profile.iter().collect()
-    } else {
-        let mut by_error: Vec<_> = v.phase_profile.iter().filter(|p| p.entries > 0).collect();
-        by_error.sort_by(|a, b| a.error.total_cmp(&b.error));
-        let mut keep: Vec<_> = by_error.into_iter().take(PHASE_ROWS - 1).collect();
-        keep.extend(v.phase_profile.iter().filter(|p| p.delta == 0));
-        keep.sort_by_key(|p| p.delta);
-        keep.dedup_by_key(|p| p.delta);
-        keep
-    };
+    let shown = v.phase_rows(PHASE_ROWS);
     for p in &shown {
         let mark = if p.delta == v.best_delta { "  <- best" } else { "" };
         println!("{:>6} {:>6} {:>11.3e} {:>8}{mark}", p.delta, p.phase, p.error, p.entries);
@@ -97,46 +85,4 @@ fn print(v: &Validation, path: &Path) {
             v.rows.iter().filter(|r| r.status == Status::Fail).map(|r| format!("{} {}", r.id, r.name)).collect();
         println!("verdict: FAIL ({})", failed.join("; "));
     }
-}
-
-fn write_report(v: &Validation, dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| phasekv::Error::io(dir, e))?;
-    let json = dir.join("validation.json");
-    phasekv::run_dir::write_json_atomic(&json, v)?;
-    let lg = |e: f64| e.max(1e-300).log10();
-    let phase = Panel {
-        title: format!("{}: error by phase of the window start", v.spec),
-        x_label: "displacement delta of the reference windows (tokens)".into(),
-        y_label: "log10 max |impl - ref|".into(),
-        y_range: None,
-        series: vec![Series {
-            markers: true,
-            ..Series::line(
-                "kernel vs displaced reference",
-                v.phase_profile.iter().map(|p| (p.delta as f64, lg(p.error))).collect(),
-                0,
-            )
-        }],
-    };
-    line_chart(&dir.join("error_by_phase"), &phase)?;
-    let n = v.window_errors.len();
-    let mut series = vec![Series {
-        markers: true,
-        ..Series::line("kernel", v.window_errors.iter().enumerate().map(|(j, &e)| (j as f64, lg(e))).collect(), 0)
-    }];
-    if n > 0 && v.window_bound > 0.0 {
-        series.push(Series {
-            dashed: true,
-            ..Series::line("tolerance (keys)", vec![(0.0, lg(v.window_bound)), ((n - 1) as f64, lg(v.window_bound))], 1)
-        });
-    }
-    let window = Panel {
-        title: format!("{}: error by window", v.spec),
-        x_label: "window j".into(),
-        y_label: "log10 max |impl - ref64|".into(),
-        y_range: None,
-        series,
-    };
-    line_chart(&dir.join("error_by_window"), &window)?;
-    Ok(())
 }

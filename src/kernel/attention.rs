@@ -5,7 +5,6 @@
 //! This is what the causality invariant (K12) checks, and what the model's tensor attention is
 //! compared with.
 
-use super::reference::Mutation;
 use crate::geometry::{Geometry, Visibility};
 use crate::{Error, Result};
 use ndarray::{Array2, ArrayView2};
@@ -41,18 +40,16 @@ pub fn compressed_attention<F: Float>(
     entry_values: ArrayView2<F>,
     inputs: &AttentionInputs<F>,
 ) -> Result<AttentionOut<F>> {
-    compressed_attention_mutated(geometry, visibility, entry_keys, entry_values, inputs, Mutation::None)
+    compressed_attention_masked(entry_keys, entry_values, inputs, |j, q| geometry.is_visible(j, q, visibility))
 }
 
-/// [`compressed_attention`] with a deliberate bug (for the harness's mutant tests).
-#[doc(hidden)]
-pub fn compressed_attention_mutated<F: Float>(
-    geometry: &Geometry,
-    visibility: Visibility,
+/// Compressed attention where entry `j` is visible to query `q` when `visible(j, q)`
+/// ([`compressed_attention`] passes the geometry's rule).
+pub fn compressed_attention_masked<F: Float>(
     entry_keys: ArrayView2<F>,
     entry_values: ArrayView2<F>,
     inputs: &AttentionInputs<F>,
-    mutation: Mutation,
+    visible: impl Fn(usize, usize) -> bool,
 ) -> Result<AttentionOut<F>> {
     let (t_len, dh) = inputs.queries.dim();
     if inputs.local_window == 0 {
@@ -79,15 +76,14 @@ pub fn compressed_attention_mutated<F: Float>(
             scores.push((dot(qv, inputs.raw_keys.row(t)) * scale, false, t));
         }
         for j in 0..n {
-            let horizon = if mutation == Mutation::AttentionLookAhead { q + 1 } else { q };
-            if geometry.is_visible(j, horizon, visibility) {
+            if visible(j, q) {
                 scores.push((dot(qv, entry_keys.row(j)) * scale, true, j));
             }
         }
-        let m = scores.iter().map(|s| s.0).fold(F::neg_infinity(), F::max);
-        let z = scores.iter().fold(F::zero(), |acc, s| acc + (s.0 - m).exp());
-        for &(s, is_entry, idx) in &scores {
-            let a = (s - m).exp() / z;
+        let logits: Vec<F> = scores.iter().map(|s| s.0).collect();
+        let mut weights = vec![F::zero(); logits.len()];
+        crate::numeric::softmax_into(&logits, &mut weights);
+        for (&(_, is_entry, idx), &a) in scores.iter().zip(&weights) {
             let v = if is_entry { entry_values.row(idx) } else { inputs.raw_values.row(idx) };
             for e in 0..dh {
                 output[[q, e]] = output[[q, e]] + a * v[e];

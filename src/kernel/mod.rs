@@ -1,27 +1,28 @@
-//! The chunked KV-compression kernel family (`spec/kernels.md`).
+//! The chunked KV-compression kernel family: the kernel itself and nothing that checks it (the
+//! harness, mutants, dumps and their validation live in [`crate::conformance`]). Conventions,
+//! implementations and tolerances: `theory/kernels.md`; the JSON spec and dump formats:
+//! `theory/dump-format.md`.
 //!
 //! | file | owns |
 //! |---|---|
-//! | [`spec`] | knobs, presets, validation |
+//! | [`spec`] | knobs, validation, the JSON form; [`spec::presets`]: the preset registry |
 //! | [`params`] | parameter layout of one head, flat order |
 //! | [`reference`] | the f64 (any float) reference: plain loops, one-shot and streaming |
 //! | [`post`] | RMSNorm and partial RoPE of entries (the angle formula) |
 //! | [`attention`] | compressed attention (local raw window + visible entries), reference |
-//! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; a fused CPU f32 forward (`fused.rs`) when no gradient is needed |
-//! | [`dump`] | dumps of external kernels (safetensors / .npy): load, check, save |
-//! | [`validate`] | a dump against the reference: tolerance rule, K1/K2/K3/K5, error by window and phase |
-//! | [`harness`] | the invariant catalogue K1-K13, strategies, tolerance rule, mutants |
+//! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; its formulas (`ops`), parameter layout (`params`) and a fused CPU f32 forward when no gradient is needed |
 
 pub mod attention;
-pub mod dump;
-mod fused;
-pub mod harness;
 pub mod params;
 pub mod post;
 pub mod reference;
 pub mod spec;
 pub mod tensor;
-pub mod validate;
+
+/// Moved to [`crate::conformance::harness`]; this path remains only until `reproduce/` and
+/// `tests/common/` import the new one (their owners' change), then it goes.
+#[doc(hidden)]
+pub use crate::conformance::harness;
 
 pub use params::{GateParams, KernelParams, ParamLayout};
 pub use spec::{GateKind, KernelDims, KernelSpec, ParamGroups, RopeChannels, RopeSpec};
@@ -50,15 +51,20 @@ pub struct Compressed<F> {
 impl<F: Clone> Compressed<F> {
     /// The first `n` entries (what a prefix of the sequence produced).
     pub fn take(&self, n: usize) -> Self {
+        self.slice(0, n)
+    }
+
+    /// Entries `from..to` (the one place `Compressed` is sliced).
+    pub fn slice(&self, from: usize, to: usize) -> Self {
         use ndarray::s;
         Compressed {
-            keys: self.keys.slice(s![..n, ..]).to_owned(),
-            values: self.values.slice(s![..n, ..]).to_owned(),
-            pooled_k: self.pooled_k.slice(s![..n, ..]).to_owned(),
-            pooled_v: self.pooled_v.slice(s![..n, ..]).to_owned(),
-            gate_k: self.gate_k.slice(s![..n, .., ..]).to_owned(),
-            gate_v: self.gate_v.slice(s![..n, .., ..]).to_owned(),
-            positions: self.positions[..n].to_vec(),
+            keys: self.keys.slice(s![from..to, ..]).to_owned(),
+            values: self.values.slice(s![from..to, ..]).to_owned(),
+            pooled_k: self.pooled_k.slice(s![from..to, ..]).to_owned(),
+            pooled_v: self.pooled_v.slice(s![from..to, ..]).to_owned(),
+            gate_k: self.gate_k.slice(s![from..to, .., ..]).to_owned(),
+            gate_v: self.gate_v.slice(s![from..to, .., ..]).to_owned(),
+            positions: self.positions[from..to].to_vec(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! The reference kernel: plain loops over ndarray, written for obviousness, generic over the
 //! float type (f64 is the oracle; f32/f16/bf16 instances give the "low" reference of the
-//! tolerance rule, `spec/kernels.md` §3).
+//! tolerance rule, `theory/kernels.md`, "Tolerances").
 //!
 //! For window `j`, branch `B`, valid offset `i` holding token `t`:
 //!
@@ -13,8 +13,9 @@
 //! followed by RMSNorm and partial RoPE ([`super::post`]). Empty slots (`pad_left`) are skipped:
 //! their weight is exactly 0.
 //!
-//! One-shot ([`compress`]) and streaming ([`ReferenceStream`]) both call [`compress_window`] on
-//! the same rows, so they agree bit for bit.
+//! One-shot ([`compress`], through the one loop [`compress_by`]) and streaming
+//! ([`ReferenceStream`]) both call [`compress_window`] on the same rows, so they agree bit for
+//! bit. The softmax is [`crate::numeric::softmax_in_place`], the one softmax of the crate.
 
 use super::params::{GateParams, KernelParams};
 use super::post;
@@ -24,49 +25,6 @@ use crate::{Error, Result};
 use ndarray::{Array1, Array2, Array3, ArrayView1, ArrayView2};
 use num_traits::Float;
 use std::collections::VecDeque;
-
-/// Deliberately broken variants of the reference, used to show that the invariant harness
-/// catches real bugs. Not part of the supported API.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Mutation {
-    /// The correct kernel.
-    None,
-    /// Windows start one token late (`start(j) + 1`).
-    WindowStartOffByOne,
-    /// Gate softmax normalised over channels instead of offsets.
-    SoftmaxOverChannels,
-    /// Bias row chosen by the window index (`b_{j mod W}`) instead of the offset.
-    BiasByWindow,
-    /// Empty (`pad_left`) slots take part in the softmax with a zero value.
-    PaddedSlotsKeepWeight,
-    /// Only the first `S` offsets of a window are used (stride where window belongs).
-    StrideForWindow,
-    /// Compressed attention sees one token ahead (entries visible when `end(j) <= q + 1`).
-    AttentionLookAhead,
-}
-
-impl Mutation {
-    /// Every mutant, with a short name.
-    pub fn all() -> [(Mutation, &'static str); 6] {
-        [
-            (Mutation::WindowStartOffByOne, "off-by-one-window-start"),
-            (Mutation::SoftmaxOverChannels, "softmax-over-channels"),
-            (Mutation::BiasByWindow, "bias-by-window"),
-            (Mutation::PaddedSlotsKeepWeight, "padded-slots-keep-weight"),
-            (Mutation::StrideForWindow, "stride-for-window"),
-            (Mutation::AttentionLookAhead, "attention-look-ahead"),
-        ]
-    }
-
-    /// The mutant with this short name.
-    pub fn from_name(name: &str) -> Result<Self> {
-        Mutation::all().iter().find(|(_, n)| *n == name).map(|(m, _)| *m).ok_or_else(|| {
-            let names: Vec<_> = Mutation::all().iter().map(|(_, n)| *n).collect();
-            Error::invalid("mutant", format!("unknown mutant '{name}'; expected one of {}", names.join(", ")))
-        })
-    }
-}
 
 /// One compressed window: pooled and post-processed key/value, gate weights.
 #[derive(Clone, Debug, PartialEq)]
@@ -105,46 +63,38 @@ pub fn compress<F: Float>(
     params: &KernelParams<F>,
     x: ArrayView2<F>,
 ) -> Result<Compressed<F>> {
-    compress_mutated(spec, dims, params, x, Mutation::None)
+    let g = spec.geometry;
+    compress_by(spec, dims, params, x, |j, i| g.token_at(j, i), |j, rows| compress_window(spec, dims, params, j, rows))
 }
 
-/// [`compress`] with a deliberate bug (for the harness's mutant tests).
-#[doc(hidden)]
-pub fn compress_mutated<F: Float>(
+/// The one-shot loop: validates, then computes every window `j` of `x` with `window(j, rows)`,
+/// where slot `i` holds row `slot(j, i)` of `x` (`None`: an empty slot), and stacks the
+/// results. [`compress`] passes the geometry and [`compress_window`]; the conformance room's
+/// mutants pass a broken slot rule or window rule (`crate::conformance::mutants`).
+pub fn compress_by<F: Float>(
     spec: &KernelSpec,
     dims: KernelDims,
     params: &KernelParams<F>,
     x: ArrayView2<F>,
-    mutation: Mutation,
+    slot: impl Fn(usize, usize) -> Option<usize>,
+    window: impl Fn(usize, &[Option<ArrayView1<F>>]) -> WindowOut<F>,
 ) -> Result<Compressed<F>> {
     spec.validate_for(dims.d_head)?;
     params.validate(spec, dims)?;
     check_input(dims, x)?;
-    let t_len = x.nrows();
     let g = &spec.geometry;
-    let n = g.num_windows(t_len);
+    let n = g.num_windows(x.nrows());
     let outs: Vec<WindowOut<F>> = (0..n)
         .map(|j| {
-            let rows: Vec<Option<ArrayView1<F>>> =
-                (0..g.window()).map(|i| slot_token(spec, j, i, t_len, mutation).map(|t| x.row(t))).collect();
-            compress_window(spec, dims, params, j, &rows, mutation)
+            let rows: Vec<Option<ArrayView1<F>>> = (0..g.window()).map(|i| slot(j, i).map(|t| x.row(t))).collect();
+            window(j, &rows)
         })
         .collect();
     Ok(assemble(spec, dims, outs))
 }
 
-/// The token in slot `i` of window `j` (with the geometry mutations applied).
-fn slot_token(spec: &KernelSpec, j: usize, i: usize, t_len: usize, mutation: Mutation) -> Option<usize> {
-    let g = &spec.geometry;
-    match mutation {
-        Mutation::WindowStartOffByOne => g.token_at(j, i).map(|t| t + 1).filter(|&t| t < t_len),
-        Mutation::StrideForWindow if i >= g.stride() => None,
-        _ => g.token_at(j, i),
-    }
-}
-
 /// Stacks per-window outputs into a [`Compressed`].
-pub(crate) fn assemble<F: Float>(spec: &KernelSpec, dims: KernelDims, outs: Vec<WindowOut<F>>) -> Compressed<F> {
+pub fn assemble<F: Float>(spec: &KernelSpec, dims: KernelDims, outs: Vec<WindowOut<F>>) -> Compressed<F> {
     let n = outs.len();
     let (w, dh) = (spec.geometry.window(), dims.d_head);
     let c = spec.gate_width(dh).max(1);
@@ -180,14 +130,31 @@ pub fn compress_window<F: Float>(
     params: &KernelParams<F>,
     j: usize,
     rows: &[Option<ArrayView1<F>>],
-    mutation: Mutation,
 ) -> WindowOut<F> {
-    let gate_k = gate_weights(spec, dims, params.gate_k.as_ref(), j, rows, mutation);
-    let gate_v = if spec.shared_kv || spec.tied || spec.gate == GateKind::Uniform {
+    let gate_k = gate_weights(spec, dims, params.gate_k.as_ref(), rows);
+    let gate_v = if value_gate_is_key_gate(spec) {
         gate_k.clone()
     } else {
-        gate_weights(spec, dims, params.gate_v.as_ref(), j, rows, mutation)
+        gate_weights(spec, dims, params.gate_v.as_ref(), rows)
     };
+    window_from_gates(spec, dims, params, j, rows, gate_k, gate_v)
+}
+
+/// Whether the value branch reuses the key gate's weights (shared or tied gates, uniform pooling).
+pub fn value_gate_is_key_gate(spec: &KernelSpec) -> bool {
+    spec.shared_kv || spec.tied || spec.gate == GateKind::Uniform
+}
+
+/// Pools window `j` with the given gate weights `[W, c]` and post-processes the result.
+pub fn window_from_gates<F: Float>(
+    spec: &KernelSpec,
+    dims: KernelDims,
+    params: &KernelParams<F>,
+    j: usize,
+    rows: &[Option<ArrayView1<F>>],
+    gate_k: Array2<F>,
+    gate_v: Array2<F>,
+) -> WindowOut<F> {
     let pooled_k = pool(spec, dims, &params.proj_k, &gate_k, rows);
     let pooled_v = match &params.proj_v {
         Some(pv) => pool(spec, dims, pv, &gate_v, rows),
@@ -207,22 +174,20 @@ pub fn compress_window<F: Float>(
     WindowOut { key, value, pooled_k, pooled_v, gate_k, gate_v, position }
 }
 
-/// Gate weights `[W, c]` of one window.
-fn gate_weights<F: Float>(
+/// Gate weights `[W, c]` of one window: per channel, the softmax of the scores over the
+/// non-empty slots (uniform over them for uniform pooling or a missing gate); empty slots weigh 0.
+pub fn gate_weights<F: Float>(
     spec: &KernelSpec,
     dims: KernelDims,
     gate: Option<&GateParams<F>>,
-    j: usize,
     rows: &[Option<ArrayView1<F>>],
-    mutation: Mutation,
 ) -> Array2<F> {
     let w = rows.len();
-    let dg = spec.gate_width(dims.d_head);
-    let c = dg.max(1);
-    let mut a = Array2::<F>::zeros((w, c));
+    let c = spec.gate_width(dims.d_head).max(1);
     let valid: Vec<usize> = (0..w).filter(|&i| rows[i].is_some()).collect();
     let gate = match (spec.gate, gate) {
         (GateKind::Uniform, _) | (_, None) => {
+            let mut a = Array2::<F>::zeros((w, c));
             let u = F::one() / F::from(valid.len()).expect("count");
             for &i in &valid {
                 a[[i, 0]] = u;
@@ -231,14 +196,35 @@ fn gate_weights<F: Float>(
         }
         (_, Some(g)) => g,
     };
-    // Slots that take part in the softmax.
-    let slots: Vec<usize> = if mutation == Mutation::PaddedSlotsKeepWeight { (0..w).collect() } else { valid };
-    let mut s = Array2::<F>::zeros((w, c));
-    for &i in &slots {
+    let mut a = gate_scores(spec, dims, gate, rows, &valid);
+    let mut column = vec![F::zero(); valid.len()];
+    for ch in 0..c {
+        for (v, &i) in column.iter_mut().zip(&valid) {
+            *v = a[[i, ch]];
+        }
+        crate::numeric::softmax_in_place(&mut column);
+        for (&v, &i) in column.iter().zip(&valid) {
+            a[[i, ch]] = v;
+        }
+    }
+    a
+}
+
+/// Gate scores `[W, c]` of the given slots: `s_i[c] = sum_k Z_{g(i)}[c,k] h_i[k] + b_i[c]` (an
+/// empty slot's row counts as zero); other slots score 0.
+pub fn gate_scores<F: Float>(
+    spec: &KernelSpec,
+    dims: KernelDims,
+    gate: &GateParams<F>,
+    rows: &[Option<ArrayView1<F>>],
+    slots: &[usize],
+) -> Array2<F> {
+    let c = spec.gate_width(dims.d_head).max(1);
+    let mut s = Array2::<F>::zeros((rows.len(), c));
+    for &i in slots {
         let grp = spec.group_of(i);
-        let brow = if mutation == Mutation::BiasByWindow { j % w } else { i };
         for ch in 0..c {
-            let mut acc = gate.b[[brow, ch]];
+            let mut acc = gate.b[[i, ch]];
             if let Some(h) = rows[i] {
                 for k in 0..dims.d_model {
                     acc = acc + gate.z[[grp, ch, k]] * h[k];
@@ -247,24 +233,7 @@ fn gate_weights<F: Float>(
             s[[i, ch]] = acc;
         }
     }
-    if mutation == Mutation::SoftmaxOverChannels {
-        for &i in &slots {
-            let m = (0..c).map(|ch| s[[i, ch]]).fold(F::neg_infinity(), F::max);
-            let z = (0..c).fold(F::zero(), |acc, ch| acc + (s[[i, ch]] - m).exp());
-            for ch in 0..c {
-                a[[i, ch]] = (s[[i, ch]] - m).exp() / z;
-            }
-        }
-        return a;
-    }
-    for ch in 0..c {
-        let m = slots.iter().map(|&i| s[[i, ch]]).fold(F::neg_infinity(), F::max);
-        let z = slots.iter().fold(F::zero(), |acc, &i| acc + (s[[i, ch]] - m).exp());
-        for &i in &slots {
-            a[[i, ch]] = (s[[i, ch]] - m).exp() / z;
-        }
-    }
-    a
+    s
 }
 
 /// Pooled output `sum_i a_i (.) C_{g(i)} h_i` of one window.
@@ -347,7 +316,7 @@ impl<F: Float> ReferenceStream<F> {
                         })
                     })
                     .collect();
-                out.push(compress_window(&self.spec, self.dims, &self.params, j, &rows, Mutation::None));
+                out.push(compress_window(&self.spec, self.dims, &self.params, j, &rows));
                 self.next_window += 1;
             }
             // Keep only tokens that a future window can still use.
@@ -358,25 +327,4 @@ impl<F: Float> ReferenceStream<F> {
         }
         Ok(out)
     }
-}
-
-/// Streams `x` through a [`ReferenceStream`] in chunks of the given sizes (the last chunk takes
-/// the remainder) and assembles the entries.
-pub fn compress_streaming<F: Float>(
-    spec: &KernelSpec,
-    dims: KernelDims,
-    params: &KernelParams<F>,
-    x: ArrayView2<F>,
-    chunks: &[usize],
-) -> Result<Compressed<F>> {
-    let mut stream = ReferenceStream::new(spec, dims, params)?;
-    let mut outs = Vec::new();
-    let mut at = 0;
-    let mut sizes = chunks.iter().copied().filter(|&c| c > 0);
-    while at < x.nrows() {
-        let c = sizes.next().unwrap_or(x.nrows() - at).min(x.nrows() - at);
-        outs.extend(stream.push(x.slice(ndarray::s![at..at + c, ..]))?);
-        at += c;
-    }
-    Ok(assemble(spec, dims, outs))
 }

@@ -22,17 +22,17 @@ use super::config::ModelConfig;
 use crate::kernel::spec::{KernelDims, KernelSpec};
 use crate::kernel::tensor::{self, TensorKernel, TensorParams};
 use crate::{Error, Result};
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::{Init, VarBuilder};
 
-/// RMSNorm epsilon of the decoder's norms.
-pub const NORM_EPS: f64 = 1e-6;
+/// RMSNorm epsilon of the decoder's norms: the kernel's one default,
+/// [`crate::kernel::spec::RMS_NORM_EPS`] (DeepSeek-V4's `rms_norm_eps`).
+pub const NORM_EPS: f64 = crate::kernel::spec::RMS_NORM_EPS;
 
-/// RMSNorm over the last axis with a learned weight, from differentiable primitives.
+/// RMSNorm over the last axis with a learned weight: the kernel's tensor RMSNorm
+/// ([`tensor::rms_norm`]) at [`NORM_EPS`].
 fn rms_norm(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
-    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
-    let inv = (ms + NORM_EPS)?.sqrt()?.recip()?;
-    Ok(x.broadcast_mul(&inv)?.broadcast_mul(weight)?)
+    tensor::rms_norm(x, weight, NORM_EPS)
 }
 
 /// A bias-free linear map stored as `[in, out]` (so `x.matmul(w)` needs no transpose).

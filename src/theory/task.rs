@@ -413,17 +413,8 @@ pub fn static_loss_grad(
     total * inv_r
 }
 
-/// Softmax of `logits` into `out` (same length).
-#[inline]
-pub fn softmax_into(logits: &[f64], out: &mut [f64]) {
-    let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    let mut z = 0.0;
-    for (o, &x) in out.iter_mut().zip(logits) {
-        *o = (x - m).exp();
-        z += *o;
-    }
-    out.iter_mut().for_each(|o| *o /= z);
-}
+/// Softmax of `logits` into `out` (same length): the one softmax of the crate.
+pub use crate::numeric::softmax_into;
 
 /// Pull a gradient `g` with respect to `p = softmax(theta)` back to `theta` in place:
 /// `d/dtheta = p (.) (g - <p, g>)` (T-8).
@@ -504,8 +495,7 @@ pub fn literal_context(
             }
             // z_y = gamma y.o for every y in V; loss = -log softmax(z)_{y*}
             let z = x.tr_mul(&o) * p.gamma;
-            let zmax = z.max();
-            let lse = zmax + z.iter().map(|v| (v - zmax).exp()).sum::<f64>().ln();
+            let lse = crate::numeric::log_sum_exp(z.iter().copied());
             let zt = z[target];
             let correct = z.iter().enumerate().all(|(i, &v)| i == target || v < zt);
             out.push(QueryOutcome { loss: lse - zt, correct, target_prob: (zt - lse).exp() });

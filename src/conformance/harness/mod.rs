@@ -1,4 +1,4 @@
-//! The invariant harness: the catalogue K1-K13 of `spec/kernels.md` §4, usable on any kernel
+//! The invariant harness: the catalogue K1-K13 of `theory/kernels.md`, usable on any kernel
 //! that implements [`KernelUnderTest`] (the reference, the candle implementation in any dtype,
 //! deliberately broken mutants, and later kernels loaded from dumps).
 //!
@@ -12,10 +12,10 @@ pub mod strategies;
 pub mod subjects;
 pub mod tolerance;
 
-use super::attention::{AttentionInputs, AttentionOut};
-use super::params::KernelParams;
-use super::spec::{KernelDims, KernelSpec};
-use super::Compressed;
+use crate::kernel::attention::{AttentionInputs, AttentionOut};
+use crate::kernel::params::KernelParams;
+use crate::kernel::spec::{KernelDims, KernelSpec};
+use crate::kernel::Compressed;
 use crate::Result;
 use candle_core::DType;
 use ndarray::{Array2, ArrayView2};
@@ -74,7 +74,7 @@ pub trait KernelUnderTest {
     ) -> Result<AttentionOut<f64>>;
 }
 
-/// The invariants of `spec/kernels.md` §4.
+/// The invariants of the catalogue (`theory/kernels.md`, "The catalogue and the tests").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Invariant {
     /// K1: the number of windows `n(T)` for the alignment.
@@ -287,6 +287,41 @@ pub fn seeded_runner_shrinking(cases: u32, seed: u64, max_shrink_iters: u32) -> 
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let config = Config { cases, failure_persistence: None, max_shrink_iters, ..Config::default() };
     TestRunner::new_with_rng(config, TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &bytes))
+}
+
+/// Runs every invariant of the catalogue on `subject`, each over a fresh runner from `runner`;
+/// each report goes to `on_report` with its wall-clock seconds as soon as it is done.
+pub fn run_catalogue(
+    subject: &dyn KernelUnderTest,
+    runner: &dyn Fn() -> TestRunner,
+    on_report: &mut dyn FnMut(&InvariantReport, f64),
+) -> Vec<InvariantReport> {
+    Invariant::ALL
+        .iter()
+        .map(|&inv| {
+            let start = std::time::Instant::now();
+            let r = run_invariant(subject, inv, &mut runner());
+            on_report(&r, start.elapsed().as_secs_f64());
+            r
+        })
+        .collect()
+}
+
+/// Whether the harness can draw cases for `spec` (cases hold up to `2W + 2S + 3` tokens, so
+/// the window is capped at [`crate::limits::MAX_CHECK_WINDOW`]); a one-line error otherwise.
+pub fn checkable(spec: &KernelSpec) -> Result<()> {
+    let w = spec.geometry.window();
+    if w > crate::limits::MAX_CHECK_WINDOW {
+        return Err(crate::Error::invalid(
+            "--preset",
+            format!(
+                "window W = {w} of {} is above the harness's limit of {} (cases hold up to 2W + 2S + 3 tokens)",
+                spec.name,
+                crate::limits::MAX_CHECK_WINDOW
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Runs every invariant on a subject.

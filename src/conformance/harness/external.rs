@@ -17,8 +17,8 @@
 
 use super::subjects::{stream_by_prefixes, ReferenceSubject};
 use super::{Case, KernelUnderTest};
+use crate::conformance::dump::{read_safetensors, safetensors_bytes, Dump, RawTensor, Run};
 use crate::kernel::attention::{compressed_attention, AttentionInputs, AttentionOut};
-use crate::kernel::dump::{read_safetensors, safetensors_bytes, Dump, RawTensor, Run};
 use crate::kernel::params::{KernelParams, ParamLayout};
 use crate::kernel::spec::{KernelDims, KernelSpec};
 use crate::kernel::Compressed;
@@ -177,7 +177,7 @@ impl ExternalKernel {
             _ => return Err(process.err("the hello reply must carry exactly one of preset and spec".into())),
         };
         let dtype = match meta.get("dtype") {
-            Some(d) => crate::kernel::dump::parse_dtype(d)
+            Some(d) => crate::conformance::dump::parse_dtype(d)
                 .ok_or_else(|| process.err(format!("hello reply dtype '{d}' is not f64, f32, f16 or bf16")))?,
             None => return Err(process.err("the hello reply must carry dtype".into())),
         };

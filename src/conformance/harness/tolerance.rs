@@ -1,4 +1,4 @@
-//! Tolerances: the FlashAttention two-references rule (`spec/kernels.md` §3) and the
+//! Tolerances: the FlashAttention two-references rule (`theory/kernels.md`, "Tolerances") and the
 //! reassociation bound used where two computations of the same quantity may sum in another
 //! order. Every tolerance of the harness lives here, with its reason.
 

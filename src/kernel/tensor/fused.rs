@@ -1,6 +1,6 @@
 //! A fused CPU forward of the tensor kernel, for f32 inference (no gradient).
 //!
-//! The primitive-op path ([`super::tensor`]) gathers window slots and then runs about thirty
+//! The primitive-op path ([`super`]) gathers window slots and then runs about thirty
 //! elementwise passes over `[W, B*n, H*d_h]` tensors; on a 2-core CPU those passes, not the
 //! matmuls, take most of the time. Here:
 //!
@@ -10,15 +10,15 @@
 //!    view and **one matmul per offset** projects them with every branch's weights at once
 //!    (`[C^K | Z^K | C^V | Z^V]` of group `g(i)`), with no gather;
 //! 2. one pass per (sequence, window) does the softmax over the valid slots, the weighted sums
-//!    and the post-processing ([`super::post::apply`], the same code as the reference), in
+//!    and the post-processing ([`post::apply`], the same code as the reference), in
 //!    parallel with rayon once the work is large enough to pay for waking the pool.
 //!
 //! The result is the same [`TensorCompressed`]; the harness checks this path like any other
 //! (`tests/kernel_invariants.rs` runs both the fused and the primitive f32 path).
 
-use super::post;
-use super::spec::{GateKind, KernelSpec};
-use super::tensor::{TensorCompressed, TensorParams};
+use super::params::{TensorCompressed, TensorParams};
+use crate::kernel::post;
+use crate::kernel::spec::{GateKind, KernelSpec};
 use crate::{Error, Result};
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use rayon::prelude::*;
@@ -201,6 +201,7 @@ fn window_pass(
     let stride = 4 * dh + 2 * w * c;
     let mut out = vec![0f32; h * stride];
     let mut logits = vec![0f32; w * c];
+    let mut column = vec![0f32; valid];
     for head in 0..h {
         let o = &mut out[head * stride..(head + 1) * stride];
         // gate weights [w, c] for one branch, written into `dst`
@@ -215,16 +216,12 @@ fn window_pass(
                     }
                 }
                 for ch in 0..c {
-                    let m = (first..w).map(|i| logits[i * c + ch]).fold(f32::NEG_INFINITY, f32::max);
-                    let mut z = 0f32;
                     for i in first..w {
-                        let e = (logits[i * c + ch] - m).exp();
-                        dst[i * c + ch] = e;
-                        z += e;
+                        column[i - first] = logits[i * c + ch];
                     }
-                    let inv = 1.0 / z;
+                    crate::numeric::softmax_in_place(&mut column);
                     for i in first..w {
-                        dst[i * c + ch] *= inv;
+                        dst[i * c + ch] = column[i - first];
                     }
                 }
             }

@@ -2,9 +2,10 @@
 //! implementation in a chosen dtype and device.
 
 use super::KernelUnderTest;
-use crate::kernel::attention::{compressed_attention_mutated, AttentionInputs, AttentionOut};
+use crate::conformance::mutants::{self, Mutant};
+use crate::kernel::attention::{compressed_attention, AttentionInputs, AttentionOut};
 use crate::kernel::params::KernelParams;
-use crate::kernel::reference::{self, Mutation};
+use crate::kernel::reference;
 use crate::kernel::spec::{KernelDims, KernelSpec};
 use crate::kernel::tensor::{self, TensorKernel, TensorParams, TensorStream};
 use crate::kernel::Compressed;
@@ -16,26 +17,26 @@ use ndarray::{Array2, ArrayView2};
 #[derive(Clone, Debug)]
 pub struct ReferenceSubject {
     spec: KernelSpec,
-    mutation: Mutation,
+    mutant: Option<Mutant>,
 }
 
 impl ReferenceSubject {
     /// The correct reference for a spec.
     pub fn new(spec: &KernelSpec) -> Self {
-        ReferenceSubject { spec: spec.clone(), mutation: Mutation::None }
+        ReferenceSubject { spec: spec.clone(), mutant: None }
     }
 
     /// A deliberately broken reference (harness self-test).
     #[doc(hidden)]
-    pub fn mutant(spec: &KernelSpec, mutation: Mutation) -> Self {
-        ReferenceSubject { spec: spec.clone(), mutation }
+    pub fn mutant(spec: &KernelSpec, mutant: Mutant) -> Self {
+        ReferenceSubject { spec: spec.clone(), mutant: Some(mutant) }
     }
 }
 
 impl KernelUnderTest for ReferenceSubject {
     fn label(&self) -> String {
-        match Mutation::all().iter().find(|(m, _)| *m == self.mutation) {
-            Some((_, name)) => format!("mutant:{name}"),
+        match self.mutant {
+            Some(m) => format!("mutant:{}", m.name()),
             None => "reference-f64".into(),
         }
     }
@@ -49,15 +50,15 @@ impl KernelUnderTest for ReferenceSubject {
     }
 
     fn is_reference(&self) -> bool {
-        self.mutation == Mutation::None
+        self.mutant.is_none()
     }
 
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest> {
-        Box::new(ReferenceSubject { spec, mutation: self.mutation })
+        Box::new(ReferenceSubject { spec, mutant: self.mutant })
     }
 
     fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>> {
-        reference::compress_mutated(&self.spec, dims, params, x, self.mutation)
+        mutants::compress(self.mutant, &self.spec, dims, params, x)
     }
 
     fn stream(
@@ -66,7 +67,7 @@ impl KernelUnderTest for ReferenceSubject {
         params: &KernelParams<f64>,
         seqs: &[(ArrayView2<f64>, Vec<usize>)],
     ) -> Result<Vec<Compressed<f64>>> {
-        if self.mutation == Mutation::None {
+        if self.mutant.is_none() {
             let mut stream = reference::ReferenceStream::new(&self.spec, dims, params)?;
             let mut all = Vec::new();
             for (x, chunks) in seqs {
@@ -90,15 +91,13 @@ impl KernelUnderTest for ReferenceSubject {
         x: ArrayView2<f64>,
         inputs: &AttentionInputs<f64>,
     ) -> Result<AttentionOut<f64>> {
-        let c = self.compress(dims, params, x)?;
-        compressed_attention_mutated(
-            &self.spec.geometry,
-            self.spec.visibility,
-            c.keys.view(),
-            c.values.view(),
-            inputs,
-            self.mutation,
-        )
+        match self.mutant {
+            Some(m) => m.attend(&self.spec, dims, params, x, inputs),
+            None => {
+                let c = self.compress(dims, params, x)?;
+                compressed_attention(&self.spec.geometry, self.spec.visibility, c.keys.view(), c.values.view(), inputs)
+            }
+        }
     }
 }
 
@@ -118,7 +117,7 @@ pub fn stream_by_prefixes(
             for (_, b) in chunk_bounds(x.nrows(), chunks) {
                 let c = subject.compress(dims, params, x.slice(ndarray::s![..b, ..]))?;
                 let have = done.as_ref().map_or(0, |d| d.len());
-                parts.push(slice_entries(&c, have.min(c.len()), c.len()));
+                parts.push(c.slice(have.min(c.len()), c.len()));
                 done = Some(c);
             }
             Ok(concat_entries(subject.spec(), dims, &parts))
@@ -137,19 +136,6 @@ pub fn chunk_bounds(t_len: usize, chunks: &[usize]) -> Vec<(usize, usize)> {
         at += c;
     }
     out
-}
-
-fn slice_entries(c: &Compressed<f64>, from: usize, to: usize) -> Compressed<f64> {
-    use ndarray::s;
-    Compressed {
-        keys: c.keys.slice(s![from..to, ..]).to_owned(),
-        values: c.values.slice(s![from..to, ..]).to_owned(),
-        pooled_k: c.pooled_k.slice(s![from..to, ..]).to_owned(),
-        pooled_v: c.pooled_v.slice(s![from..to, ..]).to_owned(),
-        gate_k: c.gate_k.slice(s![from..to, .., ..]).to_owned(),
-        gate_v: c.gate_v.slice(s![from..to, .., ..]).to_owned(),
-        positions: c.positions[from..to].to_vec(),
-    }
 }
 
 fn concat_entries(spec: &KernelSpec, dims: KernelDims, parts: &[Compressed<f64>]) -> Compressed<f64> {

@@ -1,0 +1,42 @@
+//! `phasekv kernel bench`: parses, calls [`phasekv::conformance::bench`], prints.
+
+use super::Impl;
+use phasekv::conformance::bench::{self, BenchRow};
+use phasekv::kernel::KernelSpec;
+
+pub fn run(
+    preset: &str,
+    tokens: &[usize],
+    d_model: usize,
+    d_head: usize,
+    which: Impl,
+    seconds: f64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let spec = KernelSpec::preset(preset)?;
+    let dims = bench::check_inputs(tokens, d_model, d_head, seconds)?;
+    let peak = bench::sgemm_flops(seconds)?;
+    let threads = rayon::current_num_threads();
+    println!("preset {preset}: {}", spec.describe());
+    println!(
+        "d = {d_model}, d_h = {d_head}, f32, {threads} thread(s); candle sgemm on this machine: {:.1} GFLOP/s",
+        peak / 1e9
+    );
+    println!("{:<14} {:>8} {:>11} {:>13} {:>9} {:>8}", "impl", "T", "ms/forward", "tokens/s", "GFLOP/s", "% sgemm");
+    let which = bench::Which { reference: which.reference(), candle: which.candle() };
+    bench::run(&spec, dims, tokens, which, seconds, peak, &mut |r: &BenchRow| {
+        println!(
+            "{:<14} {:>8} {:>11.3} {:>13.0} {:>9.2} {:>7.1}%",
+            r.implementation,
+            r.tokens,
+            r.seconds * 1e3,
+            r.tokens_per_s,
+            r.gflops,
+            100.0 * r.gflops / r.sgemm_gflops
+        );
+        if json {
+            println!("{}", serde_json::to_string(r).expect("a bench row serialises"));
+        }
+    })?;
+    Ok(())
+}

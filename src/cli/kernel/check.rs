@@ -1,0 +1,144 @@
+//! `phasekv kernel check`: the invariant catalogue on the reference, the candle kernel, a mutant
+//! or a kernel served by another process. Parses, calls [`phasekv::conformance::harness`], prints.
+
+use super::Impl;
+use anyhow::bail;
+use candle_core::DType;
+use phasekv::conformance::harness::external::ExternalKernel;
+use phasekv::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
+use phasekv::conformance::harness::{
+    checkable, run_catalogue, seeded_runner, seeded_runner_shrinking, InvariantReport, KernelUnderTest,
+};
+use phasekv::conformance::mutants::Mutant;
+use phasekv::kernel::KernelSpec;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The flags of `kernel check` besides the kernel's identity.
+pub struct Options {
+    pub r#impl: Impl,
+    pub dtype: DType,
+    pub cases: u32,
+    pub seed: u64,
+    pub mutant: Option<String>,
+    pub failures: PathBuf,
+    pub shrink: u32,
+    pub reply_timeout: f64,
+}
+
+pub fn run(
+    preset: Option<String>,
+    spec: Option<PathBuf>,
+    external: Option<String>,
+    opts: &Options,
+) -> anyhow::Result<ExitCode> {
+    let given = match (preset, spec) {
+        (Some(name), _) => Some(KernelSpec::preset(&name)?),
+        (None, Some(path)) => {
+            let text = phasekv::limits::read_text(&path, phasekv::limits::MAX_JSON_BYTES)?;
+            Some(KernelSpec::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?)
+        }
+        (None, None) => None,
+    };
+    if let Some(cmd) = external {
+        return check_external(&cmd, given.as_ref(), opts);
+    }
+    let Some(spec) = given else { bail!("give --preset NAME, --spec FILE.json or --external CMD") };
+    checkable(&spec)?;
+    let mut subjects: Vec<Box<dyn KernelUnderTest>> = Vec::new();
+    match &opts.mutant {
+        Some(name) => subjects.push(Box::new(ReferenceSubject::mutant(&spec, Mutant::from_name(name)?))),
+        None => {
+            if opts.r#impl.reference() {
+                subjects.push(Box::new(ReferenceSubject::new(&spec)));
+            }
+            if opts.r#impl.candle() {
+                subjects.push(Box::new(TensorSubject::new(&spec, opts.dtype, &super::device())));
+            }
+        }
+    }
+    println!("preset {}: {}", spec.name, spec.describe());
+    println!("{} cases per invariant, seed {}", opts.cases, opts.seed);
+    let mut all_ok = true;
+    for subject in &subjects {
+        println!("\n== {} ==", subject.label());
+        print_header();
+        let reports = run_catalogue(subject.as_ref(), &|| seeded_runner(opts.cases, opts.seed), &mut print_row);
+        all_ok &= reports.iter().all(|r| r.status != "fail");
+    }
+    Ok(verdict(all_ok))
+}
+
+/// `kernel check --external CMD`: every invariant against the process, one start; each failure's
+/// shrunk case written as a dump under `failures`.
+fn check_external(cmd: &str, given: Option<&KernelSpec>, opts: &Options) -> anyhow::Result<ExitCode> {
+    let Options { cases, seed, shrink, reply_timeout, .. } = *opts;
+    let failures = opts.failures.as_path();
+    let kernel = ExternalKernel::start(cmd, std::time::Duration::from_secs_f64(reply_timeout))?;
+    let spec = kernel.spec().clone();
+    if let Some(g) = given.filter(|g| **g != spec) {
+        let (a, b) = ((&spec.name, spec.describe()), (&g.name, g.describe()));
+        bail!("invalid --external: the process serves {} ({}) but --preset/--spec gives {} ({})", a.0, a.1, b.0, b.1);
+    }
+    println!("preset {}: {}", spec.name, spec.describe());
+    println!("{cases} cases per invariant, seed {seed}");
+    println!("\n== {} ({:?}, one process: {cmd}) ==", kernel.label(), kernel.dtype());
+    print_header();
+    let reports = run_catalogue(&kernel, &|| seeded_runner_shrinking(cases, seed, shrink), &mut print_row);
+    let failed: Vec<_> = reports.into_iter().filter_map(|r| r.counterexample.map(|c| (r.invariant, c))).collect();
+    if !failed.is_empty() {
+        std::fs::create_dir_all(failures).map_err(|e| phasekv::Error::io(failures, e))?;
+    }
+    for (inv, case) in &failed {
+        let path = failures.join(format!("{}.safetensors", inv.id()));
+        let (t, dims) = (case.x.nrows(), case.dims);
+        let windows = spec.geometry.num_windows(t);
+        println!(
+            "\ncounterexample {} ({}): T = {t}, d = {}, d_h = {}, {windows} window(s)",
+            inv.id(),
+            inv.name(),
+            dims.d_model,
+            dims.d_head
+        );
+        match kernel.save_counterexample(case, &path) {
+            Ok(()) => println!("  replay: phasekv kernel validate {}", path.display()),
+            Err(e) => println!("  (no dump written: {e})"),
+        }
+    }
+    Ok(verdict(failed.is_empty()))
+}
+
+fn verdict(ok: bool) -> ExitCode {
+    println!();
+    if ok {
+        println!("verdict: every invariant holds");
+        ExitCode::SUCCESS
+    } else {
+        println!("verdict: FAILED");
+        ExitCode::from(1)
+    }
+}
+
+fn print_header() {
+    let h = ("id", "invariant", "", "passed", "n/a", "max error", "bound");
+    println!("{:<4} {:<20} {:<5} {:>7} {:>5} {:>11} {:>11}  note", h.0, h.1, h.2, h.3, h.4, h.5, h.6);
+}
+
+fn print_row(r: &InvariantReport, secs: f64) {
+    let note = match &r.failure {
+        Some(f) => f.clone(),
+        None if r.status == "n/a" => "not applicable to this kernel".to_string(),
+        None => format!("{secs:.2}s"),
+    };
+    let (inv, status) = (r.invariant, r.status.to_uppercase());
+    println!(
+        "{:<4} {:<20} {:<5} {:>7} {:>5} {:>11.3e} {:>11.3e}  {note}",
+        inv.id(),
+        inv.name(),
+        status,
+        r.cases_passed,
+        r.cases_not_applicable,
+        r.worst_error,
+        r.bound_at_worst
+    );
+}

@@ -1,0 +1,193 @@
+//! `phasekv kernel ...`: list presets, run the invariant harness, time the kernels, validate a
+//! dump. Parses, calls [`phasekv::conformance`], prints.
+
+use candle_core::{DType, Device};
+use clap::{Subcommand, ValueEnum};
+
+mod bench;
+mod check;
+
+use phasekv::kernel::spec::presets;
+use phasekv::kernel::KernelSpec;
+use std::process::ExitCode;
+
+#[derive(Subcommand, Debug)]
+pub enum KernelCmd {
+    /// List the presets with their knobs.
+    List {
+        /// Print one preset's full spec as JSON instead (the form `--spec` files and dumps use).
+        #[arg(long, value_name = "PRESET")]
+        json: Option<String>,
+    },
+    /// Run the invariant harness (K1-K13) on a preset or a JSON spec, for the f64 reference and
+    /// the candle implementation. Exit status 0 when every invariant holds, 1 otherwise.
+    Check {
+        /// Preset name (see `phasekv kernel list`).
+        #[arg(long, required_unless_present_any = ["spec", "external"], conflicts_with = "spec")]
+        preset: Option<String>,
+        /// A JSON spec file (any spec `kernel validate` accepts; `kernel list --json PRESET`
+        /// prints one to start from; format in theory/dump-format.md).
+        #[arg(long, value_name = "FILE.json")]
+        spec: Option<std::path::PathBuf>,
+        /// Which implementation(s) to check.
+        #[arg(long, value_enum, default_value_t = Impl::Both)]
+        r#impl: Impl,
+        /// dtype of the candle implementation.
+        #[arg(long, value_enum, default_value_t = Dtype::F32)]
+        dtype: Dtype,
+        /// Property-test cases per invariant.
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        cases: u32,
+        /// Seed of the case generator (the same seed draws the same cases).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Check a deliberately broken reference instead (harness self-test).
+        #[arg(long, hide = true)]
+        mutant: Option<String>,
+        /// Check a kernel served by another process instead, e.g.
+        /// "python3 python/serve_kernel.py --kernel triton-w8s4" (protocol in
+        /// theory/dump-format.md). The process names its spec; --preset/--spec, if given, must agree.
+        #[arg(long, value_name = "CMD", conflicts_with_all = ["mutant", "impl"])]
+        external: Option<String>,
+        /// With --external: where the shrunk counterexample of each failed invariant is written,
+        /// as a dump `phasekv kernel validate` replays.
+        #[arg(long, value_name = "DIR", default_value = "kernel-check-failures", requires = "external")]
+        failures: std::path::PathBuf,
+        /// With --external: proptest shrinking steps per failed invariant (each costs a round trip
+        /// to the process); the sequence is then cut to the shortest prefix that still fails.
+        #[arg(long, default_value_t = 64, requires = "external")]
+        shrink: u32,
+        /// With --external: seconds to wait for each reply before giving up.
+        #[arg(long, default_value_t = 600.0, requires = "external", value_parser = parse_timeout)]
+        reply_timeout: f64,
+    },
+    /// Time one forward pass of the reference and the candle kernel side by side, with the
+    /// sgemm throughput of this machine measured in the same run.
+    Bench {
+        /// Preset name.
+        #[arg(long, default_value = "w8s4")]
+        preset: String,
+        /// Sequence lengths (comma separated).
+        #[arg(long, value_delimiter = ',', default_values_t = vec![4096usize, 65536])]
+        tokens: Vec<usize>,
+        /// Hidden width `d`.
+        #[arg(long, default_value_t = 128)]
+        d_model: usize,
+        /// Head width `d_h`.
+        #[arg(long, default_value_t = 64)]
+        d_head: usize,
+        /// Which implementation(s) to time.
+        #[arg(long, value_enum, default_value_t = Impl::Both)]
+        r#impl: Impl,
+        /// Seconds of timed runs per row (after one warm-up run).
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Print the rows as JSON lines too.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a kernel dumped from elsewhere (safetensors file or .npy folder, see
+    /// theory/dump-format.md) against the reference. Exit status 0 when the kernel passes,
+    /// 1 when it fails, 2 when the dump is unusable.
+    Validate {
+        /// The dump: a .safetensors file or a folder of .npy files with metadata.json.
+        dump: std::path::PathBuf,
+        /// The dtype the kernel computed in (default: the dump's metadata, else its storage).
+        #[arg(long)]
+        dtype: Option<String>,
+        /// Write validation.json and the error-by-phase / error-by-window plots here.
+        #[arg(long)]
+        report: Option<std::path::PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Impl {
+    Reference,
+    Candle,
+    Both,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Dtype {
+    F32,
+    F16,
+    Bf16,
+    F64,
+}
+
+impl Dtype {
+    fn candle(self) -> DType {
+        match self {
+            Dtype::F32 => DType::F32,
+            Dtype::F16 => DType::F16,
+            Dtype::Bf16 => DType::BF16,
+            Dtype::F64 => DType::F64,
+        }
+    }
+}
+
+/// The best available device: CUDA when built with the feature and a GPU answers, else CPU.
+pub fn device() -> Device {
+    #[cfg(feature = "cuda")]
+    if let Ok(d) = Device::new_cuda(0) {
+        return d;
+    }
+    Device::Cpu
+}
+
+pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        KernelCmd::List { json: Some(name) } => {
+            println!("{}", serde_json::to_string_pretty(&KernelSpec::preset(&name)?)?);
+        }
+        KernelCmd::List { json: None } => {
+            for p in presets::ALL {
+                println!("{:<16} {:<9} {}", p.name, p.family.name(), p.spec()?.describe());
+                println!("{:<26} {}", "", p.about);
+            }
+            println!("(any w{{W}}s{{S}} with 1 <= S <= W is accepted, with the same suffixes; dsv4-hca{{m}} too)");
+        }
+        KernelCmd::Validate { dump, dtype, report } => {
+            return super::validate::run(&dump, dtype.as_deref(), report.as_ref())
+        }
+        KernelCmd::Bench { preset, tokens, d_model, d_head, r#impl, seconds, json } => {
+            bench::run(&preset, &tokens, d_model, d_head, r#impl, seconds, json)?
+        }
+        KernelCmd::Check {
+            preset,
+            spec,
+            r#impl,
+            dtype,
+            cases,
+            seed,
+            mutant,
+            external,
+            failures,
+            shrink,
+            reply_timeout,
+        } => {
+            let opts =
+                check::Options { r#impl, dtype: dtype.candle(), cases, seed, mutant, failures, shrink, reply_timeout };
+            return check::run(preset, spec, external, &opts);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl Impl {
+    fn reference(self) -> bool {
+        matches!(self, Impl::Reference | Impl::Both)
+    }
+
+    fn candle(self) -> bool {
+        matches!(self, Impl::Candle | Impl::Both)
+    }
+}
+
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.001..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!("must be a number of seconds in 0.001..=86400, got '{s}'")),
+    }
+}

@@ -1,0 +1,144 @@
+//! `phasekv kernel bench`: one forward pass of the reference and the candle kernel timed side
+//! by side, with this machine's candle sgemm throughput measured in the same run (so that the
+//! kernel's FLOP rate reads as a fraction of what the machine does).
+
+use crate::kernel::tensor::{TensorKernel, TensorParams};
+use crate::kernel::{forward_flops, random_input, reference, KernelDims, KernelParams, KernelSpec};
+use crate::limits::{check_range, MAX_BENCH_SECONDS, MAX_BENCH_TOKENS, MAX_BENCH_WIDTH};
+use crate::{Error, Result};
+use candle_core::{DType, Device, Tensor};
+use serde::Serialize;
+use std::time::Instant;
+
+/// One timed implementation at one sequence length.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchRow {
+    /// `reference-f64` or `candle-f32`.
+    #[serde(rename = "impl")]
+    pub implementation: &'static str,
+    /// Preset name.
+    pub preset: String,
+    /// Sequence length.
+    pub tokens: usize,
+    /// Hidden width.
+    pub d_model: usize,
+    /// Head width.
+    pub d_head: usize,
+    /// Median seconds per forward pass.
+    pub seconds: f64,
+    /// Tokens per second.
+    pub tokens_per_s: f64,
+    /// Kernel FLOP rate ([`forward_flops`] per second), in GFLOP/s.
+    pub gflops: f64,
+    /// The machine's candle sgemm rate measured in the same run, in GFLOP/s.
+    pub sgemm_gflops: f64,
+    /// rayon threads.
+    pub threads: usize,
+}
+
+/// Which implementations to time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Which {
+    /// The f64 reference.
+    pub reference: bool,
+    /// The candle f32 kernel (fused CPU path).
+    pub candle: bool,
+}
+
+/// Checks the bench's inputs against [`crate::limits`] (one-line errors naming the flag).
+pub fn check_inputs(tokens: &[usize], d_model: usize, d_head: usize, seconds: f64) -> Result<KernelDims> {
+    check_range("--d-model", d_model, 1, MAX_BENCH_WIDTH)?;
+    check_range("--d-head", d_head, 1, MAX_BENCH_WIDTH)?;
+    for &t in tokens {
+        check_range("--tokens", t, 1, MAX_BENCH_TOKENS)?;
+    }
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= MAX_BENCH_SECONDS) {
+        return Err(Error::invalid(
+            "--seconds",
+            format!("must be a finite number in (0, {MAX_BENCH_SECONDS}], got {seconds}"),
+        ));
+    }
+    KernelDims::new(d_model, d_head)
+}
+
+/// Runs `f` once to warm up, then repeatedly for at least `seconds` (at least 3 times unless a
+/// single run takes longer than `seconds`); returns the median seconds per run.
+pub fn time_median(seconds: f64, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let mut runs = Vec::new();
+    let start = Instant::now();
+    while runs.len() < 3 || start.elapsed().as_secs_f64() < seconds {
+        let t = Instant::now();
+        f()?;
+        runs.push(t.elapsed().as_secs_f64());
+        if start.elapsed().as_secs_f64() > seconds && runs[0] > seconds {
+            break;
+        }
+    }
+    runs.sort_by(|a, b| a.total_cmp(b));
+    Ok(runs[runs.len() / 2])
+}
+
+/// Best sgemm FLOP/s of candle (f32, CPU) over shapes like the kernel's and a square one.
+pub fn sgemm_flops(seconds: f64) -> Result<f64> {
+    let dev = Device::Cpu;
+    let mut best = 0f64;
+    for (m, k, n) in [(4096usize, 128usize, 512usize), (1024, 1024, 1024)] {
+        let a = Tensor::randn(0f32, 1.0, (m, k), &dev)?;
+        let b = Tensor::randn(0f32, 1.0, (k, n), &dev)?;
+        let secs = time_median(seconds / 2.0, || {
+            a.matmul(&b)?;
+            Ok(())
+        })?;
+        best = best.max(2.0 * (m * k * n) as f64 / secs);
+    }
+    Ok(best)
+}
+
+/// Times the chosen implementations at every length; each row goes to `on_row` as soon as it
+/// is measured. `sgemm` is [`sgemm_flops`]'s result.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    spec: &KernelSpec,
+    dims: KernelDims,
+    tokens: &[usize],
+    which: Which,
+    seconds: f64,
+    sgemm: f64,
+    on_row: &mut dyn FnMut(&BenchRow),
+) -> Result<()> {
+    let params = KernelParams::random(spec, dims, 0);
+    let dev = Device::Cpu;
+    let threads = rayon::current_num_threads();
+    for &t in tokens {
+        let x = random_input(t, dims.d_model, 1);
+        let flops = forward_flops(spec, dims, t);
+        let mut timed: Vec<(&'static str, f64)> = Vec::new();
+        if which.reference {
+            let secs = time_median(seconds, || reference::compress(spec, dims, &params, x.view()).map(|_| ()))?;
+            timed.push(("reference-f64", secs));
+        }
+        if which.candle {
+            let kernel = TensorKernel::new(spec, dims, 1, &dev, DType::F32)?;
+            let tp = TensorParams::from_heads(spec, dims, std::slice::from_ref(&params), &dev, DType::F32)?;
+            let xt = Tensor::from_vec(x.iter().map(|&v| v as f32).collect::<Vec<_>>(), (1, t, dims.d_model), &dev)?;
+            let secs = time_median(seconds, || kernel.compress(&tp, &xt).map(|_| ()))?;
+            timed.push(("candle-f32", secs));
+        }
+        for (implementation, secs) in timed {
+            on_row(&BenchRow {
+                implementation,
+                preset: spec.name.clone(),
+                tokens: t,
+                d_model: dims.d_model,
+                d_head: dims.d_head,
+                seconds: secs,
+                tokens_per_s: t as f64 / secs,
+                gflops: flops / secs / 1e9,
+                sgemm_gflops: sgemm / 1e9,
+                threads,
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! K1-K4: where the windows are (count, locality, stride shift, phase not window).
+
+use super::super::tolerance::{self, max_abs_diff};
+use super::super::{Case, KernelUnderTest, Verdict};
+use super::*;
+use crate::Result;
+use candle_core::DType;
+use ndarray::{Array2, Axis};
+
+pub(super) fn k1_count(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+    let spec = s.spec();
+    let t = case.x.nrows();
+    let out = s.compress(case.dims, &case.params, case.x.view())?;
+    let mut expect = 0usize;
+    while t > 0 && window_span(spec, expect).1 < t as i64 {
+        expect += 1;
+    }
+    let n = out.len();
+    let shapes_ok =
+        out.keys.nrows() == n && out.values.nrows() == n && out.gate_k.dim().0 == n && out.gate_v.dim().0 == n;
+    if n != expect || !shapes_ok {
+        return Ok(Verdict::Fail(format!("T={t}: {n} entries (outputs {} rows), expected {expect}", out.keys.nrows())));
+    }
+    Ok(Verdict::pass(0.0, 0.0))
+}
+
+pub(super) fn perturbed(case: &Case) -> Array2<f64> {
+    let mut x2 = case.x.clone();
+    let mut row = x2.row_mut(case.token);
+    row += &case.perturb;
+    x2
+}
+
+pub(super) fn k2_locality(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+    if case.x.nrows() == 0 {
+        return Ok(Verdict::NotApplicable("empty sequence".into()));
+    }
+    let spec = s.spec();
+    let a = s.compress(case.dims, &case.params, case.x.view())?;
+    let b = s.compress(case.dims, &case.params, perturbed(case).view())?;
+    for j in 0..a.len().min(b.len()) {
+        if !in_window(spec, j, case.token) {
+            let d = entry_diff(&a, j, &b, j, false);
+            if d != 0.0 {
+                return Ok(Verdict::Fail(format!(
+                    "perturbing token {} (outside window {j} = {:?}) changed entry {j} by {d:.3e}",
+                    case.token,
+                    window_span(spec, j)
+                )));
+            }
+        }
+    }
+    Ok(Verdict::pass(0.0, 0.0))
+}
+
+pub(super) fn k3_stride_shift(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+    let spec = s.spec();
+    let g = spec.geometry;
+    let a = s.compress(case.dims, &case.params, case.x.view())?;
+    if a.is_empty() {
+        return Ok(Verdict::NotApplicable("no window".into()));
+    }
+    let x2 = ndarray::concatenate(Axis(0), &[case.prefix.view(), case.x.view()]).expect("same width");
+    let b = s.compress(case.dims, &case.params, x2.view())?;
+    if b.len() != a.len() + 1 {
+        return Ok(Verdict::Fail(format!("prepending S tokens gave {} entries, expected {} + 1", b.len(), a.len())));
+    }
+    let bound = same_bound(s, true, terms(s, case), magnitude(&a));
+    let mut worst = 0.0f64;
+    for j in 0..a.len() {
+        // Entry positions move by S, so post-processed entries rotate differently: compare the
+        // pooled entries and gates (RMSNorm is a function of the pooled entry alone).
+        let d = entry_diff(&b, j + 1, &a, j, true)
+            .max(max_abs_diff(&b.gate_k.index_axis(Axis(0), j + 1), &a.gate_k.index_axis(Axis(0), j)))
+            .max(max_abs_diff(&b.gate_v.index_axis(Axis(0), j + 1), &a.gate_v.index_axis(Axis(0), j)));
+        if g.valid_slots(j) == g.window() {
+            if d > bound {
+                return Ok(Verdict::Fail(format!(
+                    "new entry {} differs from old entry {j} by {d:.3e} (bound {bound:.1e})",
+                    j + 1
+                )));
+            }
+            worst = worst.max(d);
+        } else if d <= bound {
+            return Ok(Verdict::Fail(format!(
+                "old entry {j} had empty slots; after prepending S real tokens new entry {} should change, but differs by only {d:.3e}",
+                j + 1
+            )));
+        }
+    }
+    Ok(Verdict::pass(worst, bound))
+}
+
+/// Proper divisors `p < S` of `S`.
+fn proper_divisors(n: usize) -> Vec<usize> {
+    (1..n).filter(|p| n.is_multiple_of(*p)).collect()
+}
+
+pub(super) fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+    let spec = s.spec();
+    let t_len = case.x.nrows();
+    if t_len == 0 {
+        return Ok(Verdict::NotApplicable("empty sequence".into()));
+    }
+    // (a) The support of dB_j/dh_t is exactly the windows holding t (any parameters).
+    // Entries outside the window are bit-for-bit unchanged (K2 holds exactly for every
+    // implementation here), so "depends on" is exact too: any change at all.
+    let a = s.compress(case.dims, &case.params, case.x.view())?;
+    let b = s.compress(case.dims, &case.params, perturbed(case).view())?;
+    for j in 0..a.len() {
+        let d = entry_diff(&a, j, &b, j, true);
+        let inside = in_window(spec, j, case.token);
+        if inside && d == 0.0 {
+            return Ok(Verdict::Fail(format!(
+                "token {} lies in window {j} = {:?} but perturbing it moved entry {j} by only {d:.3e}",
+                case.token,
+                window_span(spec, j)
+            )));
+        }
+        if !inside && d != 0.0 {
+            return Ok(Verdict::Fail(format!("token {} lies outside window {j} but moved it by {d:.3e}", case.token)));
+        }
+    }
+    // (b) Content-free gates: the retention profile of interior tokens has period S, and no
+    // smaller one for generic parameters.
+    // The retention of token t is the summed norm of the pooled entries when only t carries the
+    // probe direction. A window spans W consecutive tokens, so probe tokens W apart never share
+    // one: probe sequence o carries the direction at every token t = o (mod W), each entry holds
+    // exactly one of them (the other slots add exact zeros), and W sequences give the profile of
+    // all T tokens, bit for bit what T single-token probes would.
+    let mut p0 = case.params.clone();
+    p0.zero_gate_content();
+    let w = spec.geometry.window();
+    let probes: Vec<Array2<f64>> = (0..w.min(t_len))
+        .map(|o| {
+            let mut x = Array2::zeros((t_len, case.dims.d_model));
+            for t in (o..t_len).step_by(w) {
+                x.row_mut(t).assign(&case.direction);
+            }
+            x
+        })
+        .collect();
+    let outs = s.compress_many(case.dims, &p0, &probes)?;
+    let profile: Vec<f64> = (0..t_len)
+        .map(|t| {
+            let o = &outs[t % w];
+            (0..o.len())
+                .filter(|&j| in_window(spec, j, t))
+                .map(|j| {
+                    o.pooled_k.row(j).dot(&o.pooled_k.row(j)).sqrt() + o.pooled_v.row(j).dot(&o.pooled_v.row(j)).sqrt()
+                })
+                .sum()
+        })
+        .collect();
+    let g = spec.geometry;
+    let interior: Vec<bool> = (0..t_len).map(|t| g.is_interior(t, t_len)).collect();
+    let st = g.stride();
+    // The profile's own scale (one probe token, so no cancellation): often far below 1.
+    let scale = profile.iter().cloned().fold(0.0, f64::max);
+    let tol = if s.dtype() == DType::F64 { 0.0 } else { tolerance::reassociation_at(s.dtype(), terms(s, case), scale) };
+    let mut worst = 0.0f64;
+    for t in 0..t_len.saturating_sub(st) {
+        if interior[t] && interior[t + st] {
+            let d = (profile[t] - profile[t + st]).abs();
+            if d > tol {
+                return Ok(Verdict::Fail(format!(
+                    "content-free retention differs between interior tokens {t} and {} (same phase): {:.6} vs {:.6}",
+                    t + st,
+                    profile[t],
+                    profile[t + st]
+                )));
+            }
+            worst = worst.max(d);
+        }
+    }
+    for p in proper_divisors(st) {
+        let pairs: Vec<(usize, usize)> =
+            (0..t_len.saturating_sub(p)).filter(|&t| interior[t] && interior[t + p]).map(|t| (t, t + p)).collect();
+        if pairs.len() < st {
+            continue; // too few interior tokens to tell periods apart in this case
+        }
+        let distinct = pairs.iter().any(|&(u, v)| (profile[u] - profile[v]).abs() > 10.0 * tol + 1e-9);
+        if !distinct {
+            return Ok(Verdict::Fail(format!(
+                "content-free retention has period {p}, smaller than the stride {st}: profile {:?}",
+                &profile[..profile.len().min(2 * st + g.window())]
+            )));
+        }
+    }
+    Ok(Verdict::pass(worst, tol))
+}

@@ -1,0 +1,235 @@
+//! Validation of a dumped kernel ([`super::dump::Dump`]) against the reference: the tolerance
+//! rule of `theory/kernels.md` ("Tolerances") in the dump's dtype, the invariants the dump makes checkable
+//! (K1 always, K2 with a perturbed run, K3 with a shifted run, K5 with dumped gates), and two
+//! error profiles. The library computes; the CLI prints ([`Validation`] is the table).
+//!
+//! **Tolerance rule (K13), two stages as in the harness.** With pooled entries in the dump,
+//! pooled keys/values and gates are compared with the f64 reference (`ref64`) and the reference
+//! computed in the dump's dtype (`low`), and the post-processed keys/values are compared with the
+//! f64 post-processing of the kernel's *own* pooled entries (the dtype's post-processing of the
+//! same rows is the low reference). Without pooled entries the keys/values are compared end to
+//! end (ill-conditioned under RMSNorm of short vectors, `theory/kernels.md`). Bound:
+//! `2 max|low - ref64| + floor(dtype, max|ref64|, W max(d, d_h))`.
+//!
+//! **Error by window** `e_j`: `max |impl - ref64|` over the keys and values of entry `j`
+//! (all sequences, all channels).
+//!
+//! **Error by phase.** For each displacement `delta` in `-(S-1) ..= S-1`, the kernel's keys and
+//! values are compared with a reference whose window `j` holds tokens `token_at(j, i) + delta`
+//! (slots outside the sequence empty, entry positions unchanged). The window starts then have
+//! phase `(start + delta) mod S`: the profile is the error as a function of the phase of the
+//! window start. A correct kernel is best at `delta = 0`; a kernel whose windows start one token
+//! late matches the reference at `delta = +1` to rounding and is off everywhere else: an error
+//! that depends on phase is the signature of an indexing bug. Only windows whose every slot holds
+//! a real token under both the spec's and the displaced geometry are compared, so a `pad_left`
+//! kernel's half-empty window 0 (and windows displaced past either end) do not swamp the profile.
+
+mod checks;
+mod hints;
+mod profile;
+mod tolerance;
+
+pub use hints::hints;
+pub use tolerance::SCALE_FLOOR_ULPS;
+
+use super::dump::{Dump, Run};
+use super::harness::checks::low_reference;
+use crate::kernel::reference;
+use crate::kernel::Compressed;
+use crate::Result;
+use ndarray::Axis;
+use serde::Serialize;
+
+/// The outcome of one row of the verdict table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The check holds.
+    Pass,
+    /// The check fails: the kernel is wrong.
+    Fail,
+    /// The dump does not carry what the check needs.
+    NotCheckable,
+}
+
+/// One row of the verdict table.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CheckRow {
+    /// Invariant id (`K1`, `K13` ...).
+    pub id: &'static str,
+    /// What is checked.
+    pub name: String,
+    /// Outcome.
+    pub status: Status,
+    /// The measured error (0 when not applicable).
+    pub error: f64,
+    /// The bound it is held to.
+    pub bound: f64,
+    /// Detail: both sides of the rule, or why the check could not run.
+    pub note: String,
+}
+
+/// One point of the phase profile.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PhasePoint {
+    /// Displacement of the window starts in tokens (`-(S-1) ..= S-1`).
+    pub delta: i64,
+    /// Phase `(start + delta) mod S` of the displaced window starts.
+    pub phase: usize,
+    /// `max |impl - ref_delta|` over keys and values of the compared entries.
+    pub error: f64,
+    /// Number of entries compared.
+    pub entries: usize,
+}
+
+/// Everything `phasekv kernel validate` reports.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Validation {
+    /// The spec's name.
+    pub spec: String,
+    /// The spec's knobs in one line.
+    pub describe: String,
+    /// The compute dtype the rule is applied in.
+    pub dtype: String,
+    /// Sequences, tokens, model and head widths.
+    pub shape: [usize; 4],
+    /// Entries the kernel produced and entries the geometry demands.
+    pub entries: (usize, usize),
+    /// The verdict table.
+    pub rows: Vec<CheckRow>,
+    /// `e_j` for every entry `j` (see the module docs).
+    pub window_errors: Vec<f64>,
+    /// The end-to-end tolerance on keys (for the window plot).
+    pub window_bound: f64,
+    /// The phase profile.
+    pub phase_profile: Vec<PhasePoint>,
+    /// The displacement with the smallest error.
+    pub best_delta: i64,
+    /// A diagnosis when the best displacement is not 0 (an indexing bug), else `None`.
+    pub diagnosis: Option<String>,
+    /// Named hints from the shape of the error (RoPE, RMSNorm, dtype), see [`hints`].
+    pub hints: Vec<String>,
+    /// Max error of each rotated channel pair of the keys (empty without RoPE or without a
+    /// failure to explain).
+    pub rope_pair_errors: Vec<f64>,
+    /// Whether every checkable row passes.
+    pub passed: bool,
+}
+
+impl Validation {
+    /// At most `max` rows of the phase profile worth showing, by displacement: all of them
+    /// when they fit, else delta 0 and the smallest errors (large `S` makes long profiles).
+    pub fn phase_rows(&self, max: usize) -> Vec<&PhasePoint> {
+        if self.phase_profile.len() <= max {
+            return self.phase_profile.iter().collect();
+        }
+        let mut by_error: Vec<_> = self.phase_profile.iter().filter(|p| p.entries > 0).collect();
+        by_error.sort_by(|a, b| a.error.total_cmp(&b.error));
+        let mut keep: Vec<_> = by_error.into_iter().take(max.saturating_sub(1)).collect();
+        keep.extend(self.phase_profile.iter().filter(|p| p.delta == 0));
+        keep.sort_by_key(|p| p.delta);
+        keep.dedup_by_key(|p| p.delta);
+        keep
+    }
+}
+
+/// Per-sequence f64 reference of a run.
+fn references(d: &Dump, run: &Run) -> Result<Vec<Compressed<f64>>> {
+    (0..run.batch())
+        .map(|b| reference::compress(&d.spec, d.dims, &d.params, run.input.index_axis(Axis(0), b)))
+        .collect()
+}
+
+/// Work of validating `d`, in units of one window-token-channel step, estimated: the f64 and
+/// low-precision reference runs and the `2S - 1` displaced references of the phase profile,
+/// each `B * n * W * max(d, d_h)` (`n` the larger of the dump's and the geometry's entry
+/// count). `None` on overflow.
+pub fn work_estimate(d: &Dump) -> Option<u64> {
+    let g = d.spec.geometry;
+    let n = d.main.entries().max(g.num_windows(d.main.tokens()));
+    let passes = (g.stride() as u64).checked_mul(2)?.checked_add(2)?;
+    crate::limits::product(&[d.main.batch(), n.max(1), g.window(), d.dims.d_model.max(d.dims.d_head)])?
+        .checked_mul(passes)
+}
+
+/// Validates a dump. Errors only when the reference itself cannot run (never for a failing
+/// kernel), or when the dump would take more than [`crate::limits::MAX_VALIDATION_WORK`]
+/// units of work (refused before any work, naming the estimate).
+pub fn validate(d: &Dump) -> Result<Validation> {
+    validate_with_progress(d, &mut |_, _| {})
+}
+
+/// [`validate`], reporting progress as `(done, total)` units: the reference runs, then one
+/// unit per displacement of the phase profile.
+pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) -> Result<Validation> {
+    crate::limits::check_product(
+        "dump (work of validation: (2S + 2) x B x n x W x max(d, d_h))",
+        work_estimate(d),
+        crate::limits::MAX_VALIDATION_WORK,
+    )?;
+    let spec = &d.spec;
+    let g = spec.geometry;
+    let run = &d.main;
+    let (b, t_len) = (run.batch(), run.tokens());
+    let n_want = g.num_windows(t_len);
+    let n_got = run.entries();
+    let n = n_got.min(n_want);
+    let terms = g.window() * d.dims.d_model.max(d.dims.d_head);
+    let mut rows = vec![
+        CheckRow {
+            id: "K1",
+            name: "entry count n(T)".into(),
+            status: if n_got == n_want { Status::Pass } else { Status::Fail },
+            error: n_got.abs_diff(n_want) as f64,
+            bound: 0.0,
+            note: format!("{n_got} entries for T = {t_len}, the geometry gives {n_want}"),
+        },
+        checks::finite_outputs(d),
+    ];
+
+    // One unit for the reference runs, one per displacement `-(S-1)..=S-1`.
+    let units = 2 * g.stride();
+    progress(0, units);
+    let ref64 = references(d, run)?;
+    let mut low = Vec::new();
+    for k in 0..b {
+        let x = run.input.index_axis(Axis(0), k).to_owned();
+        low.push(low_reference(d.dtype, spec, d.dims, &d.params, &x)?.expect("float dtype"));
+    }
+    let positions: Vec<usize> = ref64[0].positions[..n].to_vec();
+    rows.extend(tolerance::rows(d, &ref64, &low, n, &positions, terms));
+    rows.push(checks::k5(d, n));
+    rows.push(match &d.perturbed {
+        None => not_checkable("K2", "locality (perturbed token)", "the dump has no perturbed run"),
+        Some((p, t)) => checks::k2(d, p, *t, terms)?,
+    });
+    rows.push(match &d.shifted {
+        None => not_checkable("K3", "stride shift (S tokens prepended)", "the dump has no shifted run"),
+        Some(sh) => checks::k3(d, sh, terms),
+    });
+
+    let window_bound = rows.iter().find(|r| r.name.starts_with("tolerance: keys")).map(|r| r.bound).unwrap_or(0.0);
+    let p = profile::profiles(d, &ref64, n, &mut |done| progress(done + 1, units));
+    let (hints, rope_pair_errors) = hints(d, &rows, &ref64, n, &positions);
+    let passed = rows.iter().all(|r| r.status != Status::Fail);
+    Ok(Validation {
+        spec: spec.name.clone(),
+        describe: spec.describe(),
+        dtype: super::dump::dtype_name(d.dtype).into(),
+        shape: [b, t_len, d.dims.d_model, d.dims.d_head],
+        entries: (n_got, n_want),
+        rows,
+        window_errors: p.window_errors,
+        window_bound,
+        phase_profile: p.phase_profile,
+        best_delta: p.best_delta,
+        diagnosis: p.diagnosis,
+        hints,
+        rope_pair_errors,
+        passed,
+    })
+}
+
+fn not_checkable(id: &'static str, name: &str, why: &str) -> CheckRow {
+    CheckRow { id, name: name.into(), status: Status::NotCheckable, error: 0.0, bound: 0.0, note: why.into() }
+}

@@ -1,0 +1,85 @@
+//! The two error profiles of a dump: by window (`max |impl - ref64|` per entry) and by phase of
+//! the window start (the kernel against references whose windows are displaced by `delta`),
+//! and the diagnosis an off-phase best match gives.
+
+use super::PhasePoint;
+use crate::conformance::dump::Dump;
+use crate::conformance::harness::tolerance::max_abs_diff;
+use crate::kernel::reference::compress_window;
+use crate::kernel::Compressed;
+use ndarray::{s, ArrayView1, Axis};
+
+/// The profiles and the diagnosis.
+pub(super) struct Profiles {
+    pub window_errors: Vec<f64>,
+    pub phase_profile: Vec<PhasePoint>,
+    pub best_delta: i64,
+    pub diagnosis: Option<String>,
+}
+
+/// Computes the profiles of the main run's first `n` entries; `progress(k)` after the `k`-th
+/// displacement.
+pub(super) fn profiles(d: &Dump, ref64: &[Compressed<f64>], n: usize, progress: &mut dyn FnMut(usize)) -> Profiles {
+    let spec = &d.spec;
+    let g = spec.geometry;
+    let run = &d.main;
+    let (b, t_len) = (run.batch(), run.tokens());
+    let mut window_errors = vec![0.0f64; n];
+    for (k, r) in ref64.iter().enumerate().take(b) {
+        for (j, e) in window_errors.iter_mut().enumerate() {
+            let ek = max_abs_diff(&run.keys.slice(s![k, j, ..]), &r.keys.row(j));
+            let ev = max_abs_diff(&run.values_or_keys().slice(s![k, j, ..]), &r.values.row(j));
+            *e = e.max(ek).max(ev);
+        }
+    }
+    let sw = g.stride() as i64;
+    let mut phase_profile = Vec::new();
+    for delta in -(sw - 1)..sw {
+        let mut err = 0.0f64;
+        let mut count = 0;
+        for k in 0..b {
+            let x = run.input.index_axis(Axis(0), k);
+            for j in 0..n {
+                // Only windows whose every slot is real in both geometries (the spec's and the
+                // displaced one): a pad_left window 0, or a window displaced past either end,
+                // would compare a different set of slots and swamp the profile.
+                let rows_j: Option<Vec<Option<ArrayView1<f64>>>> = (0..g.window())
+                    .map(|i| {
+                        g.token_at(j, i)
+                            .map(|t0| t0 as i64 + delta)
+                            .filter(|&t| t >= 0 && (t as usize) < t_len)
+                            .map(|t| Some(x.row(t as usize)))
+                    })
+                    .collect();
+                let Some(rows_j) = rows_j else { continue };
+                let out = compress_window(spec, d.dims, &d.params, j, &rows_j);
+                err = err.max(max_abs_diff(&run.keys.slice(s![k, j, ..]), &out.key));
+                err = err.max(max_abs_diff(&run.values_or_keys().slice(s![k, j, ..]), &out.value));
+                count += 1;
+            }
+        }
+        let start_phase = (g.start(0) + delta).rem_euclid(sw) as usize;
+        phase_profile.push(PhasePoint { delta, phase: start_phase, error: err, entries: count });
+        progress(phase_profile.len());
+    }
+    let best = phase_profile
+        .iter()
+        .filter(|p| p.entries > 0)
+        .min_by(|a, b| a.error.total_cmp(&b.error).then(a.delta.abs().cmp(&b.delta.abs())))
+        .cloned();
+    let at0 = phase_profile.iter().find(|p| p.delta == 0).map(|p| p.error).unwrap_or(0.0);
+    let best_delta = best.as_ref().map(|p| p.delta).unwrap_or(0);
+    let diagnosis = match &best {
+        Some(p) if p.delta != 0 && p.error < 0.1 * at0 => Some(format!(
+            "the kernel matches the reference with windows starting {} token{} {} (error {:.3e}, against {:.3e} \
+             at the spec's alignment): an indexing bug in the window start",
+            p.delta.abs(),
+            if p.delta.abs() == 1 { "" } else { "s" },
+            if p.delta > 0 { "late" } else { "early" },
+            p.error,
+            at0
+        )),
+        _ => None,
+    };
+    Profiles { window_errors, phase_profile, best_delta, diagnosis }
+}

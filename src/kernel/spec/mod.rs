@@ -1,0 +1,252 @@
+//! Kernel specifications (`theory/dump-format.md`, "Specs") and the named presets ([`presets`]).
+//!
+//! A [`KernelSpec`] fixes every knob of the gated kernel family (paper eqs. 1-2):
+//!
+//! ```text
+//! s^B_{j,i} = Z^B_{g(i)} h_{j,i} + b^B_i                      (gate logits, width d_g)
+//! a^B_{j,i} = softmax over the valid offsets i of window j, per gate channel
+//! B_j       = sum_i a^B_{j,i} (.) (C^B_{g(i)} h_{j,i})         ((.) broadcasts when d_g = 1)
+//! ```
+//!
+//! then optionally RMSNorm and partial RoPE at the entry position. Preset names are public
+//! API: `w{W}s{S}` with the suffixes `-scalar`, `-uniform`, `-tied`, `-norope`, and `full`,
+//! `dsv4-csa`, `dsv4-hca`.
+
+mod describe;
+pub mod presets;
+mod rope;
+
+pub use presets::{preset_names, Family, Preset};
+pub use rope::{
+    dsv4_yarn, RopeChannels, RopeScaling, RopeSpec, DSV4_COMPRESS_ROPE_THETA, DSV4_HCA_RATE, DSV4_ROPE_FRACTION,
+    ROPE_THETA,
+};
+
+use crate::geometry::{EntryPosition, Geometry, Visibility};
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+/// How gate scores are produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateKind {
+    /// One logit per slot (`d_g = 1`), broadcast over the head channels.
+    Scalar,
+    /// One logit per slot and channel (`d_g = d_h`).
+    Vector,
+    /// No learned gate: every valid slot weighs `1/valid`.
+    Uniform,
+}
+
+/// Which parameter group `g(i)` serves offset `i` (biases are always per offset).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParamGroups {
+    /// `g(i) = i`: one projection per offset.
+    PerOffset,
+    /// `g(i) = 0`: one projection for every offset.
+    Shared,
+    /// An explicit map, one group index per offset (groups numbered `0..G`).
+    Map(Vec<usize>),
+}
+
+/// Every knob of one compression kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelSpec {
+    /// The preset name this spec came from (or a user label).
+    pub name: String,
+    /// Window size, stride and alignment.
+    pub geometry: Geometry,
+    /// Gate kind.
+    pub gate: GateKind,
+    /// Parameter groups `g(i)`.
+    pub groups: ParamGroups,
+    /// Tied gates: `s^V = s^K` (the value branch has no gate parameters of its own).
+    pub tied: bool,
+    /// One compressed vector serves as key and value (DeepSeek-V4).
+    pub shared_kv: bool,
+    /// RMSNorm (learned weight) on the pooled entry.
+    pub rms_norm: bool,
+    /// Epsilon of that RMSNorm (DeepSeek-V4's `rms_norm_eps`, 1e-6, when absent).
+    #[serde(default = "default_rms_norm_eps")]
+    pub rms_norm_eps: f64,
+    /// Partial RoPE on the entry, if any.
+    pub rope: Option<RopeSpec>,
+    /// When entries become visible to queries.
+    pub visibility: Visibility,
+    /// The `-norope` ablation: a model built on this kernel uses no RoPE anywhere (NoPE).
+    pub nope_model: bool,
+}
+
+/// Default RMSNorm epsilon: DeepSeek-V4's `rms_norm_eps` (config.json of V4-Flash and V4-Pro;
+/// Hugging Face `DeepseekV4Config.rms_norm_eps`).
+pub const RMS_NORM_EPS: f64 = 1e-6;
+
+fn default_rms_norm_eps() -> f64 {
+    RMS_NORM_EPS
+}
+
+/// Model and head widths for a kernel instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KernelDims {
+    /// Width `d` of the hidden states fed to the kernel.
+    pub d_model: usize,
+    /// Width `d_h` of each compressed key/value.
+    pub d_head: usize,
+}
+
+impl KernelDims {
+    /// Validated dims (both at least 1).
+    pub fn new(d_model: usize, d_head: usize) -> Result<Self> {
+        if d_model == 0 {
+            return Err(Error::invalid("d_model", "must be at least 1, got 0"));
+        }
+        if d_head == 0 {
+            return Err(Error::invalid("d_head", "must be at least 1, got 0"));
+        }
+        Ok(KernelDims { d_model, d_head })
+    }
+}
+
+impl KernelSpec {
+    /// A spec from its JSON form (what `phasekv kernel list --json`, dumps' `spec` metadata and
+    /// `kernel check --spec` use), with the geometry re-validated (serde does not call
+    /// [`Geometry::new`]) and group maps checked before any code indexes with them.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let spec: KernelSpec =
+            serde_json::from_str(text).map_err(|e| Error::invalid("spec", format!("not a kernel spec: {e}")))?;
+        let g = spec.geometry;
+        Geometry::new(g.window(), g.stride(), g.alignment())?;
+        if let ParamGroups::Map(m) = &spec.groups {
+            if let Some(&bad) = m.iter().find(|&&k| k >= g.window().max(m.len())) {
+                return Err(Error::invalid(
+                    "groups",
+                    format!("group index {bad} in the group map is not below the window {}", g.window()),
+                ));
+            }
+        }
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Checks the knobs against each other (group map length and coverage); presets always pass.
+    pub fn validate(&self) -> Result<()> {
+        if let ParamGroups::Map(map) = &self.groups {
+            let w = self.geometry.window();
+            if map.len() != w {
+                return Err(Error::invalid(
+                    "groups",
+                    format!("an explicit group map needs one entry per offset ({w}), got {}", map.len()),
+                ));
+            }
+            let g = map.iter().copied().max().unwrap_or(0) + 1;
+            if let Some(missing) = (0..g).find(|k| !map.contains(k)) {
+                return Err(Error::invalid(
+                    "groups",
+                    format!("group indices must cover 0..{g} without gaps; group {missing} is unused"),
+                ));
+            }
+        }
+        if self.tied && self.shared_kv {
+            return Err(Error::invalid("tied", "tied gates need separate K/V branches; shared_kv has only one"));
+        }
+        if let Some(rope) = &self.rope {
+            rope.validate(None)?;
+        }
+        if !(self.rms_norm_eps > 0.0 && self.rms_norm_eps.is_finite()) {
+            return Err(Error::invalid(
+                "rms_norm_eps",
+                format!("must be positive and finite, got {}", self.rms_norm_eps),
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`Self::validate`] plus the checks that need the head width (an absolute RoPE channel
+    /// count, an explicit frequency list).
+    pub fn validate_for(&self, d_head: usize) -> Result<()> {
+        self.validate()?;
+        if let Some(rope) = &self.rope {
+            rope.validate(Some(d_head))?;
+        }
+        Ok(())
+    }
+
+    /// The position entry `j` carries (the RoPE position rule; a kernel without RoPE uses the
+    /// window's first token): the one place this fallback lives.
+    pub fn entry_position(&self, j: usize) -> usize {
+        self.geometry.entry_position(j, self.rope.as_ref().map_or(EntryPosition::First, |r| r.position))
+    }
+
+    /// Number of parameter groups `G`.
+    pub fn num_groups(&self) -> usize {
+        match &self.groups {
+            ParamGroups::PerOffset => self.geometry.window(),
+            ParamGroups::Shared => 1,
+            ParamGroups::Map(map) => map.iter().copied().max().unwrap_or(0) + 1,
+        }
+    }
+
+    /// The group `g(i)` of offset `i`.
+    pub fn group_of(&self, i: usize) -> usize {
+        match &self.groups {
+            ParamGroups::PerOffset => i,
+            ParamGroups::Shared => 0,
+            ParamGroups::Map(map) => map[i],
+        }
+    }
+
+    /// Gate width `d_g` for a head of width `d_head` (0 for uniform gates: no parameters).
+    pub fn gate_width(&self, d_head: usize) -> usize {
+        match self.gate {
+            GateKind::Scalar => 1,
+            GateKind::Vector => d_head,
+            GateKind::Uniform => 0,
+        }
+    }
+
+    /// Whether the value branch has gate parameters of its own.
+    pub fn has_value_gate(&self) -> bool {
+        !self.shared_kv && !self.tied && self.gate != GateKind::Uniform
+    }
+
+    /// A copy with a different gate kind (used by the harness for K7 and K10).
+    pub fn with_gate(&self, gate: GateKind) -> Self {
+        KernelSpec { gate, ..self.clone() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rope_channel_counts_and_frequency_lists_are_validated() {
+        let mut spec = KernelSpec::preset("w4s4").unwrap();
+        let rope = spec.rope.as_mut().unwrap();
+        rope.channels = RopeChannels::Count(24);
+        assert_eq!(rope.rotated_channels(64), 24);
+        spec.validate_for(64).unwrap();
+        assert!(spec.validate_for(16).unwrap_err().to_string().contains("rope.channels.count"));
+        spec.rope.as_mut().unwrap().channels = RopeChannels::Count(3);
+        assert!(spec.validate().unwrap_err().to_string().contains("even"));
+        let rope = spec.rope.as_mut().unwrap();
+        rope.channels = RopeChannels::Count(4);
+        rope.scaling = Some(RopeScaling::Frequencies(vec![1.0, 0.5]));
+        spec.validate_for(8).unwrap();
+        assert_eq!(spec.rope.as_ref().unwrap().inv_frequencies(4), vec![1.0, 0.5]);
+        spec.rope.as_mut().unwrap().scaling = Some(RopeScaling::Frequencies(vec![1.0]));
+        assert!(spec.validate_for(8).unwrap_err().to_string().contains("one frequency per rotated pair"));
+        spec.rms_norm_eps = 0.0;
+        assert!(spec.validate().unwrap_err().to_string().contains("rms_norm_eps"));
+    }
+
+    #[test]
+    fn explicit_group_map_is_validated() {
+        let mut spec = KernelSpec::preset("w4s4").unwrap();
+        spec.groups = ParamGroups::Map(vec![0, 2, 2, 0]);
+        assert!(spec.validate().unwrap_err().to_string().contains("group 1"));
+        spec.groups = ParamGroups::Map(vec![0, 1]);
+        assert!(spec.validate().unwrap_err().to_string().contains("one entry per offset"));
+    }
+}

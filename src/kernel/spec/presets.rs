@@ -1,0 +1,411 @@
+//! The preset registry: every named kernel in one table ([`ALL`]: name, family, one-line
+//! description, constructor), from which `phasekv kernel list`, the error for an unknown name and
+//! the tests derive. Adding a named preset is one row here (plus a test that uses it).
+//!
+//! Besides the listed names, two families are open-ended and parsed from the name:
+//! `w{W}s{S}` (any `1 <= S <= W`) with an optional ablation suffix ([`ABLATIONS`]), and
+//! `dsv4-hca{m}` (DeepSeek-V4's HCA kernel at rate `m`).
+
+use super::rope::{dsv4_rope, RopeChannels, RopeSpec, DSV4_HCA_RATE, ROPE_THETA};
+use super::{GateKind, KernelSpec, ParamGroups, RMS_NORM_EPS};
+use crate::geometry::{Alignment, EntryPosition, Geometry, Visibility};
+use crate::{Error, Result};
+
+/// The family a named preset belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// The paper's generic kernel at one geometry.
+    Paper,
+    /// A paper geometry with one knob changed ([`ABLATIONS`]).
+    Ablation,
+    /// DeepSeek-V4's released compressors.
+    DeepSeekV4,
+    /// The uncompressed baseline.
+    Baseline,
+}
+
+impl Family {
+    /// A short name (`paper`, `ablation`, `dsv4`, `baseline`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Paper => "paper",
+            Family::Ablation => "ablation",
+            Family::DeepSeekV4 => "dsv4",
+            Family::Baseline => "baseline",
+        }
+    }
+}
+
+/// One named preset.
+#[derive(Clone, Copy, Debug)]
+pub struct Preset {
+    /// The name (`w8s4`, `dsv4-csa` ...): public API.
+    pub name: &'static str,
+    /// Its family.
+    pub family: Family,
+    /// One line saying what it is.
+    pub about: &'static str,
+    build: fn(&str) -> Result<KernelSpec>,
+}
+
+impl Preset {
+    /// The spec.
+    pub fn spec(&self) -> Result<KernelSpec> {
+        (self.build)(self.name)
+    }
+}
+
+/// Every named preset, in a stable order: the paper geometries each followed by its four
+/// ablations, then DeepSeek-V4's kernels and the uncompressed baseline.
+pub const ALL: &[Preset] = &[
+    Preset {
+        name: "w4s4",
+        family: Family::Paper,
+        about: "paper geometry: window 4, stride 4 (no overlap)",
+        build: windowed,
+    },
+    Preset {
+        name: "w4s4-scalar",
+        family: Family::Ablation,
+        about: "w4s4 ablation: one gate logit per slot instead of per channel",
+        build: windowed,
+    },
+    Preset {
+        name: "w4s4-uniform",
+        family: Family::Ablation,
+        about: "w4s4 ablation: no learned gate: mean pooling",
+        build: windowed,
+    },
+    Preset {
+        name: "w4s4-tied",
+        family: Family::Ablation,
+        about: "w4s4 ablation: value gate tied to the key gate",
+        build: windowed,
+    },
+    Preset {
+        name: "w4s4-norope",
+        family: Family::Ablation,
+        about: "w4s4 ablation: no RoPE on entries, and a NoPE model",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s4",
+        family: Family::Paper,
+        about: "paper geometry: window 8, stride 4 (overlap 2)",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s4-scalar",
+        family: Family::Ablation,
+        about: "w8s4 ablation: one gate logit per slot instead of per channel",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s4-uniform",
+        family: Family::Ablation,
+        about: "w8s4 ablation: no learned gate: mean pooling",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s4-tied",
+        family: Family::Ablation,
+        about: "w8s4 ablation: value gate tied to the key gate",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s4-norope",
+        family: Family::Ablation,
+        about: "w8s4 ablation: no RoPE on entries, and a NoPE model",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s6",
+        family: Family::Paper,
+        about: "paper geometry: window 8, stride 6 (uneven overlap)",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s6-scalar",
+        family: Family::Ablation,
+        about: "w8s6 ablation: one gate logit per slot instead of per channel",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s6-uniform",
+        family: Family::Ablation,
+        about: "w8s6 ablation: no learned gate: mean pooling",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s6-tied",
+        family: Family::Ablation,
+        about: "w8s6 ablation: value gate tied to the key gate",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s6-norope",
+        family: Family::Ablation,
+        about: "w8s6 ablation: no RoPE on entries, and a NoPE model",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s8",
+        family: Family::Paper,
+        about: "paper geometry: window 8, stride 8 (no overlap)",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s8-scalar",
+        family: Family::Ablation,
+        about: "w8s8 ablation: one gate logit per slot instead of per channel",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s8-uniform",
+        family: Family::Ablation,
+        about: "w8s8 ablation: no learned gate: mean pooling",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s8-tied",
+        family: Family::Ablation,
+        about: "w8s8 ablation: value gate tied to the key gate",
+        build: windowed,
+    },
+    Preset {
+        name: "w8s8-norope",
+        family: Family::Ablation,
+        about: "w8s8 ablation: no RoPE on entries, and a NoPE model",
+        build: windowed,
+    },
+    Preset {
+        name: "w12s12",
+        family: Family::Paper,
+        about: "paper geometry: window 12, stride 12 (no overlap)",
+        build: windowed,
+    },
+    Preset {
+        name: "w12s12-scalar",
+        family: Family::Ablation,
+        about: "w12s12 ablation: one gate logit per slot instead of per channel",
+        build: windowed,
+    },
+    Preset {
+        name: "w12s12-uniform",
+        family: Family::Ablation,
+        about: "w12s12 ablation: no learned gate: mean pooling",
+        build: windowed,
+    },
+    Preset {
+        name: "w12s12-tied",
+        family: Family::Ablation,
+        about: "w12s12 ablation: value gate tied to the key gate",
+        build: windowed,
+    },
+    Preset {
+        name: "w12s12-norope",
+        family: Family::Ablation,
+        about: "w12s12 ablation: no RoPE on entries, and a NoPE model",
+        build: windowed,
+    },
+    Preset {
+        name: "dsv4-csa",
+        family: Family::DeepSeekV4,
+        about: "DeepSeek-V4 CSA: W=8 S=4 pad-left, two groups, shared K/V, RMSNorm, partial YaRN RoPE",
+        build: dsv4_csa,
+    },
+    Preset {
+        name: "dsv4-hca",
+        family: Family::DeepSeekV4,
+        about: "DeepSeek-V4 HCA: W=S=128, shared K/V, RMSNorm, partial YaRN RoPE (dsv4-hca{m}: rate m)",
+        build: dsv4_hca,
+    },
+    Preset {
+        name: "full",
+        family: Family::Baseline,
+        about: "no compression: every token is its own entry (W=S=1, uniform)",
+        build: full,
+    },
+];
+
+/// One ablation: the `-suffix` and the knob it changes.
+pub type Ablation = (&'static str, fn(&mut KernelSpec));
+
+/// The single-knob ablations a `w{W}s{S}` name takes as a `-suffix`.
+pub const ABLATIONS: &[Ablation] =
+    &[("scalar", ablate_scalar), ("uniform", ablate_uniform), ("tied", ablate_tied), ("norope", ablate_norope)];
+
+fn ablate_scalar(spec: &mut KernelSpec) {
+    spec.gate = GateKind::Scalar;
+}
+
+fn ablate_uniform(spec: &mut KernelSpec) {
+    spec.gate = GateKind::Uniform;
+}
+
+fn ablate_tied(spec: &mut KernelSpec) {
+    spec.tied = true;
+}
+
+fn ablate_norope(spec: &mut KernelSpec) {
+    spec.rope = None;
+    spec.nope_model = true;
+}
+
+/// The listed preset with this name.
+pub fn by_name(name: &str) -> Option<&'static Preset> {
+    ALL.iter().find(|p| p.name == name)
+}
+
+/// The listed names, in table order.
+pub fn names() -> Vec<&'static str> {
+    ALL.iter().map(|p| p.name).collect()
+}
+
+/// The listed names as owned strings (what callers that build labels use).
+pub fn preset_names() -> Vec<String> {
+    ALL.iter().map(|p| p.name.to_string()).collect()
+}
+
+/// The error for a name that is neither listed nor of an open-ended family, derived from the
+/// table: one line naming the field, the value and what is accepted.
+fn unknown(name: &str) -> Error {
+    let listed: Vec<&str> = ALL.iter().filter(|p| p.family != Family::Ablation).map(|p| p.name).collect();
+    let suffixes: Vec<String> = ABLATIONS.iter().map(|(s, _)| format!("-{s}")).collect();
+    Error::invalid(
+        "preset",
+        format!(
+            "unknown preset '{name}'; expected one of {}, dsv4-hca{{m}}, or w{{W}}s{{S}} (1 <= S <= W) with an \
+             optional suffix {} (e.g. w8s4-tied); `phasekv kernel list` shows them",
+            listed.join(", "),
+            suffixes.join(", ")
+        ),
+    )
+}
+
+impl KernelSpec {
+    /// The spec of a named preset: a listed one ([`ALL`]), `dsv4-hca{m}` or `w{W}s{S}[-suffix]`.
+    /// An unknown name is an error naming the field `preset` and the accepted forms.
+    pub fn preset(name: &str) -> Result<Self> {
+        match by_name(name) {
+            Some(p) => p.spec(),
+            None if name.starts_with("dsv4-hca") => dsv4_hca(name),
+            None => windowed(name),
+        }
+    }
+
+    /// The paper's generic kernel: vector gates, per-offset parameters, untied, separate K/V,
+    /// no RMSNorm, RoPE on every channel at the entry's first token.
+    fn generic(name: &str, geometry: Geometry) -> Self {
+        KernelSpec {
+            name: name.into(),
+            geometry,
+            gate: GateKind::Vector,
+            groups: ParamGroups::PerOffset,
+            tied: false,
+            shared_kv: false,
+            rms_norm: false,
+            rms_norm_eps: RMS_NORM_EPS,
+            rope: Some(RopeSpec::plain(RopeChannels::All, EntryPosition::First, ROPE_THETA)),
+            visibility: Visibility::Inclusive,
+            nope_model: false,
+        }
+    }
+}
+
+/// `w{W}s{S}` with an optional ablation suffix.
+fn windowed(name: &str) -> Result<KernelSpec> {
+    let (base, suffix) = match name.split_once('-') {
+        Some((b, s)) => (b, Some(s)),
+        None => (name, None),
+    };
+    let rest = base.strip_prefix('w').ok_or_else(|| unknown(name))?;
+    let (w, s) = rest.split_once('s').ok_or_else(|| unknown(name))?;
+    let window: usize = w.parse().map_err(|_| unknown(name))?;
+    let stride: usize = s.parse().map_err(|_| unknown(name))?;
+    let geometry = Geometry::new(window, stride, Alignment::Start)?;
+    let mut spec = KernelSpec::generic(name, geometry);
+    if let Some(suffix) = suffix {
+        let (_, ablate) = ABLATIONS.iter().find(|(s, _)| *s == suffix).ok_or_else(|| unknown(name))?;
+        ablate(&mut spec);
+    }
+    Ok(spec)
+}
+
+/// No compression: `W = S = 1`, uniform pooling, one shared projection.
+fn full(name: &str) -> Result<KernelSpec> {
+    let mut spec = KernelSpec::generic(name, Geometry::new(1, 1, Alignment::Start)?);
+    spec.gate = GateKind::Uniform;
+    spec.groups = ParamGroups::Shared;
+    Ok(spec)
+}
+
+/// DeepSeek-V4's CSA compressor.
+fn dsv4_csa(name: &str) -> Result<KernelSpec> {
+    Ok(KernelSpec {
+        name: name.into(),
+        geometry: Geometry::new(8, 4, Alignment::PadLeft)?,
+        gate: GateKind::Vector,
+        groups: ParamGroups::Map(vec![0, 0, 0, 0, 1, 1, 1, 1]),
+        tied: false,
+        shared_kv: true,
+        rms_norm: true,
+        rms_norm_eps: RMS_NORM_EPS,
+        rope: Some(dsv4_rope(EntryPosition::StrideStart)),
+        visibility: Visibility::Inclusive,
+        nope_model: false,
+    })
+}
+
+/// DeepSeek-V4's HCA compressor: `dsv4-hca` is the released `m' = 128`, `dsv4-hca{m}` the same
+/// kernel at rate `m` (Hugging Face's tiny test configs use small rates).
+fn dsv4_hca(name: &str) -> Result<KernelSpec> {
+    let rate = name.strip_prefix("dsv4-hca").ok_or_else(|| unknown(name))?;
+    let m = if rate.is_empty() { DSV4_HCA_RATE } else { rate.parse().map_err(|_| unknown(name))? };
+    Ok(KernelSpec {
+        name: name.into(),
+        geometry: Geometry::new(m, m, Alignment::Start)?,
+        gate: GateKind::Vector,
+        groups: ParamGroups::Shared,
+        tied: false,
+        shared_kv: true,
+        rms_norm: true,
+        rms_norm_eps: RMS_NORM_EPS,
+        rope: Some(dsv4_rope(EntryPosition::First)),
+        visibility: Visibility::Inclusive,
+        nope_model: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_preset_parses_and_validates() {
+        for p in ALL {
+            let spec = KernelSpec::preset(p.name).unwrap();
+            spec.validate().unwrap();
+            assert_eq!(spec.name, p.name);
+            assert_eq!(p.family == Family::Ablation, ABLATIONS.iter().any(|(s, _)| p.name.ends_with(&format!("-{s}"))));
+        }
+        let mut seen = std::collections::HashSet::new();
+        assert!(ALL.iter().all(|p| seen.insert(p.name)), "duplicate preset name");
+    }
+
+    #[test]
+    fn unknown_and_impossible_presets_are_one_line_errors() {
+        for bad in ["w8", "w8s", "x8s4", "w8s4-fast", "", "wAs4", "w8s4-", "dsv4-hcaX"] {
+            let e = KernelSpec::preset(bad).unwrap_err().to_string();
+            assert!(e.starts_with("invalid preset"), "{bad}: {e}");
+            assert!(!e.contains('\n'));
+            for p in ALL.iter().filter(|p| p.family != Family::Ablation) {
+                assert!(e.contains(p.name), "{bad}: the error lists {}: {e}", p.name);
+            }
+        }
+        let e = KernelSpec::preset("w4s8").unwrap_err().to_string();
+        assert!(e.contains("stride"), "{e}");
+        let e = KernelSpec::preset("w0s0").unwrap_err().to_string();
+        assert!(e.contains("window"), "{e}");
+    }
+}

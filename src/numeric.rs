@@ -1,0 +1,74 @@
+//! The scalar formulas every layer shares, written once: softmax and log-sum-exp over a slice.
+//!
+//! This is the bottom layer: it imports nothing from the crate. The kernel reference
+//! ([`crate::kernel::reference`], [`crate::kernel::attention`]), the fused CPU forward and the
+//! theory ([`crate::theory::task`]) all call these; the tensor twins (softmax over a tensor
+//! axis, RMSNorm) live in [`crate::kernel::tensor::ops`].
+//!
+//! Both shift by the maximum before exponentiating (no overflow for any finite input), sum in
+//! slice order and divide (not multiply by a reciprocal), so that every caller computes
+//! bit-identical values for the same inputs; the streaming-equals-one-shot invariant (K11) and
+//! the reference dumps rely on that.
+
+use num_traits::Float;
+
+/// The largest element (`-inf` for an empty slice).
+#[inline]
+pub fn max<F: Float>(xs: &[F]) -> F {
+    xs.iter().copied().fold(F::neg_infinity(), F::max)
+}
+
+/// `out[i] = exp(x[i] - m) / sum_k exp(x[k] - m)` with `m = max(x)`; `out` has `x`'s length.
+#[inline]
+pub fn softmax_into<F: Float>(logits: &[F], out: &mut [F]) {
+    let m = max(logits);
+    let mut z = F::zero();
+    for (o, &x) in out.iter_mut().zip(logits) {
+        *o = (x - m).exp();
+        z = z + *o;
+    }
+    out.iter_mut().for_each(|o| *o = *o / z);
+}
+
+/// Softmax in place ([`softmax_into`] on the same slice).
+#[inline]
+pub fn softmax_in_place<F: Float>(xs: &mut [F]) {
+    let m = max(xs);
+    let mut z = F::zero();
+    for x in xs.iter_mut() {
+        *x = (*x - m).exp();
+        z = z + *x;
+    }
+    xs.iter_mut().for_each(|x| *x = *x / z);
+}
+
+/// `log sum_k exp(x[k])`, computed as `m + log sum_k exp(x[k] - m)` with `m = max(x)`.
+#[inline]
+pub fn log_sum_exp<F: Float>(xs: impl IntoIterator<Item = F> + Clone) -> F {
+    let m = xs.clone().into_iter().fold(F::neg_infinity(), F::max);
+    m + xs.into_iter().fold(F::zero(), |acc, x| acc + (x - m).exp()).ln()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_sums_to_one_and_survives_large_logits() {
+        let mut out = [0.0; 3];
+        softmax_into(&[1000.0, 1000.0, 999.0], &mut out);
+        assert!((out.iter().sum::<f64>() - 1.0).abs() < 1e-15);
+        assert!((out[0] - out[1]).abs() < 1e-15 && out[2] < out[0]);
+        let mut same = [1000.0, 1000.0, 999.0];
+        softmax_in_place(&mut same);
+        assert_eq!(same, out);
+    }
+
+    #[test]
+    fn log_sum_exp_matches_the_definition() {
+        let xs = [0.5f64, -1.0, 2.0];
+        let direct = xs.iter().map(|x| x.exp()).sum::<f64>().ln();
+        assert!((log_sum_exp(xs.iter().copied()) - direct).abs() < 1e-14);
+        assert!((log_sum_exp([800.0f64, 800.0]) - (800.0 + 2f64.ln())).abs() < 1e-12);
+    }
+}
