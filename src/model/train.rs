@@ -4,13 +4,16 @@
 //! safetensors, a JSONL log, and `metrics.json` at the end. Progress goes to an [`Observer`];
 //! nothing here prints.
 
+use super::config::Engine;
 use super::config::RunConfig;
 use super::decoder::{Decoder, MODEL_DTYPE};
+use super::fast::FastDecoder;
 use super::optim::AdamW;
 use super::params::ParamStore;
 use super::run::{write_atomic, write_json_atomic, RunDir, RunStart};
 use crate::task::{Sample, TaskConfig};
 use crate::{Error, Result};
+use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -115,6 +118,34 @@ pub struct BatchResult {
     pub tokens: usize,
 }
 
+/// One training step's loss value, exact-match count, queries and gradients, computed by the
+/// candle autodiff path (`fast` is `None`) or the fast engine.
+fn loss_and_grads(
+    model: &Decoder,
+    fast: Option<&FastDecoder>,
+    batch: &Batch,
+) -> Result<(f64, usize, usize, GradStore)> {
+    match fast {
+        None => {
+            let r = evaluate_batch(model, batch)?;
+            let loss = r.loss.to_scalar::<f32>()? as f64;
+            Ok((loss, r.exact, r.queries, r.loss.backward()?))
+        }
+        Some(f) => {
+            let out = f.step(batch)?;
+            Ok((out.loss, out.exact, out.queries, f.grad_store(out.grads)?))
+        }
+    }
+}
+
+/// The fast engine of `model` when `config` selects it.
+fn engine_for(config: &RunConfig, model: &Model) -> Result<Option<FastDecoder>> {
+    match config.train.engine {
+        Engine::Candle => Ok(None),
+        Engine::Fast => Ok(Some(FastDecoder::new(&config.model, config.task.vocab_size(), model.store.vars())?)),
+    }
+}
+
 /// Loss and exact-match counts of `model` on `batch`.
 pub fn evaluate_batch(model: &Decoder, batch: &Batch) -> Result<BatchResult> {
     let fwd = model.forward(&batch.tokens)?;
@@ -198,6 +229,10 @@ pub struct Metrics {
     /// Content hash of `model.safetensors` as saved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights_hash: Option<String>,
+    /// The engine that computed the gradients (`candle` or `fast`; absent in runs from before
+    /// it was recorded, which are all `candle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 /// The latest checkpoint, as recorded in `checkpoint.json`.
@@ -582,12 +617,14 @@ pub fn train(
         "preset": config.model.preset,
         "dtype": "f32",
         "device": "cpu",
+        "engine": config.train.engine.name(),
     });
     if let (Some(o), serde_json::Value::Object(extra)) = (env.as_object_mut(), environment) {
         o.extend(extra);
     }
     let (run, start) = RunDir::open(out, config, env)?;
     let model = Model::new(config, &device)?;
+    let fast = engine_for(config, &model)?;
     let tc = &config.train;
     let mut opt = AdamW::new(model.store.vars(), tc.beta1, tc.beta2, tc.weight_decay)?;
     let mut step = 0usize;
@@ -656,8 +693,7 @@ pub fn train(
     while step < tc.steps {
         let samples = training_batch(config, step);
         let batch = Batch::new(&samples, &device)?;
-        let r = evaluate_batch(&model.decoder, &batch)?;
-        let loss_value = r.loss.to_scalar::<f32>()? as f64;
+        let (loss_value, exact, queries, grads) = loss_and_grads(&model.decoder, fast.as_ref(), &batch)?;
         if !loss_value.is_finite() {
             return Err(Error::Diverged {
                 step: step + 1,
@@ -667,7 +703,6 @@ pub fn train(
             });
         }
         let initial = *initial_loss.get_or_insert(loss_value);
-        let grads = r.loss.backward()?;
         let grad_norm = opt.grad_norm(&grads)?;
         let scale = if tc.grad_clip > 0.0 && grad_norm > tc.grad_clip { tc.grad_clip / grad_norm } else { 1.0 };
         let lr = tc.lr_at(step);
@@ -677,7 +712,7 @@ pub fn train(
             step,
             total: tc.steps,
             loss: loss_value,
-            accuracy: r.exact as f64 / r.queries.max(1) as f64,
+            accuracy: exact as f64 / queries.max(1) as f64,
             lr,
             grad_norm,
             elapsed_s: elapsed(&t0),
@@ -731,6 +766,7 @@ pub fn train(
         evals,
         config_hash: Some(config.identity()),
         weights_hash: Some(weights_hash),
+        engine: Some(tc.engine.name().into()),
     };
     // Learning curve as CSV next to the log, for plots.
     let mut csv = String::from("step,eval_loss,eval_accuracy,eval_token_accuracy\n");
@@ -747,6 +783,8 @@ pub fn train(
 pub struct StepBench {
     /// Kernel preset.
     pub preset: String,
+    /// Engine timed (`candle` or `fast`).
+    pub engine: String,
     /// Timed steps (after `warmup` untimed ones).
     pub steps: usize,
     /// Median seconds per step.
@@ -766,14 +804,14 @@ pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<St
     crate::limits::check_range("--bench", steps, 1, crate::limits::MAX_BENCH_STEPS)?;
     let device = Device::Cpu;
     let model = Model::new(config, &device)?;
+    let fast = engine_for(config, &model)?;
     let tc = &config.train;
     let mut opt = AdamW::new(model.store.vars(), tc.beta1, tc.beta2, tc.weight_decay)?;
     let mut times = Vec::with_capacity(steps);
     for step in 0..warmup + steps {
         let t0 = Instant::now();
         let batch = Batch::new(&training_batch(config, step), &device)?;
-        let r = evaluate_batch(&model.decoder, &batch)?;
-        let grads = r.loss.backward()?;
+        let (_, _, _, grads) = loss_and_grads(&model.decoder, fast.as_ref(), &batch)?;
         let norm = opt.grad_norm(&grads)?;
         let scale = if tc.grad_clip > 0.0 && norm > tc.grad_clip { tc.grad_clip / norm } else { 1.0 };
         opt.step(&grads, tc.lr_at(step), scale)?;
@@ -787,6 +825,7 @@ pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<St
     let tokens_per_step = tc.batch_size * config.task.seq_len();
     Ok(StepBench {
         preset: config.model.preset.clone(),
+        engine: tc.engine.name().into(),
         steps,
         median_s,
         mean_s,
