@@ -122,7 +122,7 @@ pub struct BatchResult {
 /// candle autodiff path (`fast` is `None`) or the fast engine.
 fn loss_and_grads(
     model: &Decoder,
-    fast: Option<&FastDecoder>,
+    fast: Option<&mut FastDecoder>,
     batch: &Batch,
 ) -> Result<(f64, usize, usize, GradStore)> {
     match fast {
@@ -624,7 +624,7 @@ pub fn train(
     }
     let (run, start) = RunDir::open(out, config, env)?;
     let model = Model::new(config, &device)?;
-    let fast = engine_for(config, &model)?;
+    let mut fast = engine_for(config, &model)?;
     let tc = &config.train;
     let mut opt = AdamW::new(model.store.vars(), tc.beta1, tc.beta2, tc.weight_decay)?;
     let mut step = 0usize;
@@ -693,7 +693,7 @@ pub fn train(
     while step < tc.steps {
         let samples = training_batch(config, step);
         let batch = Batch::new(&samples, &device)?;
-        let (loss_value, exact, queries, grads) = loss_and_grads(&model.decoder, fast.as_ref(), &batch)?;
+        let (loss_value, exact, queries, grads) = loss_and_grads(&model.decoder, fast.as_mut(), &batch)?;
         if !loss_value.is_finite() {
             return Err(Error::Diverged {
                 step: step + 1,
@@ -840,7 +840,7 @@ pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<St
     crate::limits::check_range("--bench", steps, 1, crate::limits::MAX_BENCH_STEPS)?;
     let device = Device::Cpu;
     let model = Model::new(config, &device)?;
-    let fast = engine_for(config, &model)?;
+    let mut fast = engine_for(config, &model)?;
     let tc = &config.train;
     let mut opt = AdamW::new(model.store.vars(), tc.beta1, tc.beta2, tc.weight_decay)?;
     let mut times = Vec::with_capacity(steps);
@@ -849,7 +849,7 @@ pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<St
         let t0 = Instant::now();
         let batch = Batch::new(&training_batch(config, step), &device)?;
         scored = batch.idx.dim(0)?;
-        let (_, _, _, grads) = loss_and_grads(&model.decoder, fast.as_ref(), &batch)?;
+        let (_, _, _, grads) = loss_and_grads(&model.decoder, fast.as_mut(), &batch)?;
         let norm = opt.grad_norm(&grads)?;
         let scale = if tc.grad_clip > 0.0 && norm > tc.grad_clip { tc.grad_clip / norm } else { 1.0 };
         opt.step(&grads, tc.lr_at(step), scale)?;

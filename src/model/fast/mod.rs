@@ -90,16 +90,19 @@ pub struct StepOutput {
 }
 
 /// The fast engine bound to a model's parameters (candle `Var`s, read at every step, so the
-/// optimiser, checkpoints and resume are the same as the candle path's).
+/// optimiser, checkpoints and resume are the same as the candle path's). It keeps its
+/// activation and gradient buffers between steps (no allocation or page zeroing per step).
 #[derive(Debug)]
 pub struct FastDecoder {
     cfg: ModelConfig,
     vocab: usize,
     vars: Vec<(String, Var)>,
     rope_freqs: Option<Vec<f64>>,
+    work: Workspace,
 }
 
 /// What the forward pass keeps for the backward pass, per layer.
+#[derive(Default)]
 struct LayerCache {
     x_in: Vec<f32>,
     r1: Vec<f32>,
@@ -117,13 +120,54 @@ struct LayerCache {
     r2: Vec<f32>,
     h2: Vec<f32>,
     g: Vec<f32>,
+    sg: Vec<f32>,
     u: Vec<f32>,
     a: Vec<f32>,
+}
+
+/// Buffers reused from step to step. Every buffer is fully written before it is read, except
+/// those zeroed explicitly (gradients, scatter targets).
+#[derive(Default)]
+struct Workspace {
+    layers: Vec<LayerCache>,
+    x: Vec<f32>,
+    hf: Vec<f32>,
+    rf: Vec<f32>,
+    hs: Vec<f32>,
+    logits: Vec<f32>,
+    dhs: Vec<f32>,
+    dhf: Vec<f32>,
+    dx: Vec<f32>,
+    da: Vec<f32>,
+    dg: Vec<f32>,
+    dhid: Vec<f32>,
+    d_o: Vec<f32>,
+    dq: Vec<f32>,
+    dk: Vec<f32>,
+    dv: Vec<f32>,
+    dqp: Vec<f32>,
+    dkp: Vec<f32>,
+    ds: Vec<f32>,
+}
+
+impl std::fmt::Debug for Workspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Workspace({} layers)", self.layers.len())
+    }
+}
+
+/// Sizes `v` to `n` elements (contents unspecified: the caller overwrites them).
+fn size(v: &mut Vec<f32>, n: usize) {
+    v.resize(n, 0.0);
 }
 
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
+
+/// Query rows per block of the causal attention: a block of rows `r0..r1` needs keys `0..r1`
+/// only, which skips about a third of the score and weighted-sum work at `T = 98`.
+const ROW_BLOCK: usize = 32;
 
 impl FastDecoder {
     /// The engine for `config` over the variables of its parameter store (every decoder
@@ -156,7 +200,7 @@ impl FastDecoder {
             }
             _ => None,
         };
-        Ok(FastDecoder { cfg: config.clone(), vocab, vars, rope_freqs })
+        Ok(FastDecoder { cfg: config.clone(), vocab, vars, rope_freqs, work: Workspace::default() })
     }
 
     /// Parameter names, in the order of [`StepOutput::grads`].
@@ -176,7 +220,7 @@ impl FastDecoder {
     }
 
     /// Loss, accuracy counts and gradients of `batch` at the variables' current values.
-    pub fn step(&self, batch: &Batch) -> Result<StepOutput> {
+    pub fn step(&mut self, batch: &Batch) -> Result<StepOutput> {
         let params: Vec<Vec<f32>> = self
             .vars
             .iter()
@@ -187,10 +231,7 @@ impl FastDecoder {
         let idx = batch.idx.to_vec1::<u32>()?;
         let targets = batch.targets.to_vec1::<u32>()?;
         if let Some(&bad) = tokens.iter().chain(&targets).find(|&&v| v as usize >= self.vocab) {
-            return Err(Error::invalid(
-                "tokens",
-                format!("token id {bad} is outside the vocabulary 0..{}", self.vocab),
-            ));
+            return Err(Error::invalid("tokens", format!("token id {bad} is outside the vocabulary 0..{}", self.vocab)));
         }
         if let Some(&bad) = idx.iter().find(|&&i| i as usize >= b * t) {
             return Err(Error::invalid("batch.idx", format!("position {bad} is outside 0..{}", b * t)));
@@ -200,7 +241,7 @@ impl FastDecoder {
 
     #[allow(clippy::too_many_arguments)]
     fn run(
-        &self,
+        &mut self,
         w: &[Vec<f32>],
         b: usize,
         t: usize,
@@ -210,43 +251,48 @@ impl FastDecoder {
         n_queries: usize,
     ) -> StepOutput {
         let c = &self.cfg;
-        let (d, dh, hq, hkv, ff, nl, vocab) =
-            (c.d_model, c.d_head, c.n_head, c.n_kv_head, c.d_ff, c.n_layer, self.vocab);
+        let (d, dh, hq, hkv, ff, nl, vocab) = (c.d_model, c.d_head, c.n_head, c.n_kv_head, c.d_ff, c.n_layer, self.vocab);
         let bt = b * t;
         let (qw, kw) = (hq * dh, hkv * dh);
         let eps = NORM_EPS as f32;
         let rope = self.rope_freqs.as_ref().map(|f| Rope::new(f, t));
         let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * LAYER.len() + j] };
         let (embed, final_norm, lm_head) = (&w[0], &w[1 + nl * LAYER.len()], &w[2 + nl * LAYER.len()]);
+        let ws = &mut self.work;
+        ws.layers.resize_with(nl, LayerCache::default);
 
         // ---- forward ----
-        let mut x = vec![0f32; bt * d];
-        for (row, &tok) in x.chunks_exact_mut(d).zip(tokens) {
+        size(&mut ws.x, bt * d);
+        for (row, &tok) in ws.x.chunks_exact_mut(d).zip(tokens) {
             row.copy_from_slice(&embed[tok as usize * d..(tok as usize + 1) * d]);
         }
-        let mut caches = Vec::with_capacity(nl);
         for l in 0..nl {
-            let mut cache = LayerCache {
-                r1: vec![0.0; bt],
-                h1: vec![0.0; bt * d],
-                qp: vec![0.0; bt * qw],
-                rq: vec![0.0; bt * hq],
-                q: vec![0.0; bt * qw],
-                kp: vec![0.0; bt * kw],
-                rk: vec![0.0; bt * hkv],
-                k: vec![0.0; bt * kw],
-                v: vec![0.0; bt * kw],
-                p: vec![0.0; b * hq * t * t],
-                o: vec![0.0; bt * qw],
-                x_mid: x.clone(),
-                r2: vec![0.0; bt],
-                h2: vec![0.0; bt * d],
-                g: vec![0.0; bt * ff],
-                u: vec![0.0; bt * ff],
-                a: vec![0.0; bt * ff],
-                x_in: x,
-            };
-            let cc = &mut cache;
+            let cc = &mut ws.layers[l];
+            for (v, n) in [
+                (&mut cc.x_in, bt * d),
+                (&mut cc.r1, bt),
+                (&mut cc.h1, bt * d),
+                (&mut cc.qp, bt * qw),
+                (&mut cc.rq, bt * hq),
+                (&mut cc.q, bt * qw),
+                (&mut cc.kp, bt * kw),
+                (&mut cc.rk, bt * hkv),
+                (&mut cc.k, bt * kw),
+                (&mut cc.v, bt * kw),
+                (&mut cc.p, b * hq * t * t),
+                (&mut cc.o, bt * qw),
+                (&mut cc.x_mid, bt * d),
+                (&mut cc.r2, bt),
+                (&mut cc.h2, bt * d),
+                (&mut cc.g, bt * ff),
+                (&mut cc.sg, bt * ff),
+                (&mut cc.u, bt * ff),
+                (&mut cc.a, bt * ff),
+            ] {
+                size(v, n);
+            }
+            cc.x_in.copy_from_slice(&ws.x);
+            cc.x_mid.copy_from_slice(&ws.x);
             rms_norm(&cc.x_in, lw(l, ATTN_NORM), eps, &mut cc.h1, &mut cc.r1);
             gemm(bt, qw, d, &mut cc.qp, qw, false, View::rows(&cc.h1, d), View::rows(lw(l, WQ), qw));
             gemm(bt, kw, d, &mut cc.kp, kw, false, View::rows(&cc.h1, d), View::rows(lw(l, WK), kw));
@@ -266,28 +312,28 @@ impl FastDecoder {
             rms_norm(&cc.x_mid, lw(l, MLP_NORM), eps, &mut cc.h2, &mut cc.r2);
             gemm(bt, ff, d, &mut cc.g, ff, false, View::rows(&cc.h2, d), View::rows(lw(l, W_GATE), ff));
             gemm(bt, ff, d, &mut cc.u, ff, false, View::rows(&cc.h2, d), View::rows(lw(l, W_UP), ff));
-            for ((a, &g), &u) in cc.a.iter_mut().zip(&cc.g).zip(&cc.u) {
-                *a = g * sigmoid(g) * u;
+            for (((a, sg), &g), &u) in cc.a.iter_mut().zip(cc.sg.iter_mut()).zip(&cc.g).zip(&cc.u) {
+                *sg = sigmoid(g);
+                *a = g * *sg * u;
             }
-            x = cc.x_mid.clone();
-            gemm(bt, d, ff, &mut x, d, true, View::rows(&cc.a, ff), View::rows(lw(l, W_DOWN), d));
-            caches.push(cache);
+            ws.x.copy_from_slice(&cc.x_mid);
+            gemm(bt, d, ff, &mut ws.x, d, true, View::rows(&cc.a, ff), View::rows(lw(l, W_DOWN), d));
         }
-        let mut hf = vec![0f32; bt * d];
-        let mut rf = vec![0f32; bt];
-        rms_norm(&x, final_norm, eps, &mut hf, &mut rf);
+        size(&mut ws.hf, bt * d);
+        size(&mut ws.rf, bt);
+        rms_norm(&ws.x, final_norm, eps, &mut ws.hf, &mut ws.rf);
         let n = idx.len();
-        let mut hs = vec![0f32; n * d];
-        for (row, &i) in hs.chunks_exact_mut(d).zip(idx) {
-            row.copy_from_slice(&hf[i as usize * d..(i as usize + 1) * d]);
+        size(&mut ws.hs, n * d);
+        for (row, &i) in ws.hs.chunks_exact_mut(d).zip(idx) {
+            row.copy_from_slice(&ws.hf[i as usize * d..(i as usize + 1) * d]);
         }
-        let mut logits = vec![0f32; n * vocab];
-        gemm(n, vocab, d, &mut logits, vocab, false, View::rows(&hs, d), View::rows(lm_head, vocab));
+        size(&mut ws.logits, n * vocab);
+        gemm(n, vocab, d, &mut ws.logits, vocab, false, View::rows(&ws.hs, d), View::rows(lm_head, vocab));
 
         // ---- loss, accuracy, and d loss / d logits (in place) ----
         let mut loss = 0f64;
         let mut hits = Vec::with_capacity(n);
-        for (row, &tgt) in logits.chunks_exact_mut(vocab).zip(targets) {
+        for (row, &tgt) in ws.logits.chunks_exact_mut(vocab).zip(targets) {
             let (mut best, mut arg) = (f32::NEG_INFINITY, 0usize);
             for (j, &v) in row.iter().enumerate() {
                 if v > best {
@@ -311,67 +357,73 @@ impl FastDecoder {
         // ---- backward ----
         let mut grads: Vec<Vec<f32>> = w.iter().map(|p| vec![0f32; p.len()]).collect();
         let (g_embed_i, g_final_i, g_head_i) = (0, 1 + nl * LAYER.len(), 2 + nl * LAYER.len());
-        let dlogits = logits;
-        gemm(d, vocab, n, &mut grads[g_head_i], vocab, false, View::t(&hs, d), View::rows(&dlogits, vocab));
-        let mut dhs = vec![0f32; n * d];
-        gemm(n, d, vocab, &mut dhs, d, false, View::rows(&dlogits, vocab), View::t(lm_head, vocab));
-        let mut dhf = vec![0f32; bt * d];
-        for (row, &i) in dhs.chunks_exact(d).zip(idx) {
-            for (a, &g) in dhf[i as usize * d..(i as usize + 1) * d].iter_mut().zip(row) {
+        let dlogits = &ws.logits;
+        gemm(d, vocab, n, &mut grads[g_head_i], vocab, false, View::t(&ws.hs, d), View::rows(dlogits, vocab));
+        size(&mut ws.dhs, n * d);
+        gemm(n, d, vocab, &mut ws.dhs, d, false, View::rows(dlogits, vocab), View::t(lm_head, vocab));
+        size(&mut ws.dhf, bt * d);
+        ws.dhf.fill(0.0);
+        for (row, &i) in ws.dhs.chunks_exact(d).zip(idx) {
+            for (a, &g) in ws.dhf[i as usize * d..(i as usize + 1) * d].iter_mut().zip(row) {
                 *a += g;
             }
         }
-        let mut dx = vec![0f32; bt * d];
-        rms_norm_back(&x, final_norm, &rf, &dhf, &mut dx, false, &mut grads[g_final_i]);
-        drop(dhf);
-        let mut da = vec![0f32; bt * ff];
-        let mut dg = vec![0f32; bt * ff];
-        let mut dhid = vec![0f32; bt * d];
-        let mut d_o = vec![0f32; bt * qw];
-        let mut dq = vec![0f32; bt * qw];
-        let mut dk = vec![0f32; bt * kw];
-        let mut dv = vec![0f32; bt * kw];
-        let mut dqp = vec![0f32; bt * qw];
-        let mut dkp = vec![0f32; bt * kw];
+        size(&mut ws.dx, bt * d);
+        rms_norm_back(&ws.x, final_norm, &ws.rf, &ws.dhf, &mut ws.dx, false, &mut grads[g_final_i]);
+        for (v, n) in [
+            (&mut ws.da, bt * ff),
+            (&mut ws.dg, bt * ff),
+            (&mut ws.dhid, bt * d),
+            (&mut ws.d_o, bt * qw),
+            (&mut ws.dq, bt * qw),
+            (&mut ws.dk, bt * kw),
+            (&mut ws.dv, bt * kw),
+            (&mut ws.dqp, bt * qw),
+            (&mut ws.dkp, bt * kw),
+            (&mut ws.ds, t * t),
+        ] {
+            size(v, n);
+        }
+        let dx = &mut ws.dx;
         for l in (0..nl).rev() {
-            let cc = &caches[l];
+            let cc = &ws.layers[l];
             let gi = |j: usize| 1 + l * LAYER.len() + j;
             // x_out = x_mid + a @ w_down
-            gemm(ff, d, bt, &mut grads[gi(W_DOWN)], d, false, View::t(&cc.a, ff), View::rows(&dx, d));
-            gemm(bt, ff, d, &mut da, ff, false, View::rows(&dx, d), View::t(lw(l, W_DOWN), d));
+            gemm(ff, d, bt, &mut grads[gi(W_DOWN)], d, false, View::t(&cc.a, ff), View::rows(dx, d));
+            gemm(bt, ff, d, &mut ws.da, ff, false, View::rows(dx, d), View::t(lw(l, W_DOWN), d));
             // a = silu(g) * u: da becomes du, dg the gate's gradient.
-            for (((dav, dgv), &g), &u) in da.iter_mut().zip(dg.iter_mut()).zip(&cc.g).zip(&cc.u) {
-                let s = sigmoid(g);
+            for ((((dav, dgv), &g), &s), &u) in ws.da.iter_mut().zip(ws.dg.iter_mut()).zip(&cc.g).zip(&cc.sg).zip(&cc.u)
+            {
                 *dgv = *dav * u * s * (1.0 + g * (1.0 - s));
                 *dav *= g * s;
             }
-            let du = &da;
-            gemm(d, ff, bt, &mut grads[gi(W_GATE)], ff, false, View::t(&cc.h2, d), View::rows(&dg, ff));
+            let du = &ws.da;
+            gemm(d, ff, bt, &mut grads[gi(W_GATE)], ff, false, View::t(&cc.h2, d), View::rows(&ws.dg, ff));
             gemm(d, ff, bt, &mut grads[gi(W_UP)], ff, false, View::t(&cc.h2, d), View::rows(du, ff));
-            gemm(bt, d, ff, &mut dhid, d, false, View::rows(&dg, ff), View::t(lw(l, W_GATE), ff));
-            gemm(bt, d, ff, &mut dhid, d, true, View::rows(du, ff), View::t(lw(l, W_UP), ff));
-            rms_norm_back(&cc.x_mid, lw(l, MLP_NORM), &cc.r2, &dhid, &mut dx, true, &mut grads[gi(MLP_NORM)]);
+            gemm(bt, d, ff, &mut ws.dhid, d, false, View::rows(&ws.dg, ff), View::t(lw(l, W_GATE), ff));
+            gemm(bt, d, ff, &mut ws.dhid, d, true, View::rows(du, ff), View::t(lw(l, W_UP), ff));
+            rms_norm_back(&cc.x_mid, lw(l, MLP_NORM), &cc.r2, &ws.dhid, dx, true, &mut grads[gi(MLP_NORM)]);
             // x_mid = x_in + o @ wo
-            gemm(qw, d, bt, &mut grads[gi(WO)], d, false, View::t(&cc.o, qw), View::rows(&dx, d));
-            gemm(bt, qw, d, &mut d_o, qw, false, View::rows(&dx, d), View::t(lw(l, WO), d));
-            attention_backward(cc, &d_o, &mut dq, &mut dk, &mut dv, b, t, hq, hkv, dh);
+            gemm(qw, d, bt, &mut grads[gi(WO)], d, false, View::t(&cc.o, qw), View::rows(dx, d));
+            gemm(bt, qw, d, &mut ws.d_o, qw, false, View::rows(dx, d), View::t(lw(l, WO), d));
+            attention_backward(cc, &ws.d_o, &mut ws.dq, &mut ws.dk, &mut ws.dv, &mut ws.ds, b, t, hq, hkv, dh);
             if let Some(rope) = &rope {
-                for (i, row) in dq.chunks_exact_mut(dh).enumerate() {
+                for (i, row) in ws.dq.chunks_exact_mut(dh).enumerate() {
                     rope.apply(row, (i / hq) % t, true);
                 }
-                for (i, row) in dk.chunks_exact_mut(dh).enumerate() {
+                for (i, row) in ws.dk.chunks_exact_mut(dh).enumerate() {
                     rope.apply(row, (i / hkv) % t, true);
                 }
             }
-            rms_norm_back(&cc.qp, lw(l, Q_NORM), &cc.rq, &dq, &mut dqp, false, &mut grads[gi(Q_NORM)]);
-            rms_norm_back(&cc.kp, lw(l, K_NORM), &cc.rk, &dk, &mut dkp, false, &mut grads[gi(K_NORM)]);
-            gemm(d, qw, bt, &mut grads[gi(WQ)], qw, false, View::t(&cc.h1, d), View::rows(&dqp, qw));
-            gemm(d, kw, bt, &mut grads[gi(WK)], kw, false, View::t(&cc.h1, d), View::rows(&dkp, kw));
-            gemm(d, kw, bt, &mut grads[gi(WV)], kw, false, View::t(&cc.h1, d), View::rows(&dv, kw));
-            gemm(bt, d, qw, &mut dhid, d, false, View::rows(&dqp, qw), View::t(lw(l, WQ), qw));
-            gemm(bt, d, kw, &mut dhid, d, true, View::rows(&dkp, kw), View::t(lw(l, WK), kw));
-            gemm(bt, d, kw, &mut dhid, d, true, View::rows(&dv, kw), View::t(lw(l, WV), kw));
-            rms_norm_back(&cc.x_in, lw(l, ATTN_NORM), &cc.r1, &dhid, &mut dx, true, &mut grads[gi(ATTN_NORM)]);
+            rms_norm_back(&cc.qp, lw(l, Q_NORM), &cc.rq, &ws.dq, &mut ws.dqp, false, &mut grads[gi(Q_NORM)]);
+            rms_norm_back(&cc.kp, lw(l, K_NORM), &cc.rk, &ws.dk, &mut ws.dkp, false, &mut grads[gi(K_NORM)]);
+            gemm(d, qw, bt, &mut grads[gi(WQ)], qw, false, View::t(&cc.h1, d), View::rows(&ws.dqp, qw));
+            gemm(d, kw, bt, &mut grads[gi(WK)], kw, false, View::t(&cc.h1, d), View::rows(&ws.dkp, kw));
+            gemm(d, kw, bt, &mut grads[gi(WV)], kw, false, View::t(&cc.h1, d), View::rows(&ws.dv, kw));
+            gemm(bt, d, qw, &mut ws.dhid, d, false, View::rows(&ws.dqp, qw), View::t(lw(l, WQ), qw));
+            gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dkp, kw), View::t(lw(l, WK), kw));
+            gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dv, kw), View::t(lw(l, WV), kw));
+            rms_norm_back(&cc.x_in, lw(l, ATTN_NORM), &cc.r1, &ws.dhid, dx, true, &mut grads[gi(ATTN_NORM)]);
         }
         let g_embed = &mut grads[g_embed_i];
         for (row, &tok) in dx.chunks_exact(d).zip(tokens) {
@@ -383,9 +435,10 @@ impl FastDecoder {
     }
 }
 
-/// Causal softmax attention of every (sequence, query head): weights into `cache.p`, output
-/// into `cache.o`. Scores are `q k^T` times `1/sqrt(d_h)`, softmax with the row maximum
-/// subtracted (the candle path's order).
+/// Causal softmax attention of every (sequence, query head): weights into `cache.p` (zero
+/// above the diagonal), output into `cache.o`. Scores are `q k^T` times `1/sqrt(d_h)`, softmax
+/// with the row maximum subtracted (the candle path's order). Rows go in blocks of
+/// [`ROW_BLOCK`], each against the keys it can see.
 fn attention_forward(cc: &mut LayerCache, b: usize, t: usize, hq: usize, hkv: usize, dh: usize) {
     let (qw, kw) = (hq * dh, hkv * dh);
     let groups = hq / hkv;
@@ -395,39 +448,36 @@ fn attention_forward(cc: &mut LayerCache, b: usize, t: usize, hq: usize, hkv: us
             let kv = h / groups;
             let (qo, ko) = (bi * t * qw + h * dh, bi * t * kw + kv * dh);
             let p = &mut cc.p[(bi * hq + h) * t * t..(bi * hq + h + 1) * t * t];
-            gemm(
-                t,
-                t,
-                dh,
-                p,
-                t,
-                false,
-                View { data: &cc.q[qo..], rs: qw, cs: 1 },
-                View { data: &cc.k[ko..], rs: 1, cs: kw },
-            );
-            for (i, row) in p.chunks_exact_mut(t).enumerate() {
-                let mut m = f32::NEG_INFINITY;
-                for v in &mut row[..=i] {
-                    *v *= scale;
-                    m = m.max(*v);
+            for r0 in (0..t).step_by(ROW_BLOCK) {
+                let r1 = (r0 + ROW_BLOCK).min(t);
+                let q = View { data: &cc.q[qo + r0 * qw..], rs: qw, cs: 1 };
+                gemm(r1 - r0, r1, dh, &mut p[r0 * t..], t, false, q, View { data: &cc.k[ko..], rs: 1, cs: kw });
+                for i in r0..r1 {
+                    let row = &mut p[i * t..(i + 1) * t];
+                    let mut m = f32::NEG_INFINITY;
+                    for v in &mut row[..=i] {
+                        *v *= scale;
+                        m = m.max(*v);
+                    }
+                    let mut sum = 0f32;
+                    for v in &mut row[..=i] {
+                        *v = (*v - m).exp();
+                        sum += *v;
+                    }
+                    for v in &mut row[..=i] {
+                        *v /= sum;
+                    }
+                    row[i + 1..].fill(0.0);
                 }
-                let mut sum = 0f32;
-                for v in &mut row[..=i] {
-                    *v = (*v - m).exp();
-                    sum += *v;
-                }
-                for v in &mut row[..=i] {
-                    *v /= sum;
-                }
-                row[i + 1..].fill(0.0);
+                let pv = View { data: &p[r0 * t..], rs: t, cs: 1 };
+                gemm(r1 - r0, dh, r1, &mut cc.o[qo + r0 * qw..], qw, false, pv, View { data: &cc.v[ko..], rs: kw, cs: 1 });
             }
-            gemm(t, dh, t, &mut cc.o[qo..], qw, false, View::rows(p, t), View { data: &cc.v[ko..], rs: kw, cs: 1 });
         }
     }
 }
 
 /// Backward of [`attention_forward`]: `dq` (overwritten), `dk` and `dv` (overwritten; query
-/// heads of a group add up in head order). `dS = P * (dP - rowsum(dO * O))`.
+/// heads of a group and row blocks add up in order). `dS = P * (dP - rowsum(dO * O))`.
 #[allow(clippy::too_many_arguments)]
 fn attention_backward(
     cc: &LayerCache,
@@ -435,6 +485,7 @@ fn attention_backward(
     dq: &mut [f32],
     dk: &mut [f32],
     dv: &mut [f32],
+    ds: &mut [f32],
     b: usize,
     t: usize,
     hq: usize,
@@ -446,25 +497,31 @@ fn attention_backward(
     let scale = (1.0 / (dh as f64).sqrt()) as f32;
     dk.fill(0.0);
     dv.fill(0.0);
-    let mut ds = vec![0f32; t * t];
     for bi in 0..b {
         for h in 0..hq {
             let kv = h / groups;
             let (qo, ko) = (bi * t * qw + h * dh, bi * t * kw + kv * dh);
             let p = &cc.p[(bi * hq + h) * t * t..(bi * hq + h + 1) * t * t];
-            let dov = View { data: &d_o[qo..], rs: qw, cs: 1 };
-            gemm(t, t, dh, &mut ds, t, false, dov, View { data: &cc.v[ko..], rs: 1, cs: kw });
-            for (i, (row, prow)) in ds.chunks_exact_mut(t).zip(p.chunks_exact(t)).enumerate() {
-                let (oi, doi) = (&cc.o[qo + i * qw..qo + i * qw + dh], &d_o[qo + i * qw..qo + i * qw + dh]);
-                let dot: f32 = oi.iter().zip(doi).map(|(a, b)| a * b).sum();
-                for (s, &pv) in row[..=i].iter_mut().zip(prow) {
-                    *s = pv * (*s - dot) * scale;
+            for r0 in (0..t).step_by(ROW_BLOCK) {
+                let (r1, rb) = ((r0 + ROW_BLOCK).min(t), (r0 + ROW_BLOCK).min(t) - r0);
+                let dov = View { data: &d_o[qo + r0 * qw..], rs: qw, cs: 1 };
+                gemm(rb, r1, dh, &mut ds[r0 * t..], t, false, dov, View { data: &cc.v[ko..], rs: 1, cs: kw });
+                for i in r0..r1 {
+                    let (row, prow) = (&mut ds[i * t..(i + 1) * t], &p[i * t..(i + 1) * t]);
+                    let (oi, doi) = (&cc.o[qo + i * qw..qo + i * qw + dh], &d_o[qo + i * qw..qo + i * qw + dh]);
+                    let dot: f32 = oi.iter().zip(doi).map(|(a, b)| a * b).sum();
+                    for (s, &pv) in row[..=i].iter_mut().zip(prow) {
+                        *s = pv * (*s - dot) * scale;
+                    }
+                    row[i + 1..].fill(0.0);
                 }
-                row[i + 1..].fill(0.0);
+                let dsv = View { data: &ds[r0 * t..], rs: t, cs: 1 };
+                let dst = View { data: &ds[r0 * t..], rs: 1, cs: t };
+                let qv = View { data: &cc.q[qo + r0 * qw..], rs: qw, cs: 1 };
+                gemm(rb, dh, r1, &mut dq[qo + r0 * qw..], qw, false, dsv, View { data: &cc.k[ko..], rs: kw, cs: 1 });
+                gemm(r1, dh, rb, &mut dk[ko..], kw, true, dst, qv);
+                gemm(r1, dh, rb, &mut dv[ko..], kw, true, View { data: &p[r0 * t..], rs: 1, cs: t }, dov);
             }
-            gemm(t, dh, t, &mut dq[qo..], qw, false, View::rows(&ds, t), View { data: &cc.k[ko..], rs: kw, cs: 1 });
-            gemm(t, dh, t, &mut dk[ko..], kw, true, View::t(&ds, t), View { data: &cc.q[qo..], rs: qw, cs: 1 });
-            gemm(t, dh, t, &mut dv[ko..], kw, true, View::t(p, t), dov);
         }
     }
 }
