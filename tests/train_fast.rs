@@ -61,8 +61,8 @@ struct Case {
 
 fn case() -> impl Strategy<Value = Case> {
     let sizes = (4usize..=24, 1usize..=2, 1usize..=2, 1usize..=2, 1usize..=4, 1usize..=24);
-    (sizes, 1usize..=3, 0usize..4, 0usize..=50, any::<u64>())
-        .prop_map(|((d_model, n_layer, n_kv_head, groups, half, d_ff), batch, step, max_prefix, seed)| Case {
+    (sizes, 1usize..=3, 0usize..4, 0usize..=50, any::<u64>()).prop_map(
+        |((d_model, n_layer, n_kv_head, groups, half, d_ff), batch, step, max_prefix, seed)| Case {
             d_model,
             n_layer,
             n_kv_head,
@@ -73,7 +73,8 @@ fn case() -> impl Strategy<Value = Case> {
             step,
             max_prefix,
             seed,
-        })
+        },
+    )
 }
 
 fn config_for(c: &Case, preset: &str) -> RunConfig {
@@ -155,7 +156,18 @@ fn fast_gradients_equal_candle_gradients() {
 /// The comparison can fail: a gradient off by 1 % in one parameter is caught.
 #[test]
 fn the_tolerance_is_tighter_than_a_one_percent_error() {
-    let c = Case { d_model: 16, n_layer: 2, n_kv_head: 1, groups: 2, d_head: 8, d_ff: 16, batch: 2, step: 1, max_prefix: 30, seed: 7 };
+    let c = Case {
+        d_model: 16,
+        n_layer: 2,
+        n_kv_head: 1,
+        groups: 2,
+        d_head: 8,
+        d_ff: 16,
+        batch: 2,
+        step: 1,
+        max_prefix: 30,
+        seed: 7,
+    };
     compare(&c, "full").unwrap();
     let cfg = config_for(&c, "full");
     let model = Model::new(&cfg, &Device::Cpu).unwrap();

@@ -338,6 +338,8 @@ pub struct Silent;
 impl Observer for Silent {}
 
 /// How [`train`] ended.
+// Returned once per run: boxing `Metrics` would only change every caller's pattern.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Outcome {
     /// All steps done; `metrics.json` written.

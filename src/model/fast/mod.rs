@@ -231,7 +231,10 @@ impl FastDecoder {
         let idx = batch.idx.to_vec1::<u32>()?;
         let targets = batch.targets.to_vec1::<u32>()?;
         if let Some(&bad) = tokens.iter().chain(&targets).find(|&&v| v as usize >= self.vocab) {
-            return Err(Error::invalid("tokens", format!("token id {bad} is outside the vocabulary 0..{}", self.vocab)));
+            return Err(Error::invalid(
+                "tokens",
+                format!("token id {bad} is outside the vocabulary 0..{}", self.vocab),
+            ));
         }
         if let Some(&bad) = idx.iter().find(|&&i| i as usize >= b * t) {
             return Err(Error::invalid("batch.idx", format!("position {bad} is outside 0..{}", b * t)));
@@ -251,7 +254,8 @@ impl FastDecoder {
         n_queries: usize,
     ) -> StepOutput {
         let c = &self.cfg;
-        let (d, dh, hq, hkv, ff, nl, vocab) = (c.d_model, c.d_head, c.n_head, c.n_kv_head, c.d_ff, c.n_layer, self.vocab);
+        let (d, dh, hq, hkv, ff, nl, vocab) =
+            (c.d_model, c.d_head, c.n_head, c.n_kv_head, c.d_ff, c.n_layer, self.vocab);
         let bt = b * t;
         let (qw, kw) = (hq * dh, hkv * dh);
         let eps = NORM_EPS as f32;
@@ -470,7 +474,16 @@ fn attention_forward(cc: &mut LayerCache, b: usize, t: usize, hq: usize, hkv: us
                     row[i + 1..].fill(0.0);
                 }
                 let pv = View { data: &p[r0 * t..], rs: t, cs: 1 };
-                gemm(r1 - r0, dh, r1, &mut cc.o[qo + r0 * qw..], qw, false, pv, View { data: &cc.v[ko..], rs: kw, cs: 1 });
+                gemm(
+                    r1 - r0,
+                    dh,
+                    r1,
+                    &mut cc.o[qo + r0 * qw..],
+                    qw,
+                    false,
+                    pv,
+                    View { data: &cc.v[ko..], rs: kw, cs: 1 },
+                );
             }
         }
     }

@@ -35,6 +35,7 @@ impl<'a> View<'a> {
 }
 
 /// `dst[m, n] = (acc ? dst : 0) + a[m, k] @ b[k, n]`, `dst` with row stride `dst_rs`.
+#[allow(clippy::too_many_arguments)] // the BLAS shape: sizes, output, flag, two operands
 pub fn gemm(m: usize, n: usize, k: usize, dst: &mut [f32], dst_rs: usize, acc: bool, a: View, b: View) {
     if m == 0 || n == 0 {
         return;
