@@ -8,8 +8,14 @@ pre-RMSNorm SwiGLU; final RMSNorm; LM head evaluated only at the answer position
 `--preset w8s4` each KV head compresses the attention input with the W8/S4 gated kernel (vector
 gates, per-offset parameters, untied, RoPE at the window's first token) and a query attends in
 one softmax to a local window of raw tokens plus the visible entries (window end <= query).
-AdamW with gradient clipping, as the Rust loop. The sizes default to phasekv's default config;
-the numbers are timing only (random tokens). Prints one JSON line.
+AdamW with gradient clipping, as the Rust loop. The numbers are timing only (random tokens).
+Prints one JSON line.
+
+Sizes come from phasekv's own config, never from flags here, so the two cannot drift: the JSON
+of `phasekv train --print-config [--preset P]`, given with `--config FILE` (`-` = stdin) or, by
+default, obtained by running `--phasekv BIN train --print-config --preset P`. The sequence
+length and vocabulary are derived from the task section as `TaskConfig::seq_len` and
+`vocab_size` do; `benches/compare_train.sh` checks them against phasekv's `--bench` line.
 """
 import argparse
 import json
@@ -22,6 +28,7 @@ import torch.nn.functional as F
 
 
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
@@ -131,23 +138,42 @@ class Model(torch.nn.Module):
         return self.head(h)
 
 
+def sizes_from_config(a):
+    """Fills the model and workload sizes of `a` from phasekv's config JSON."""
+    if a.config == "-":
+        cfg = json.load(sys.stdin)
+    elif a.config:
+        with open(a.config) as f:
+            cfg = json.load(f)
+    else:
+        out = subprocess.run([a.phasekv, "train", "--print-config", "--preset", a.preset],
+                             check=True, capture_output=True, text=True).stdout
+        cfg = json.loads(out)
+    m, task, tr = cfg["model"], cfg["task"], cfg["train"]
+    if m["preset"] not in ("full", "w8s4"):
+        sys.exit(f"error: the twin implements presets full and w8s4, got {m['preset']}")
+    a.preset = m["preset"]
+    for k in ("d_model", "n_layer", "n_head", "n_kv_head", "d_head", "d_ff", "local_window"):
+        setattr(a, k, m[k])
+    a.batch_size = tr["batch_size"]
+    # TaskConfig::vocab_size and TaskConfig::seq_len (src/task).
+    a.vocab = 2 + task["n_filler"] + task["n_key"] + task["n_val"]
+    a.seq_len = (1 + task["max_prefix"] + task["n_records"] * (task["key_len"] + task["val_len"] + task["max_gap"])
+                 + task["n_queries"] * (1 + task["key_len"] + task["val_len"]))
+    a.answers = task["n_queries"] * task["val_len"]
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="full", choices=["full", "w8s4"])
-    ap.add_argument("--d-model", type=int, default=64)
-    ap.add_argument("--n-layer", type=int, default=2)
-    ap.add_argument("--n-head", type=int, default=4)
-    ap.add_argument("--n-kv-head", type=int, default=2)
-    ap.add_argument("--d-head", type=int, default=32)
-    ap.add_argument("--d-ff", type=int, default=128)
-    ap.add_argument("--local-window", type=int, default=4)
-    ap.add_argument("--vocab", type=int, default=70)
-    ap.add_argument("--seq-len", type=int, default=72)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--answers", type=int, default=8, help="scored positions per sequence")
+    ap.add_argument("--preset", default="full", choices=["full", "w8s4"],
+                    help="preset asked of phasekv when --config is not given")
+    ap.add_argument("--config", help="JSON of `phasekv train --print-config` (- = stdin)")
+    ap.add_argument("--phasekv", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release", "phasekv"),
+                    help="phasekv binary to ask for the config when --config is not given")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
+    sizes_from_config(a)
     a.window, a.stride = 8, 4
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -170,6 +196,7 @@ def main():
     tok = a.batch_size * a.seq_len
     print(json.dumps({"impl": "pytorch-eager-f32", "preset": a.preset, "steps": a.steps, "median_s": med,
                       "mean_s": sum(times) / len(times), "tokens_per_step": tok, "tokens_per_s": tok / med,
+                      "seq_len": a.seq_len, "vocab": a.vocab,
                       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                       "threads": torch.get_num_threads(), "torch": torch.__version__}))
 

@@ -25,6 +25,10 @@ pub struct TrainArgs {
     /// Peak learning rate (overrides the config).
     #[arg(long)]
     lr: Option<f64>,
+    /// Engine of the forward and backward pass: `candle` (autodiff, every preset) or `fast`
+    /// (hand-derived f32 CPU path; preset `full`). Recorded in the run's config and metrics.
+    #[arg(long)]
+    engine: Option<String>,
     /// Run directory (default `runs/<preset>-seed<seed>`); an unfinished run there with the
     /// same config is resumed, a finished one is never overwritten.
     #[arg(long)]
@@ -102,6 +106,9 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(lr) = args.lr {
         config.train.lr = lr;
     }
+    if let Some(e) = &args.engine {
+        config.train.engine = e.parse()?;
+    }
     match (&args.config, config.validate()) {
         (_, Ok(())) => {}
         (Some(path), Err(e)) => return Err(phasekv::Error::File { path: path.clone(), reason: e.to_string() }.into()),
@@ -114,7 +121,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(steps) = args.bench {
         let b = phasekv::model::train::bench_steps(&config, 5, steps)?;
         let mut v = serde_json::to_value(&b)?;
-        v["impl"] = "candle-f32".into();
+        v["impl"] = format!("{}-f32", b.engine).into();
         v["peak_rss_mib"] = peak_rss_mib().map(Into::into).unwrap_or(serde_json::Value::Null);
         v["threads"] = std::env::var("RAYON_NUM_THREADS").ok().into();
         println!("{v}");

@@ -118,6 +118,49 @@ pub struct TrainConfig {
     pub checkpoint_every: usize,
     /// Seed of initialisation and of every batch.
     pub seed: u64,
+    /// Which implementation computes the loss and gradients ([`Engine`]); left out of the
+    /// JSON when it is the default `candle`, so configs (and run identities) from before the
+    /// field existed are unchanged.
+    #[serde(skip_serializing_if = "Engine::is_candle")]
+    pub engine: Engine,
+}
+
+/// The implementation of a training step's forward and backward pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// candle autodiff (the reference; every preset).
+    #[default]
+    Candle,
+    /// The hand-derived f32 CPU path of [`crate::model::fast`] (presets in
+    /// [`crate::model::fast::SUPPORTED_PRESETS`]).
+    Fast,
+}
+
+impl Engine {
+    /// Whether this is the default engine.
+    pub fn is_candle(&self) -> bool {
+        *self == Engine::Candle
+    }
+
+    /// The name used in configs, metrics and on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Engine::Candle => "candle",
+            Engine::Fast => "fast",
+        }
+    }
+}
+
+impl std::str::FromStr for Engine {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "candle" => Ok(Engine::Candle),
+            "fast" => Ok(Engine::Fast),
+            _ => Err(Error::invalid("--engine", format!("must be candle or fast, got {s}"))),
+        }
+    }
 }
 
 impl Default for TrainConfig {
@@ -137,6 +180,7 @@ impl Default for TrainConfig {
             eval_samples: 256,
             checkpoint_every: 250,
             seed: 0,
+            engine: Engine::Candle,
         }
     }
 }
@@ -204,6 +248,9 @@ impl RunConfig {
         self.task.validate()?;
         self.model.validate()?;
         self.train.validate()?;
+        if self.train.engine == Engine::Fast {
+            crate::model::fast::check_supported(&self.model)?;
+        }
         let t = self.task.seq_len();
         if !self.model.is_full() {
             // Degenerate geometry: a window or stride longer than the sequence leaves no

@@ -4,13 +4,16 @@
 //! safetensors, a JSONL log, and `metrics.json` at the end. Progress goes to an [`Observer`];
 //! nothing here prints.
 
+use super::config::Engine;
 use super::config::RunConfig;
 use super::decoder::{Decoder, MODEL_DTYPE};
+use super::fast::FastDecoder;
 use super::optim::AdamW;
 use super::params::ParamStore;
 use super::run::{write_atomic, write_json_atomic, RunDir, RunStart};
 use crate::task::{Sample, TaskConfig};
 use crate::{Error, Result};
+use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -115,6 +118,34 @@ pub struct BatchResult {
     pub tokens: usize,
 }
 
+/// One training step's loss value, exact-match count, queries and gradients, computed by the
+/// candle autodiff path (`fast` is `None`) or the fast engine.
+fn loss_and_grads(
+    model: &Decoder,
+    fast: Option<&mut FastDecoder>,
+    batch: &Batch,
+) -> Result<(f64, usize, usize, GradStore)> {
+    match fast {
+        None => {
+            let r = evaluate_batch(model, batch)?;
+            let loss = r.loss.to_scalar::<f32>()? as f64;
+            Ok((loss, r.exact, r.queries, r.loss.backward()?))
+        }
+        Some(f) => {
+            let out = f.step(batch)?;
+            Ok((out.loss, out.exact, out.queries, f.grad_store(out.grads)?))
+        }
+    }
+}
+
+/// The fast engine of `model` when `config` selects it.
+fn engine_for(config: &RunConfig, model: &Model) -> Result<Option<FastDecoder>> {
+    match config.train.engine {
+        Engine::Candle => Ok(None),
+        Engine::Fast => Ok(Some(FastDecoder::new(&config.model, config.task.vocab_size(), model.store.vars())?)),
+    }
+}
+
 /// Loss and exact-match counts of `model` on `batch`.
 pub fn evaluate_batch(model: &Decoder, batch: &Batch) -> Result<BatchResult> {
     let fwd = model.forward(&batch.tokens)?;
@@ -198,6 +229,10 @@ pub struct Metrics {
     /// Content hash of `model.safetensors` as saved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights_hash: Option<String>,
+    /// The engine that computed the gradients (`candle` or `fast`; absent in runs from before
+    /// it was recorded, which are all `candle`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
 }
 
 /// The latest checkpoint, as recorded in `checkpoint.json`.
@@ -303,6 +338,8 @@ pub struct Silent;
 impl Observer for Silent {}
 
 /// How [`train`] ended.
+// Returned once per run: boxing `Metrics` would only change every caller's pattern.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Outcome {
     /// All steps done; `metrics.json` written.
@@ -602,12 +639,14 @@ pub fn train(
         "preset": config.model.preset,
         "dtype": "f32",
         "device": "cpu",
+        "engine": config.train.engine.name(),
     });
     if let (Some(o), serde_json::Value::Object(extra)) = (env.as_object_mut(), environment) {
         o.extend(extra);
     }
     let (run, start) = RunDir::open(out, config, env)?;
     let model = Model::new(config, &device)?;
+    let mut fast = engine_for(config, &model)?;
     let tc = &config.train;
     let mut opt = AdamW::new(model.store.vars(), tc.beta1, tc.beta2, tc.weight_decay)?;
     let mut step = 0usize;
@@ -676,8 +715,7 @@ pub fn train(
     while step < tc.steps {
         let samples = training_batch(config, step);
         let batch = Batch::new(&samples, &device)?;
-        let r = evaluate_batch(&model.decoder, &batch)?;
-        let loss_value = r.loss.to_scalar::<f32>()? as f64;
+        let (loss_value, exact, queries, grads) = loss_and_grads(&model.decoder, fast.as_mut(), &batch)?;
         if !loss_value.is_finite() {
             return Err(Error::Diverged {
                 step: step + 1,
@@ -687,7 +725,6 @@ pub fn train(
             });
         }
         let initial = *initial_loss.get_or_insert(loss_value);
-        let grads = r.loss.backward()?;
         let grad_norm = opt.grad_norm(&grads)?;
         let scale = if tc.grad_clip > 0.0 && grad_norm > tc.grad_clip { tc.grad_clip / grad_norm } else { 1.0 };
         let lr = tc.lr_at(step);
@@ -697,7 +734,7 @@ pub fn train(
             step,
             total: tc.steps,
             loss: loss_value,
-            accuracy: r.exact as f64 / r.queries.max(1) as f64,
+            accuracy: exact as f64 / queries.max(1) as f64,
             lr,
             grad_norm,
             elapsed_s: elapsed(&t0),
@@ -751,6 +788,7 @@ pub fn train(
         evals,
         config_hash: Some(config.identity()),
         weights_hash: Some(weights_hash),
+        engine: Some(tc.engine.name().into()),
     };
     // Learning curve as CSV next to the log, for plots.
     let mut csv = String::from("step,eval_loss,eval_accuracy,eval_token_accuracy\n");
@@ -767,6 +805,8 @@ pub fn train(
 pub struct StepBench {
     /// Kernel preset.
     pub preset: String,
+    /// Engine timed (`candle` or `fast`).
+    pub engine: String,
     /// Timed steps (after `warmup` untimed ones).
     pub steps: usize,
     /// Median seconds per step.
@@ -777,6 +817,42 @@ pub struct StepBench {
     pub tokens_per_step: usize,
     /// Tokens per second at the median step time.
     pub tokens_per_s: f64,
+    /// Sequence length of the workload (what the PyTorch twin must match).
+    pub seq_len: usize,
+    /// Vocabulary size of the workload.
+    pub vocab: usize,
+    /// Floating-point operations of one step ([`step_flops`]).
+    pub flops_per_step: f64,
+    /// `flops_per_step / median_s / 1e9`.
+    pub gflops: f64,
+}
+
+/// Floating-point operations of one training step, counted as 3x the forward matmuls (the
+/// backward pass does two matmuls per forward one): per layer and token, the q/k/v/o and
+/// SwiGLU projections and the scores and weighted sum over all `T` raw keys (both engines and
+/// the PyTorch twin compute the full `T x T` matrix, masked), plus for a compressed preset the
+/// compressor of every KV head ([`crate::kernel::forward_flops`]) and the scores and weighted
+/// sum over its entries; the LM head at the scored positions. Norms, softmax, RoPE and the
+/// optimiser are lower order and not counted.
+pub fn step_flops(config: &RunConfig, scored_positions: usize) -> f64 {
+    let m = &config.model;
+    let (b, t) = (config.train.batch_size as f64, config.task.seq_len() as f64);
+    let (d, dh, hq, hkv, ff) = (m.d_model as f64, m.d_head as f64, m.n_head as f64, m.n_kv_head as f64, m.d_ff as f64);
+    let proj = 2.0 * d * dh * (2.0 * hq + 2.0 * hkv) + 3.0 * 2.0 * d * ff;
+    let mut attn_keys = t;
+    let mut per_seq_layer = 0.0;
+    if !m.is_full() {
+        if let Ok(spec) = crate::kernel::KernelSpec::preset(&m.preset) {
+            attn_keys += spec.geometry.num_windows(config.task.seq_len()) as f64;
+            if let Ok(dims) = crate::kernel::KernelDims::new(m.d_model, m.d_head) {
+                per_seq_layer = hkv * crate::kernel::forward_flops(&spec, dims, config.task.seq_len());
+            }
+        }
+    }
+    let attn = 2.0 * 2.0 * attn_keys * dh * hq;
+    let forward = m.n_layer as f64 * (b * t * (proj + attn) + b * per_seq_layer)
+        + scored_positions as f64 * 2.0 * d * config.task.vocab_size() as f64;
+    3.0 * forward
 }
 
 /// Times `steps` training steps of `config` after `warmup` untimed ones (batches of steps
@@ -786,14 +862,16 @@ pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<St
     crate::limits::check_range("--bench", steps, 1, crate::limits::MAX_BENCH_STEPS)?;
     let device = Device::Cpu;
     let model = Model::new(config, &device)?;
+    let mut fast = engine_for(config, &model)?;
     let tc = &config.train;
     let mut opt = AdamW::new(model.store.vars(), tc.beta1, tc.beta2, tc.weight_decay)?;
     let mut times = Vec::with_capacity(steps);
+    let mut scored = 0usize;
     for step in 0..warmup + steps {
         let t0 = Instant::now();
         let batch = Batch::new(&training_batch(config, step), &device)?;
-        let r = evaluate_batch(&model.decoder, &batch)?;
-        let grads = r.loss.backward()?;
+        scored = batch.idx.dim(0)?;
+        let (_, _, _, grads) = loss_and_grads(&model.decoder, fast.as_mut(), &batch)?;
         let norm = opt.grad_norm(&grads)?;
         let scale = if tc.grad_clip > 0.0 && norm > tc.grad_clip { tc.grad_clip / norm } else { 1.0 };
         opt.step(&grads, tc.lr_at(step), scale)?;
@@ -805,12 +883,18 @@ pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<St
     times.sort_by(|a, b| a.total_cmp(b));
     let median_s = times[times.len() / 2];
     let tokens_per_step = tc.batch_size * config.task.seq_len();
+    let flops_per_step = step_flops(config, scored);
     Ok(StepBench {
         preset: config.model.preset.clone(),
+        engine: tc.engine.name().into(),
         steps,
         median_s,
         mean_s,
         tokens_per_step,
         tokens_per_s: tokens_per_step as f64 / median_s,
+        seq_len: config.task.seq_len(),
+        vocab: config.task.vocab_size(),
+        flops_per_step,
+        gflops: flops_per_step / median_s / 1e9,
     })
 }

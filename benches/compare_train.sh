@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One training step of phasekv's candle engine, its fast engine and the PyTorch-eager twin
+# (benches/pytorch_train.py), on the same workload (the twin reads its sizes from
+# `phasekv train --print-config`), one thread each, alternating in rounds so that load drifts
+# hit all three alike. Prints the median step of each, the ratios, and GFLOP/s (phasekv's
+# `flops_per_step` for all three) next to PyTorch's single-thread sgemm rate. Needs torch.
+#   benches/compare_train.sh [STEPS] [ROUNDS] [PRESETS]     e.g. benches/compare_train.sh 30 3 full,w8s4
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=${1:-30}
+rounds=${2:-3}
+presets=${3:-full,w8s4}
+cargo build --release --quiet --bin phasekv
+bin=${CARGO_TARGET_DIR:-target}/release/phasekv
+export RAYON_NUM_THREADS=1 CANDLE_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+lines=$(mktemp)
+for _ in $(seq "$rounds"); do
+  for p in ${presets//,/ }; do
+    "$bin" train --preset "$p" --bench "$steps" --engine candle >> "$lines"
+    if "$bin" train --preset "$p" --engine fast --print-config > /dev/null 2>&1; then
+      "$bin" train --preset "$p" --bench "$steps" --engine fast >> "$lines"
+    fi
+    "$bin" train --preset "$p" --print-config | python3 benches/pytorch_train.py --config - --steps "$steps" --threads 1 >> "$lines"
+  done
+done
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$lines" <<'PY'
+import json, statistics, sys, time
+import torch
+torch.set_num_threads(1)
+a, b = torch.randn(512, 512), torch.randn(512, 512)
+for _ in range(3):
+    a @ b
+t0 = time.perf_counter(); n = 20
+for _ in range(n):
+    a @ b
+sgemm = 2 * 512**3 * n / (time.perf_counter() - t0) / 1e9
+rows = [json.loads(l) for l in open(sys.argv[1])]
+by = {}
+for r in rows:
+    by.setdefault((r["preset"], r["impl"]), []).append(r)
+print(f"PyTorch sgemm 512^3, 1 thread: {sgemm:.1f} GFLOP/s")
+print(f"{'preset':<6} {'impl':<18} {'median s':>9} {'rounds':>6} {'GFLOP/s':>8} {'% sgemm':>8} {'vs PyTorch':>10}")
+for preset in sorted({p for p, _ in by}):
+    ref = [r for r in by if r[0] == preset and r[1].startswith("candle")][0]
+    flops = by[ref][0]["flops_per_step"]
+    want = {k: by[ref][0][k] for k in ("seq_len", "vocab", "tokens_per_step")}
+    torch_rows = by.get((preset, "pytorch-eager-f32"), [])
+    for r in torch_rows:
+        got = {k: r[k] for k in want}
+        if got != want:
+            sys.exit(f"error: the twin's workload {got} is not phasekv's {want}")
+    med = {i: statistics.median(r["median_s"] for r in rs) for (p, i), rs in by.items() if p == preset}
+    pt = med.get("pytorch-eager-f32")
+    for impl, s in sorted(med.items()):
+        g = flops / s / 1e9
+        ratio = f"{pt / s:.2f}x" if pt else "-"
+        print(f"{preset:<6} {impl:<18} {s:>9.4f} {len(by[(preset, impl)]):>6} {g:>8.1f} {100 * g / sgemm:>7.1f}% {ratio:>10}")
+PY
+rm -f "$lines"

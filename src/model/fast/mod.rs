@@ -1,0 +1,540 @@
+//! The fast training engine: a hand-derived f32 forward and backward pass of the whole decoder
+//! of [`crate::model::decoder`] on the CPU, in the spirit of a compact C training loop. One
+//! training step computes the loss, the accuracy counts and the gradient of every parameter
+//! with plain loops and a strided GEMM ([`ops::gemm`]) over row-major buffers: no graph, no
+//! broadcast ops, no zero-filled gradient tensors per op.
+//!
+//! The candle autodiff path stays the reference: `tests/train_fast.rs` checks the loss and every
+//! parameter's gradient against it. Supported presets: [`SUPPORTED_PRESETS`] (`full`, causal
+//! attention over raw tokens); the compressed presets are refused (`train.engine`).
+//!
+//! Determinism: every reduction runs in one fixed order on one thread (GEMM with
+//! `Parallelism::None`, rows and heads in order), so the same parameters and batch give the
+//! same bits whatever `RAYON_NUM_THREADS` is.
+//!
+//! Layout (row-major, `BT = B * T` rows): hidden states `[BT, d]`; queries `[BT, H_q * d_h]`
+//! (head `h` in columns `h*d_h..`), keys and values `[BT, H_kv * d_h]`; attention weights
+//! `[B, H_q, T, T]`. Query head `h` reads KV head `h / (H_q / H_kv)` (candle's `repeat_kv`).
+
+mod ops;
+
+use super::config::ModelConfig;
+use super::decoder::NORM_EPS;
+use super::train::Batch;
+use crate::kernel::spec::KernelSpec;
+use crate::{Error, Result};
+use candle_core::backprop::GradStore;
+use candle_core::{Tensor, Var};
+use ops::{gemm, rms_norm, rms_norm_back, Rope, View};
+
+/// Presets the fast engine implements.
+pub const SUPPORTED_PRESETS: &[&str] = &["full"];
+
+/// Refuses a model the fast engine does not implement, naming the field and what is allowed.
+pub fn check_supported(model: &ModelConfig) -> Result<()> {
+    if SUPPORTED_PRESETS.contains(&model.preset.as_str()) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "train.engine",
+            format!(
+                "fast supports the presets {} only, got preset {} (use engine candle for it)",
+                SUPPORTED_PRESETS.join(", "),
+                model.preset
+            ),
+        ))
+    }
+}
+
+/// Per-layer parameter names (after `layer{l}.`), in the order of [`FastDecoder`]'s slots.
+const LAYER: [&str; 11] = [
+    "attn_norm",
+    "attn.wq",
+    "attn.wk",
+    "attn.wv",
+    "attn.wo",
+    "attn.q_norm",
+    "attn.k_norm",
+    "mlp_norm",
+    "mlp.w_gate",
+    "mlp.w_up",
+    "mlp.w_down",
+];
+const ATTN_NORM: usize = 0;
+const WQ: usize = 1;
+const WK: usize = 2;
+const WV: usize = 3;
+const WO: usize = 4;
+const Q_NORM: usize = 5;
+const K_NORM: usize = 6;
+const MLP_NORM: usize = 7;
+const W_GATE: usize = 8;
+const W_UP: usize = 9;
+const W_DOWN: usize = 10;
+
+/// Loss, accuracy counts and gradients of one batch.
+#[derive(Debug)]
+pub struct StepOutput {
+    /// Mean cross-entropy over answer tokens.
+    pub loss: f64,
+    /// Queries whose every answer token is the argmax.
+    pub exact: usize,
+    /// Answer tokens that are the argmax.
+    pub token_hits: usize,
+    /// Queries.
+    pub queries: usize,
+    /// Answer tokens.
+    pub tokens: usize,
+    /// Gradient of every parameter, in the order of [`FastDecoder::names`].
+    pub grads: Vec<Vec<f32>>,
+}
+
+/// The fast engine bound to a model's parameters (candle `Var`s, read at every step, so the
+/// optimiser, checkpoints and resume are the same as the candle path's). It keeps its
+/// activation and gradient buffers between steps (no allocation or page zeroing per step).
+#[derive(Debug)]
+pub struct FastDecoder {
+    cfg: ModelConfig,
+    vocab: usize,
+    vars: Vec<(String, Var)>,
+    rope_freqs: Option<Vec<f64>>,
+    work: Workspace,
+}
+
+/// What the forward pass keeps for the backward pass, per layer.
+#[derive(Default)]
+struct LayerCache {
+    x_in: Vec<f32>,
+    r1: Vec<f32>,
+    h1: Vec<f32>,
+    qp: Vec<f32>,
+    rq: Vec<f32>,
+    q: Vec<f32>,
+    kp: Vec<f32>,
+    rk: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    p: Vec<f32>,
+    o: Vec<f32>,
+    x_mid: Vec<f32>,
+    r2: Vec<f32>,
+    h2: Vec<f32>,
+    g: Vec<f32>,
+    sg: Vec<f32>,
+    u: Vec<f32>,
+    a: Vec<f32>,
+}
+
+/// Buffers reused from step to step. Every buffer is fully written before it is read, except
+/// those zeroed explicitly (gradients, scatter targets).
+#[derive(Default)]
+struct Workspace {
+    layers: Vec<LayerCache>,
+    x: Vec<f32>,
+    hf: Vec<f32>,
+    rf: Vec<f32>,
+    hs: Vec<f32>,
+    logits: Vec<f32>,
+    dhs: Vec<f32>,
+    dhf: Vec<f32>,
+    dx: Vec<f32>,
+    da: Vec<f32>,
+    dg: Vec<f32>,
+    dhid: Vec<f32>,
+    d_o: Vec<f32>,
+    dq: Vec<f32>,
+    dk: Vec<f32>,
+    dv: Vec<f32>,
+    dqp: Vec<f32>,
+    dkp: Vec<f32>,
+    ds: Vec<f32>,
+}
+
+impl std::fmt::Debug for Workspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Workspace({} layers)", self.layers.len())
+    }
+}
+
+/// Sizes `v` to `n` elements (contents unspecified: the caller overwrites them).
+fn size(v: &mut Vec<f32>, n: usize) {
+    v.resize(n, 0.0);
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Query rows per block of the causal attention: a block of rows `r0..r1` needs keys `0..r1`
+/// only, which skips about a third of the score and weighted-sum work at `T = 98`.
+const ROW_BLOCK: usize = 32;
+
+impl FastDecoder {
+    /// The engine for `config` over the variables of its parameter store (every decoder
+    /// parameter must be there, and nothing else).
+    pub fn new(config: &ModelConfig, vocab: usize, store_vars: Vec<(String, Var)>) -> Result<Self> {
+        config.validate()?;
+        check_supported(config)?;
+        let spec = KernelSpec::preset(&config.preset)?;
+        let mut names = vec!["embed".to_string()];
+        for l in 0..config.n_layer {
+            names.extend(LAYER.iter().map(|n| format!("layer{l}.{n}")));
+        }
+        names.push("final_norm".into());
+        names.push("lm_head".into());
+        let mut vars = Vec::with_capacity(names.len());
+        for n in &names {
+            let v = store_vars
+                .iter()
+                .find(|(m, _)| m == n)
+                .ok_or_else(|| Error::invalid("train.engine", format!("fast: parameter {n} is not in the model")))?;
+            vars.push(v.clone());
+        }
+        if let Some((extra, _)) = store_vars.iter().find(|(m, _)| !names.contains(m)) {
+            return Err(Error::invalid("train.engine", format!("fast: parameter {extra} is not implemented")));
+        }
+        let rope_freqs = match &spec.rope {
+            Some(rs) if !spec.nope_model => {
+                let r = rs.rotated_channels(config.d_head);
+                (r > 0).then(|| rs.inv_frequencies(r))
+            }
+            _ => None,
+        };
+        Ok(FastDecoder { cfg: config.clone(), vocab, vars, rope_freqs, work: Workspace::default() })
+    }
+
+    /// Parameter names, in the order of [`StepOutput::grads`].
+    pub fn names(&self) -> Vec<String> {
+        self.vars.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The gradients as a candle [`GradStore`] keyed by the model's variables (what
+    /// [`crate::model::optim::AdamW`] takes).
+    pub fn grad_store(&self, grads: Vec<Vec<f32>>) -> Result<GradStore> {
+        let mut store = GradStore::default();
+        for ((_, var), g) in self.vars.iter().zip(grads) {
+            let t = Tensor::from_vec(g, var.shape(), var.device())?;
+            store.insert(var.as_tensor(), t);
+        }
+        Ok(store)
+    }
+
+    /// Loss, accuracy counts and gradients of `batch` at the variables' current values.
+    pub fn step(&mut self, batch: &Batch) -> Result<StepOutput> {
+        let params: Vec<Vec<f32>> = self
+            .vars
+            .iter()
+            .map(|(_, v)| v.as_tensor().flatten_all()?.to_vec1::<f32>())
+            .collect::<candle_core::Result<_>>()?;
+        let (b, t) = batch.tokens.dims2()?;
+        let tokens = batch.tokens.flatten_all()?.to_vec1::<u32>()?;
+        let idx = batch.idx.to_vec1::<u32>()?;
+        let targets = batch.targets.to_vec1::<u32>()?;
+        if let Some(&bad) = tokens.iter().chain(&targets).find(|&&v| v as usize >= self.vocab) {
+            return Err(Error::invalid(
+                "tokens",
+                format!("token id {bad} is outside the vocabulary 0..{}", self.vocab),
+            ));
+        }
+        if let Some(&bad) = idx.iter().find(|&&i| i as usize >= b * t) {
+            return Err(Error::invalid("batch.idx", format!("position {bad} is outside 0..{}", b * t)));
+        }
+        Ok(self.run(&params, b, t, &tokens, &idx, &targets, batch.n_queries))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &mut self,
+        w: &[Vec<f32>],
+        b: usize,
+        t: usize,
+        tokens: &[u32],
+        idx: &[u32],
+        targets: &[u32],
+        n_queries: usize,
+    ) -> StepOutput {
+        let c = &self.cfg;
+        let (d, dh, hq, hkv, ff, nl, vocab) =
+            (c.d_model, c.d_head, c.n_head, c.n_kv_head, c.d_ff, c.n_layer, self.vocab);
+        let bt = b * t;
+        let (qw, kw) = (hq * dh, hkv * dh);
+        let eps = NORM_EPS as f32;
+        let rope = self.rope_freqs.as_ref().map(|f| Rope::new(f, t));
+        let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * LAYER.len() + j] };
+        let (embed, final_norm, lm_head) = (&w[0], &w[1 + nl * LAYER.len()], &w[2 + nl * LAYER.len()]);
+        let ws = &mut self.work;
+        ws.layers.resize_with(nl, LayerCache::default);
+
+        // ---- forward ----
+        size(&mut ws.x, bt * d);
+        for (row, &tok) in ws.x.chunks_exact_mut(d).zip(tokens) {
+            row.copy_from_slice(&embed[tok as usize * d..(tok as usize + 1) * d]);
+        }
+        for l in 0..nl {
+            let cc = &mut ws.layers[l];
+            for (v, n) in [
+                (&mut cc.x_in, bt * d),
+                (&mut cc.r1, bt),
+                (&mut cc.h1, bt * d),
+                (&mut cc.qp, bt * qw),
+                (&mut cc.rq, bt * hq),
+                (&mut cc.q, bt * qw),
+                (&mut cc.kp, bt * kw),
+                (&mut cc.rk, bt * hkv),
+                (&mut cc.k, bt * kw),
+                (&mut cc.v, bt * kw),
+                (&mut cc.p, b * hq * t * t),
+                (&mut cc.o, bt * qw),
+                (&mut cc.x_mid, bt * d),
+                (&mut cc.r2, bt),
+                (&mut cc.h2, bt * d),
+                (&mut cc.g, bt * ff),
+                (&mut cc.sg, bt * ff),
+                (&mut cc.u, bt * ff),
+                (&mut cc.a, bt * ff),
+            ] {
+                size(v, n);
+            }
+            cc.x_in.copy_from_slice(&ws.x);
+            cc.x_mid.copy_from_slice(&ws.x);
+            rms_norm(&cc.x_in, lw(l, ATTN_NORM), eps, &mut cc.h1, &mut cc.r1);
+            gemm(bt, qw, d, &mut cc.qp, qw, false, View::rows(&cc.h1, d), View::rows(lw(l, WQ), qw));
+            gemm(bt, kw, d, &mut cc.kp, kw, false, View::rows(&cc.h1, d), View::rows(lw(l, WK), kw));
+            gemm(bt, kw, d, &mut cc.v, kw, false, View::rows(&cc.h1, d), View::rows(lw(l, WV), kw));
+            rms_norm(&cc.qp, lw(l, Q_NORM), eps, &mut cc.q, &mut cc.rq);
+            rms_norm(&cc.kp, lw(l, K_NORM), eps, &mut cc.k, &mut cc.rk);
+            if let Some(rope) = &rope {
+                for (i, row) in cc.q.chunks_exact_mut(dh).enumerate() {
+                    rope.apply(row, (i / hq) % t, false);
+                }
+                for (i, row) in cc.k.chunks_exact_mut(dh).enumerate() {
+                    rope.apply(row, (i / hkv) % t, false);
+                }
+            }
+            attention_forward(cc, b, t, hq, hkv, dh);
+            gemm(bt, d, qw, &mut cc.x_mid, d, true, View::rows(&cc.o, qw), View::rows(lw(l, WO), d));
+            rms_norm(&cc.x_mid, lw(l, MLP_NORM), eps, &mut cc.h2, &mut cc.r2);
+            gemm(bt, ff, d, &mut cc.g, ff, false, View::rows(&cc.h2, d), View::rows(lw(l, W_GATE), ff));
+            gemm(bt, ff, d, &mut cc.u, ff, false, View::rows(&cc.h2, d), View::rows(lw(l, W_UP), ff));
+            for (((a, sg), &g), &u) in cc.a.iter_mut().zip(cc.sg.iter_mut()).zip(&cc.g).zip(&cc.u) {
+                *sg = sigmoid(g);
+                *a = g * *sg * u;
+            }
+            ws.x.copy_from_slice(&cc.x_mid);
+            gemm(bt, d, ff, &mut ws.x, d, true, View::rows(&cc.a, ff), View::rows(lw(l, W_DOWN), d));
+        }
+        size(&mut ws.hf, bt * d);
+        size(&mut ws.rf, bt);
+        rms_norm(&ws.x, final_norm, eps, &mut ws.hf, &mut ws.rf);
+        let n = idx.len();
+        size(&mut ws.hs, n * d);
+        for (row, &i) in ws.hs.chunks_exact_mut(d).zip(idx) {
+            row.copy_from_slice(&ws.hf[i as usize * d..(i as usize + 1) * d]);
+        }
+        size(&mut ws.logits, n * vocab);
+        gemm(n, vocab, d, &mut ws.logits, vocab, false, View::rows(&ws.hs, d), View::rows(lm_head, vocab));
+
+        // ---- loss, accuracy, and d loss / d logits (in place) ----
+        let mut loss = 0f64;
+        let mut hits = Vec::with_capacity(n);
+        for (row, &tgt) in ws.logits.chunks_exact_mut(vocab).zip(targets) {
+            let (mut best, mut arg) = (f32::NEG_INFINITY, 0usize);
+            for (j, &v) in row.iter().enumerate() {
+                if v > best {
+                    best = v;
+                    arg = j;
+                }
+            }
+            hits.push(arg == tgt as usize);
+            let sum: f32 = row.iter().map(|&v| (v - best).exp()).sum();
+            loss += (best + sum.ln() - row[tgt as usize]) as f64;
+            for v in row.iter_mut() {
+                *v = (*v - best).exp() / sum / n as f32;
+            }
+            row[tgt as usize] -= 1.0 / n as f32;
+        }
+        let loss = loss / n.max(1) as f64;
+        let per = (hits.len() / n_queries.max(1)).max(1);
+        let exact = hits.chunks(per).filter(|c| c.iter().all(|&h| h)).count();
+        let token_hits = hits.iter().filter(|&&h| h).count();
+
+        // ---- backward ----
+        let mut grads: Vec<Vec<f32>> = w.iter().map(|p| vec![0f32; p.len()]).collect();
+        let (g_embed_i, g_final_i, g_head_i) = (0, 1 + nl * LAYER.len(), 2 + nl * LAYER.len());
+        let dlogits = &ws.logits;
+        gemm(d, vocab, n, &mut grads[g_head_i], vocab, false, View::t(&ws.hs, d), View::rows(dlogits, vocab));
+        size(&mut ws.dhs, n * d);
+        gemm(n, d, vocab, &mut ws.dhs, d, false, View::rows(dlogits, vocab), View::t(lm_head, vocab));
+        size(&mut ws.dhf, bt * d);
+        ws.dhf.fill(0.0);
+        for (row, &i) in ws.dhs.chunks_exact(d).zip(idx) {
+            for (a, &g) in ws.dhf[i as usize * d..(i as usize + 1) * d].iter_mut().zip(row) {
+                *a += g;
+            }
+        }
+        size(&mut ws.dx, bt * d);
+        rms_norm_back(&ws.x, final_norm, &ws.rf, &ws.dhf, &mut ws.dx, false, &mut grads[g_final_i]);
+        for (v, n) in [
+            (&mut ws.da, bt * ff),
+            (&mut ws.dg, bt * ff),
+            (&mut ws.dhid, bt * d),
+            (&mut ws.d_o, bt * qw),
+            (&mut ws.dq, bt * qw),
+            (&mut ws.dk, bt * kw),
+            (&mut ws.dv, bt * kw),
+            (&mut ws.dqp, bt * qw),
+            (&mut ws.dkp, bt * kw),
+            (&mut ws.ds, t * t),
+        ] {
+            size(v, n);
+        }
+        let dx = &mut ws.dx;
+        for l in (0..nl).rev() {
+            let cc = &ws.layers[l];
+            let gi = |j: usize| 1 + l * LAYER.len() + j;
+            // x_out = x_mid + a @ w_down
+            gemm(ff, d, bt, &mut grads[gi(W_DOWN)], d, false, View::t(&cc.a, ff), View::rows(dx, d));
+            gemm(bt, ff, d, &mut ws.da, ff, false, View::rows(dx, d), View::t(lw(l, W_DOWN), d));
+            // a = silu(g) * u: da becomes du, dg the gate's gradient.
+            for ((((dav, dgv), &g), &s), &u) in ws.da.iter_mut().zip(ws.dg.iter_mut()).zip(&cc.g).zip(&cc.sg).zip(&cc.u)
+            {
+                *dgv = *dav * u * s * (1.0 + g * (1.0 - s));
+                *dav *= g * s;
+            }
+            let du = &ws.da;
+            gemm(d, ff, bt, &mut grads[gi(W_GATE)], ff, false, View::t(&cc.h2, d), View::rows(&ws.dg, ff));
+            gemm(d, ff, bt, &mut grads[gi(W_UP)], ff, false, View::t(&cc.h2, d), View::rows(du, ff));
+            gemm(bt, d, ff, &mut ws.dhid, d, false, View::rows(&ws.dg, ff), View::t(lw(l, W_GATE), ff));
+            gemm(bt, d, ff, &mut ws.dhid, d, true, View::rows(du, ff), View::t(lw(l, W_UP), ff));
+            rms_norm_back(&cc.x_mid, lw(l, MLP_NORM), &cc.r2, &ws.dhid, dx, true, &mut grads[gi(MLP_NORM)]);
+            // x_mid = x_in + o @ wo
+            gemm(qw, d, bt, &mut grads[gi(WO)], d, false, View::t(&cc.o, qw), View::rows(dx, d));
+            gemm(bt, qw, d, &mut ws.d_o, qw, false, View::rows(dx, d), View::t(lw(l, WO), d));
+            attention_backward(cc, &ws.d_o, &mut ws.dq, &mut ws.dk, &mut ws.dv, &mut ws.ds, b, t, hq, hkv, dh);
+            if let Some(rope) = &rope {
+                for (i, row) in ws.dq.chunks_exact_mut(dh).enumerate() {
+                    rope.apply(row, (i / hq) % t, true);
+                }
+                for (i, row) in ws.dk.chunks_exact_mut(dh).enumerate() {
+                    rope.apply(row, (i / hkv) % t, true);
+                }
+            }
+            rms_norm_back(&cc.qp, lw(l, Q_NORM), &cc.rq, &ws.dq, &mut ws.dqp, false, &mut grads[gi(Q_NORM)]);
+            rms_norm_back(&cc.kp, lw(l, K_NORM), &cc.rk, &ws.dk, &mut ws.dkp, false, &mut grads[gi(K_NORM)]);
+            gemm(d, qw, bt, &mut grads[gi(WQ)], qw, false, View::t(&cc.h1, d), View::rows(&ws.dqp, qw));
+            gemm(d, kw, bt, &mut grads[gi(WK)], kw, false, View::t(&cc.h1, d), View::rows(&ws.dkp, kw));
+            gemm(d, kw, bt, &mut grads[gi(WV)], kw, false, View::t(&cc.h1, d), View::rows(&ws.dv, kw));
+            gemm(bt, d, qw, &mut ws.dhid, d, false, View::rows(&ws.dqp, qw), View::t(lw(l, WQ), qw));
+            gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dkp, kw), View::t(lw(l, WK), kw));
+            gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dv, kw), View::t(lw(l, WV), kw));
+            rms_norm_back(&cc.x_in, lw(l, ATTN_NORM), &cc.r1, &ws.dhid, dx, true, &mut grads[gi(ATTN_NORM)]);
+        }
+        let g_embed = &mut grads[g_embed_i];
+        for (row, &tok) in dx.chunks_exact(d).zip(tokens) {
+            for (a, &g) in g_embed[tok as usize * d..(tok as usize + 1) * d].iter_mut().zip(row) {
+                *a += g;
+            }
+        }
+        StepOutput { loss, exact, token_hits, queries: n_queries, tokens: n, grads }
+    }
+}
+
+/// Causal softmax attention of every (sequence, query head): weights into `cache.p` (zero
+/// above the diagonal), output into `cache.o`. Scores are `q k^T` times `1/sqrt(d_h)`, softmax
+/// with the row maximum subtracted (the candle path's order). Rows go in blocks of
+/// [`ROW_BLOCK`], each against the keys it can see.
+fn attention_forward(cc: &mut LayerCache, b: usize, t: usize, hq: usize, hkv: usize, dh: usize) {
+    let (qw, kw) = (hq * dh, hkv * dh);
+    let groups = hq / hkv;
+    let scale = (1.0 / (dh as f64).sqrt()) as f32;
+    for bi in 0..b {
+        for h in 0..hq {
+            let kv = h / groups;
+            let (qo, ko) = (bi * t * qw + h * dh, bi * t * kw + kv * dh);
+            let p = &mut cc.p[(bi * hq + h) * t * t..(bi * hq + h + 1) * t * t];
+            for r0 in (0..t).step_by(ROW_BLOCK) {
+                let r1 = (r0 + ROW_BLOCK).min(t);
+                let q = View { data: &cc.q[qo + r0 * qw..], rs: qw, cs: 1 };
+                gemm(r1 - r0, r1, dh, &mut p[r0 * t..], t, false, q, View { data: &cc.k[ko..], rs: 1, cs: kw });
+                for i in r0..r1 {
+                    let row = &mut p[i * t..(i + 1) * t];
+                    let mut m = f32::NEG_INFINITY;
+                    for v in &mut row[..=i] {
+                        *v *= scale;
+                        m = m.max(*v);
+                    }
+                    let mut sum = 0f32;
+                    for v in &mut row[..=i] {
+                        *v = (*v - m).exp();
+                        sum += *v;
+                    }
+                    for v in &mut row[..=i] {
+                        *v /= sum;
+                    }
+                    row[i + 1..].fill(0.0);
+                }
+                let pv = View { data: &p[r0 * t..], rs: t, cs: 1 };
+                gemm(
+                    r1 - r0,
+                    dh,
+                    r1,
+                    &mut cc.o[qo + r0 * qw..],
+                    qw,
+                    false,
+                    pv,
+                    View { data: &cc.v[ko..], rs: kw, cs: 1 },
+                );
+            }
+        }
+    }
+}
+
+/// Backward of [`attention_forward`]: `dq` (overwritten), `dk` and `dv` (overwritten; query
+/// heads of a group and row blocks add up in order). `dS = P * (dP - rowsum(dO * O))`.
+#[allow(clippy::too_many_arguments)]
+fn attention_backward(
+    cc: &LayerCache,
+    d_o: &[f32],
+    dq: &mut [f32],
+    dk: &mut [f32],
+    dv: &mut [f32],
+    ds: &mut [f32],
+    b: usize,
+    t: usize,
+    hq: usize,
+    hkv: usize,
+    dh: usize,
+) {
+    let (qw, kw) = (hq * dh, hkv * dh);
+    let groups = hq / hkv;
+    let scale = (1.0 / (dh as f64).sqrt()) as f32;
+    dk.fill(0.0);
+    dv.fill(0.0);
+    for bi in 0..b {
+        for h in 0..hq {
+            let kv = h / groups;
+            let (qo, ko) = (bi * t * qw + h * dh, bi * t * kw + kv * dh);
+            let p = &cc.p[(bi * hq + h) * t * t..(bi * hq + h + 1) * t * t];
+            for r0 in (0..t).step_by(ROW_BLOCK) {
+                let (r1, rb) = ((r0 + ROW_BLOCK).min(t), (r0 + ROW_BLOCK).min(t) - r0);
+                let dov = View { data: &d_o[qo + r0 * qw..], rs: qw, cs: 1 };
+                gemm(rb, r1, dh, &mut ds[r0 * t..], t, false, dov, View { data: &cc.v[ko..], rs: 1, cs: kw });
+                for i in r0..r1 {
+                    let (row, prow) = (&mut ds[i * t..(i + 1) * t], &p[i * t..(i + 1) * t]);
+                    let (oi, doi) = (&cc.o[qo + i * qw..qo + i * qw + dh], &d_o[qo + i * qw..qo + i * qw + dh]);
+                    let dot: f32 = oi.iter().zip(doi).map(|(a, b)| a * b).sum();
+                    for (s, &pv) in row[..=i].iter_mut().zip(prow) {
+                        *s = pv * (*s - dot) * scale;
+                    }
+                    row[i + 1..].fill(0.0);
+                }
+                let dsv = View { data: &ds[r0 * t..], rs: t, cs: 1 };
+                let dst = View { data: &ds[r0 * t..], rs: 1, cs: t };
+                let qv = View { data: &cc.q[qo + r0 * qw..], rs: qw, cs: 1 };
+                gemm(rb, dh, r1, &mut dq[qo + r0 * qw..], qw, false, dsv, View { data: &cc.k[ko..], rs: kw, cs: 1 });
+                gemm(r1, dh, rb, &mut dk[ko..], kw, true, dst, qv);
+                gemm(r1, dh, rb, &mut dv[ko..], kw, true, View { data: &p[r0 * t..], rs: 1, cs: t }, dov);
+            }
+        }
+    }
+}

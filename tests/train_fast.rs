@@ -1,0 +1,318 @@
+//! The fast engine (`src/model/fast`) against the candle autodiff reference: the same loss and
+//! the same gradient of every parameter on random small configs; the same loss curve on 1 and
+//! 2 threads; bit-exact resume; unsupported presets refused with one line.
+
+use candle_core::Device;
+use phasekv::model::fast::{FastDecoder, SUPPORTED_PRESETS};
+use phasekv::model::run::RunDir;
+use phasekv::model::train::{
+    evaluate_batch, train, training_batch, Batch, Model, Observer, Outcome, Silent, StepReport,
+};
+use phasekv::model::{Engine, RunConfig};
+use proptest::prelude::*;
+use rand::SeedableRng;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod common;
+
+/// Tolerance of the gradient comparison, derived for f32.
+///
+/// Both paths compute the same expressions in f32 (unit roundoff `u = 2^-24 ≈ 6.0e-8`) but
+/// in different orders (different GEMM blockings, fused versus separate elementwise ops). A dot
+/// product of length `K` computed in two orders differs by at most `2 γ_K Σ|a_i b_i|`,
+/// `γ_K = K u / (1 - K u)`; the longest reduction here is a weight gradient over `B*T ≤ 3*69 =
+/// 207` rows (others: `d ≤ 24`, `d_ff ≤ 24`, `T ≤ 69`, `V = 20`), so `γ_K ≤ 1.3e-5`. The backward
+/// pass chains about 12 such ops per layer (two layers at most) through RMSNorm and softmax,
+/// whose condition numbers are O(1) at these widths with `Σ|a_i b_i|` within a small factor of
+/// `|Σ a_i b_i|` for the random weights drawn. Errors of the chain add up, 24 x 1.3e-5 ≈ 3e-4
+/// worst case relative to the gradient's size (typically `sqrt(K)` smaller, random rounding);
+/// 1e-3 leaves a factor 3 for cancellation. Parameters whose gradient is
+/// itself a small difference of large terms (norm weights) are compared against the global
+/// gradient scale: an absolute floor of `FLOOR` × the global gradient norm. A wrong derivative
+/// gives relative errors of order 1, far above both.
+const REL_TOL: f64 = 1e-3;
+/// Absolute floor of the gradient comparison, as a fraction of the global gradient norm.
+const FLOOR: f64 = 1e-5;
+/// The loss (a mean of `N ≤ 6` log-softmaxes over `V = 20` logits) agrees to `γ` of the
+/// longest reduction feeding it, again with the factor above: 1e-5 relative.
+const LOSS_TOL: f64 = 1e-5;
+
+fn norm(v: &[f32]) -> f64 {
+    v.iter().map(|&x| (x as f64) * (x as f64)).sum::<f64>().sqrt()
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    d_model: usize,
+    n_layer: usize,
+    n_kv_head: usize,
+    groups: usize,
+    d_head: usize,
+    d_ff: usize,
+    batch: usize,
+    step: usize,
+    /// The task's largest prefix: sequences of `19 + max_prefix` tokens, so that some cases
+    /// span more than one row block of the fast causal attention (32 rows).
+    max_prefix: usize,
+    seed: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let sizes = (4usize..=24, 1usize..=2, 1usize..=2, 1usize..=2, 1usize..=4, 1usize..=24);
+    (sizes, 1usize..=3, 0usize..4, 0usize..=50, any::<u64>()).prop_map(
+        |((d_model, n_layer, n_kv_head, groups, half, d_ff), batch, step, max_prefix, seed)| Case {
+            d_model,
+            n_layer,
+            n_kv_head,
+            groups,
+            d_head: 2 * half,
+            d_ff,
+            batch,
+            step,
+            max_prefix,
+            seed,
+        },
+    )
+}
+
+fn config_for(c: &Case, preset: &str) -> RunConfig {
+    let mut cfg = common::configs::tiny_config(preset);
+    cfg.model.d_model = c.d_model;
+    cfg.model.n_layer = c.n_layer;
+    cfg.model.n_kv_head = c.n_kv_head;
+    cfg.model.n_head = c.n_kv_head * c.groups;
+    cfg.model.d_head = c.d_head;
+    cfg.model.d_ff = c.d_ff;
+    cfg.train.batch_size = c.batch;
+    cfg.task.max_prefix = c.max_prefix;
+    cfg.train.seed = c.seed;
+    cfg.train.engine = Engine::Fast;
+    cfg
+}
+
+/// Loss and every gradient of both engines on one case; `Err` names the first disagreement.
+fn compare(c: &Case, preset: &str) -> Result<(), String> {
+    let cfg = config_for(c, preset);
+    cfg.validate().map_err(|e| e.to_string())?;
+    let model = Model::new(&cfg, &Device::Cpu).unwrap();
+    // Move every parameter off its initial value (norm weights start at exactly 1, which would
+    // hide a missing weight factor in a backward pass).
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(c.seed ^ 0x9e37_79b9);
+    for (_, var) in model.store.vars() {
+        use rand::Rng;
+        let v = var.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let v: Vec<f32> = v.iter().map(|x| x + 0.3 * rng.random_range(-1.0f32..1.0)).collect();
+        var.set(&candle_core::Tensor::from_vec(v, var.shape(), &Device::Cpu).unwrap()).unwrap();
+    }
+    let batch = Batch::new(&training_batch(&cfg, c.step), &Device::Cpu).unwrap();
+    let r = evaluate_batch(&model.decoder, &batch).unwrap();
+    let loss_c = r.loss.to_scalar::<f32>().unwrap() as f64;
+    let grads_c = r.loss.backward().unwrap();
+    let mut fast = FastDecoder::new(&cfg.model, cfg.task.vocab_size(), model.store.vars()).unwrap();
+    let out = fast.step(&batch).unwrap();
+    if (out.loss - loss_c).abs() > LOSS_TOL * loss_c.abs().max(1.0) {
+        return Err(format!("loss: fast {} candle {loss_c}", out.loss));
+    }
+    if (out.queries, out.tokens) != (r.queries, r.tokens) {
+        return Err(format!("counts: fast {:?} candle {:?}", (out.queries, out.tokens), (r.queries, r.tokens)));
+    }
+    let vars = model.store.vars();
+    let mut pairs = Vec::new();
+    for (name, gf) in fast.names().iter().zip(&out.grads) {
+        let var = &vars.iter().find(|(n, _)| n == name).expect("named parameter").1;
+        let gc = grads_c.get(var.as_tensor()).ok_or_else(|| format!("{name}: no candle gradient"))?;
+        pairs.push((name.clone(), gf.clone(), gc.flatten_all().unwrap().to_vec1::<f32>().unwrap()));
+    }
+    if pairs.len() != vars.len() {
+        return Err(format!("fast covers {} of {} parameters", pairs.len(), vars.len()));
+    }
+    let global = pairs.iter().map(|(_, _, gc)| norm(gc).powi(2)).sum::<f64>().sqrt();
+    for (name, gf, gc) in &pairs {
+        let diff: Vec<f32> = gf.iter().zip(gc).map(|(a, b)| a - b).collect();
+        let (err, size) = (norm(&diff), norm(gc));
+        if err > REL_TOL * size + FLOOR * global {
+            return Err(format!("{name}: |fast - candle| = {err:.3e}, |candle| = {size:.3e}, global {global:.3e}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn fast_gradients_equal_candle_gradients() {
+    for preset in SUPPORTED_PRESETS {
+        let mut runner =
+            common::runner(&format!("train_fast-grads-{preset}"), 24, Some("proptest-regressions/train_fast.txt"));
+        runner
+            .run(&case(), |c| {
+                compare(&c, preset).map_err(|e| TestCaseError::fail(format!("{preset}: {e}")))?;
+                Ok(())
+            })
+            .unwrap();
+    }
+}
+
+/// The comparison can fail: a gradient off by 1 % in one parameter is caught.
+#[test]
+fn the_tolerance_is_tighter_than_a_one_percent_error() {
+    let c = Case {
+        d_model: 16,
+        n_layer: 2,
+        n_kv_head: 1,
+        groups: 2,
+        d_head: 8,
+        d_ff: 16,
+        batch: 2,
+        step: 1,
+        max_prefix: 30,
+        seed: 7,
+    };
+    compare(&c, "full").unwrap();
+    let cfg = config_for(&c, "full");
+    let model = Model::new(&cfg, &Device::Cpu).unwrap();
+    let batch = Batch::new(&training_batch(&cfg, 1), &Device::Cpu).unwrap();
+    let grads_c = evaluate_batch(&model.decoder, &batch).unwrap().loss.backward().unwrap();
+    let mut fast = FastDecoder::new(&cfg.model, cfg.task.vocab_size(), model.store.vars()).unwrap();
+    let out = fast.step(&batch).unwrap();
+    let vars = model.store.vars();
+    let i = fast.names().iter().position(|n| n == "layer0.attn.wk").unwrap();
+    let gc = grads_c.get(vars.iter().find(|(n, _)| n == "layer0.attn.wk").unwrap().1.as_tensor()).unwrap();
+    let gc = gc.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let diff: Vec<f32> = out.grads[i].iter().zip(&gc).map(|(a, b)| a * 1.01 - b).collect();
+    assert!(norm(&diff) > REL_TOL * norm(&gc) + FLOOR * norm(&gc), "a 1 % error would pass");
+}
+
+#[test]
+fn unsupported_presets_are_refused() {
+    let mut cfg = common::configs::tiny_config("w4s4");
+    cfg.train.engine = Engine::Fast;
+    let e = cfg.validate().unwrap_err().to_string();
+    assert!(e.contains("train.engine") && e.contains("w4s4"), "{e}");
+    let (code, out, err) = phasekv(&["train", "--preset", "w8s4", "--engine", "fast", "--print-config"], "1");
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("train.engine") && err.contains("w8s4"), "{err}");
+    let (code, _, err) = phasekv(&["train", "--engine", "gpu", "--print-config"], "1");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--engine") && err.trim().lines().count() == 1, "{err}");
+}
+
+fn phasekv(args: &[&str], threads: &str) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_phasekv"))
+        .args(args)
+        .env("RAYON_NUM_THREADS", threads)
+        .env("CANDLE_NUM_THREADS", threads)
+        .output()
+        .expect("run phasekv");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn tmp_dir(label: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("phasekv-fast-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn tiny(steps: usize) -> RunConfig {
+    let mut c = common::configs::tiny_config("full");
+    c.train.steps = steps;
+    c.train.batch_size = 4;
+    c.train.warmup_steps = 2;
+    c.train.eval_every = 4;
+    c.train.eval_samples = 8;
+    c.train.checkpoint_every = 3;
+    c.train.engine = Engine::Fast;
+    c
+}
+
+fn params(dir: &Path) -> Vec<(String, Vec<f32>)> {
+    let map = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap();
+    let mut v: Vec<(String, Vec<f32>)> =
+        map.into_iter().map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap())).collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+fn train_losses(dir: &Path) -> Vec<(u64, f64)> {
+    RunDir::open_existing(dir)
+        .read_log()
+        .unwrap()
+        .iter()
+        .filter(|l| l["kind"] == "train")
+        .map(|l| (l["step"].as_u64().unwrap(), l["loss"].as_f64().unwrap()))
+        .collect()
+}
+
+struct StopAt(usize);
+impl Observer for StopAt {
+    fn on_step(&mut self, r: &StepReport) -> ControlFlow<()> {
+        if r.step == self.0 {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+}
+
+#[test]
+fn fast_resume_after_interruption_equals_the_uninterrupted_run() {
+    let cfg = tiny(10);
+    let (a, b) = (tmp_dir("resume-a"), tmp_dir("resume-b"));
+    let Outcome::Finished(ma) = train(&cfg, &a, serde_json::json!({}), &mut Silent).unwrap() else {
+        panic!("uninterrupted run did not finish")
+    };
+    match train(&cfg, &b, serde_json::json!({}), &mut StopAt(5)).unwrap() {
+        Outcome::Interrupted { step } => assert_eq!(step, 5),
+        o => panic!("expected an interruption, got {o:?}"),
+    }
+    let Outcome::Finished(mb) = train(&cfg, &b, serde_json::json!({}), &mut Silent).unwrap() else {
+        panic!("resumed run did not finish")
+    };
+    assert_eq!(params(&a), params(&b), "parameters differ after resume");
+    assert_eq!(train_losses(&a), train_losses(&b));
+    assert_eq!(ma.final_eval, mb.final_eval);
+    assert_eq!(ma.engine.as_deref(), Some("fast"));
+    let config = std::fs::read_to_string(a.join("config.json")).unwrap();
+    assert!(config.contains("\"engine\": \"fast\""), "engine not recorded in config.json: {config}");
+    // The fast engine trains the same model as candle: after 10 steps the loss curves agree to
+    // float noise amplified by 10 optimiser steps.
+    let mut cc = cfg.clone();
+    cc.train.engine = Engine::Candle;
+    let c = tmp_dir("resume-candle");
+    train(&cc, &c, serde_json::json!({}), &mut Silent).unwrap();
+    for ((s, lf), (_, lc)) in train_losses(&a).iter().zip(train_losses(&c)) {
+        assert!((lf - lc).abs() < 1e-3 * lc.abs().max(1.0), "step {s}: fast {lf} candle {lc}");
+    }
+    for d in [a, b, c] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
+
+#[test]
+fn fast_loss_curve_is_the_same_on_one_and_two_threads() {
+    let dir = tmp_dir("threads");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg_path = dir.join("tiny.json");
+    std::fs::write(&cfg_path, serde_json::to_string(&tiny(8)).unwrap()).unwrap();
+    let mut runs = Vec::new();
+    for threads in ["1", "2"] {
+        let out = dir.join(format!("run{threads}"));
+        let args = ["train", "--config", cfg_path.to_str().unwrap(), "--out", out.to_str().unwrap(), "--quiet"];
+        let (code, o, e) = phasekv(&args, threads);
+        assert_eq!(code, 0, "{o}{e}");
+        let losses = train_losses(&out);
+        assert_eq!(losses.len(), 8);
+        runs.push((losses, params(&out)));
+    }
+    assert_eq!(runs[0], runs[1], "1 and 2 threads differ");
+    let (code, out, err) = phasekv(&["train", "--config", cfg_path.to_str().unwrap(), "--bench", "2"], "1");
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["impl"], "fast-f32", "{out}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
