@@ -62,18 +62,6 @@ fn fast_static_kernel_matches_reference() {
             for (a, b) in fast.key().iter().zip(&key).chain(fast.value().iter().zip(&value)) {
                 prop_assert!((a - b).abs() < 1e-14);
             }
-            // Every instruction set the CPU has gives the same bits.
-            for isa in [Isa::Avx512, Isa::Avx2, Isa::Generic].into_iter().filter(|i| i.available()) {
-                let mut other = FastStatic::on(hh, ss, isa);
-                let mut out_isa = vec![0.0; 2 * hs];
-                let f_isa = other.eval(&p, &theta, &mut out_isa);
-                prop_assert_eq!(f_isa.to_bits(), f.to_bits(), "loss on {:?}", isa);
-                prop_assert!(
-                    out_isa.iter().zip(&out).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "gradient on {:?}",
-                    isa
-                );
-            }
             Ok(())
         })
         .unwrap();

@@ -8,7 +8,8 @@
 //! test, the same final loss and gates), so each [`FlowRun`] is bit-identical to the one-seed
 //! run, whatever the lane, the thread or the instruction set (`theory_fast` tests).
 
-use super::lanes::{Isa, Lanes};
+use super::lanes::{Isa, Kernel};
+use super::simd::{self, Vector};
 use crate::theory::flow::{FlowConfig, FlowKernel, FlowRun, FlowState, Integrator};
 use crate::theory::task::{softmax_into, TaskParams};
 use crate::{Error, Result};
@@ -21,7 +22,7 @@ pub const LANES: usize = 8;
 
 /// Logits and integrator buffers of `W` runs.
 struct Batch<const W: usize> {
-    kernel: Lanes<W>,
+    kernel: Kernel<W>,
     isa: Isa,
     theta: Vec<[f64; W]>,
     k: [Vec<[f64; W]>; 4],
@@ -32,7 +33,7 @@ impl<const W: usize> Batch<W> {
     fn new(heads: usize, stride: usize, isa: Isa) -> Self {
         let n = 2 * heads * stride;
         Batch {
-            kernel: Lanes::new(heads, stride),
+            kernel: Kernel::new(heads, stride),
             isa,
             theta: vec![[0.0; W]; n],
             k: std::array::from_fn(|_| vec![[0.0; W]; n]),
@@ -40,66 +41,35 @@ impl<const W: usize> Batch<W> {
         }
     }
 
-    /// One integrator step of every lane, compiled for the batch's instruction set.
-    fn step(&mut self, cfg: &FlowConfig) {
-        match self.isa {
-            // SAFETY: `run_seeds_on` checked that the CPU has the instruction set.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { self.step_avx512(cfg) },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { self.step_avx2(cfg) },
-            _ => self.step_generic(cfg),
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn step_avx512(&mut self, cfg: &FlowConfig) {
-        self.step_generic(cfg)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn step_avx2(&mut self, cfg: &FlowConfig) {
-        self.step_generic(cfg)
-    }
-
-    /// The arithmetic of `FlowState::step`, lane by lane.
+    /// The arithmetic of `FlowState::step`, lane by lane, on registers `V`.
     #[inline(always)]
-    fn step_generic(&mut self, cfg: &FlowConfig) {
+    fn step_with<V: Vector<W>>(&mut self, cfg: &FlowConfig) {
         let (p, dt) = (&cfg.params, cfg.dt);
         let [k1, k2, k3, k4] = &mut self.k;
-        let theta = &mut self.theta;
-        let tmp = &mut self.tmp;
-        let kernel = &mut self.kernel;
+        let (theta, tmp, kernel) = (&mut self.theta, &mut self.tmp, &mut self.kernel);
         match cfg.integrator {
             Integrator::Euler => {
-                kernel.eval_generic(p, theta, k1, false);
+                kernel.eval::<V>(p, theta, k1, false);
+                let h = V::splat(dt);
                 for (t, k) in theta.iter_mut().zip(k1.iter()) {
-                    for l in 0..W {
-                        t[l] -= dt * k[l];
-                    }
+                    V::load(t).sub(h.mul(V::load(k))).store(t);
                 }
             }
             Integrator::Rk4 => {
-                kernel.eval_generic(p, theta, k1, false);
-                // Stages 2 and 3 start from theta - dt/2 k, stage 4 from theta - dt k3.
-                half_step(tmp, theta, k1, 0.5 * dt);
-                kernel.eval_generic(p, tmp, k2, false);
-                half_step(tmp, theta, k2, 0.5 * dt);
-                kernel.eval_generic(p, tmp, k3, false);
-                for ((u, t), k) in tmp.iter_mut().zip(theta.iter()).zip(k3.iter()) {
-                    for l in 0..W {
-                        u[l] = t[l] - dt * k[l];
-                    }
-                }
-                kernel.eval_generic(p, tmp, k4, false);
-                let w = dt / 6.0;
+                // Stages 2 and 3 start from theta - (dt/2) k, stage 4 from theta - dt k3.
+                kernel.eval::<V>(p, theta, k1, false);
+                part_step::<W, V>(tmp, theta, k1, 0.5 * dt);
+                kernel.eval::<V>(p, tmp, k2, false);
+                part_step::<W, V>(tmp, theta, k2, 0.5 * dt);
+                kernel.eval::<V>(p, tmp, k3, false);
+                part_step::<W, V>(tmp, theta, k3, dt);
+                kernel.eval::<V>(p, tmp, k4, false);
+                // theta -= dt/6 (k1 + 2 k2 + 2 k3 + k4), summed left to right.
+                let (w, two) = (V::splat(dt / 6.0), V::splat(2.0));
                 for (i, t) in theta.iter_mut().enumerate() {
-                    let (a, b, c, d) = (&k1[i], &k2[i], &k3[i], &k4[i]);
-                    for l in 0..W {
-                        t[l] -= w * (a[l] + 2.0 * b[l] + 2.0 * c[l] + d[l]);
-                    }
+                    let (a, b, c, d) = (V::load(&k1[i]), V::load(&k2[i]), V::load(&k3[i]), V::load(&k4[i]));
+                    let sum = a.add(two.mul(b)).add(two.mul(c)).add(d);
+                    V::load(t).sub(w.mul(sum)).store(t);
                 }
             }
         }
@@ -118,14 +88,39 @@ impl<const W: usize> Batch<W> {
     }
 }
 
-/// `u = theta - h k` lane by lane, as `FlowState::step` computes `theta - 0.5 * dt * k`
-/// (`h = 0.5 * dt` is rounded once, as there).
-#[inline(always)]
-fn half_step<const W: usize>(u: &mut [[f64; W]], theta: &[[f64; W]], k: &[[f64; W]], h: f64) {
-    for ((u, t), k) in u.iter_mut().zip(theta).zip(k) {
-        for l in 0..W {
-            u[l] = t[l] - h * k[l];
+impl Batch<LANES> {
+    /// One integrator step of every lane, on the batch's instruction set.
+    fn step(&mut self, cfg: &FlowConfig) {
+        match self.isa {
+            // SAFETY: `run_seeds_on` checked that the CPU has the instruction set.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { self.step_avx512(cfg) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { self.step_avx2(cfg) },
+            _ => self.step_with::<simd::Lanes<LANES>>(cfg),
         }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn step_avx512(&mut self, cfg: &FlowConfig) {
+        self.step_with::<simd::Avx512>(cfg)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn step_avx2(&mut self, cfg: &FlowConfig) {
+        self.step_with::<simd::Avx2x2>(cfg)
+    }
+}
+
+/// `u = theta - h k` lane by lane, as `FlowState::step` computes `theta - 0.5 * dt * k`
+/// (`h = 0.5 * dt` rounded once, as there) and `theta - dt * k`.
+#[inline(always)]
+fn part_step<const W: usize, V: Vector<W>>(u: &mut [[f64; W]], theta: &[[f64; W]], k: &[[f64; W]], h: f64) {
+    let h = V::splat(h);
+    for ((u, t), k) in u.iter_mut().zip(theta).zip(k) {
+        V::load(t).sub(h.mul(V::load(k))).store(u);
     }
 }
 

@@ -2,12 +2,13 @@
 //! (T-6), its exact gradient (T-6g) and the softmax pullback (T-8) straight from the logits,
 //! with a branch-free exponential ([`exp_poly`]) in place of libm's.
 //!
-//! One kernel ([`lanes`]) evaluates `W` parameter vectors at once, one per vector lane, with
-//! the same arithmetic in every lane. [`FastStatic`] is that kernel with one lane (one run of
-//! the flow, `flow::FlowKernel::Fast`); [`run_seeds_batched`] runs [`LANES`] seeds per thread
-//! in the lanes of one kernel (`flow::run_seeds` uses it for static gates). Both give the same
-//! numbers bit for bit, on any number of threads and on AVX-512, AVX2 or the baseline
-//! instruction set (chosen once at run time).
+//! One kernel (`lanes`) evaluates `W` parameter vectors at once, one per vector lane, with
+//! the same arithmetic in every lane (`simd`: plain arrays, AVX-512 or AVX2 registers).
+//! [`FastStatic`] is that kernel with one lane, in scalar code (one run of the flow,
+//! `flow::FlowKernel::Fast`); [`run_seeds_batched`] runs [`LANES`] seeds per thread in the
+//! lanes of one kernel, on AVX-512, AVX2 or the baseline instruction set, chosen once at run
+//! time (`flow::run_seeds` uses it for static gates). All give the same numbers bit for bit,
+//! on any number of threads.
 //!
 //! [`super::task::static_loss_grad`] stays the reference: `flow::FlowKernel::Reference` runs
 //! the flow through it, tests compare the two (`theory_fast` tests), and the bench
@@ -16,13 +17,14 @@
 mod batch;
 mod exp;
 mod lanes;
+mod simd;
 
 pub use batch::{run_seeds_batched, run_seeds_on, LANES};
 pub use exp::exp_poly;
 pub use lanes::Isa;
 
 use super::task::TaskParams;
-use lanes::Lanes;
+use lanes::Kernel;
 
 /// Buffers of the fast static kernel for one parameter vector, `H` heads and stride `S`;
 /// after [`FastStatic::eval`] they also hold the gates `pK`, `pV` of the evaluated logits.
@@ -30,31 +32,27 @@ use lanes::Lanes;
 pub struct FastStatic {
     heads: usize,
     stride: usize,
-    kernel: Lanes<1>,
+    kernel: Kernel<1>,
     theta: Vec<[f64; 1]>,
     out: Vec<[f64; 1]>,
     /// `[pK (H S) | pV (H S)]` of the last evaluation.
     gates: Vec<f64>,
-    isa: Isa,
+    /// The CPU has FMA (`f64::mul_add` in one instruction instead of a library call).
+    fma: bool,
 }
 
 impl FastStatic {
-    /// Buffers for `H` heads and stride `S`, on the widest instruction set of the CPU.
+    /// Buffers for `H` heads and stride `S`.
     pub fn new(heads: usize, stride: usize) -> Self {
-        Self::on(heads, stride, Isa::detect())
-    }
-
-    /// Buffers for `H` heads and stride `S`, compiled for `isa` (the CPU must have it).
-    pub fn on(heads: usize, stride: usize, isa: Isa) -> Self {
         let n = 2 * heads * stride;
         FastStatic {
             heads,
             stride,
-            kernel: Lanes::new(heads, stride),
+            kernel: Kernel::new(heads, stride),
             theta: vec![[0.0]; n],
             out: vec![[0.0]; n],
             gates: vec![0.0; n],
-            isa,
+            fma: fma_available(),
         }
     }
 
@@ -75,7 +73,17 @@ impl FastStatic {
         for (t, &x) in self.theta.iter_mut().zip(theta) {
             *t = [x];
         }
-        let [f] = self.kernel.eval(self.isa, p, &self.theta, &mut self.out, true);
+        let [f] = if self.fma {
+            // SAFETY: `fma` is true only when the running CPU reports FMA.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                self.eval_fma(p)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            unreachable!()
+        } else {
+            self.kernel.eval::<simd::Lanes<1>>(p, &self.theta, &mut self.out, true)
+        };
         for (o, x) in out.iter_mut().zip(&self.out) {
             *o = x[0];
         }
@@ -83,5 +91,23 @@ impl FastStatic {
             *g = x[0];
         }
         f
+    }
+
+    /// The scalar kernel with `f64::mul_add` as one instruction (the same bits as without).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "fma")]
+    unsafe fn eval_fma(&mut self, p: &TaskParams) -> [f64; 1] {
+        self.kernel.eval::<simd::Lanes<1>>(p, &self.theta, &mut self.out, true)
+    }
+}
+
+fn fma_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
