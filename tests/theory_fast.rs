@@ -106,7 +106,10 @@ fn batch_configs() -> Vec<FlowConfig> {
     ]
 }
 
-fn bits(runs: &[FlowRun]) -> Vec<(Option<u64>, Vec<u64>, Vec<u64>, u64, usize, Vec<Option<usize>>)> {
+/// A run's numbers as bits: convergence time, gates, final loss, steps, offsets.
+type RunBits = (Option<u64>, Vec<u64>, Vec<u64>, u64, usize, Vec<Option<usize>>);
+
+fn bits(runs: &[FlowRun]) -> Vec<RunBits> {
     runs.iter()
         .map(|r| {
             (
