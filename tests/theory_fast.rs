@@ -4,8 +4,8 @@
 
 mod common;
 
-use phasekv::theory::fast::{exp_poly, FastStatic};
-use phasekv::theory::flow::{run_flow_with, FlowConfig, FlowKernel};
+use phasekv::theory::fast::{exp_poly, run_seeds_on, FastStatic, Isa};
+use phasekv::theory::flow::{run_flow_with, run_seeds, run_seeds_with, FlowConfig, FlowKernel, FlowRun, Integrator};
 use phasekv::theory::task::{softmax_pullback, static_loss_grad, StaticWorkspace, TaskParams};
 use proptest::prelude::*;
 
@@ -87,4 +87,100 @@ fn flow_runs_agree_with_the_reference_kernel() {
             assert!((a.final_loss - b.final_loss).abs() < 1e-11);
         }
     }
+}
+
+/// Configurations for the batched runner: both defaults, Euler, and a horizon short enough that
+/// some runs end unconverged.
+fn batch_configs() -> Vec<FlowConfig> {
+    let secondary = FlowConfig { params: TaskParams::secondary(), t_max: 10_000.0, ..FlowConfig::default() };
+    vec![
+        FlowConfig::default(),
+        secondary,
+        FlowConfig { integrator: Integrator::Euler, dt: 1.0, ..FlowConfig::default() },
+        FlowConfig { t_max: 500.0, ..FlowConfig::default() },
+        FlowConfig {
+            params: TaskParams { gamma: 4.0, ..TaskParams::secondary() },
+            t_max: 3_000.0,
+            ..FlowConfig::default()
+        },
+    ]
+}
+
+/// A run's numbers as bits: convergence time, gates, final loss, steps, offsets.
+type RunBits = (Option<u64>, Vec<u64>, Vec<u64>, u64, usize, Vec<Option<usize>>);
+
+fn bits(runs: &[FlowRun]) -> Vec<RunBits> {
+    runs.iter()
+        .map(|r| {
+            (
+                r.t_conv.map(f64::to_bits),
+                r.key.iter().map(|x| x.to_bits()).collect(),
+                r.value.iter().map(|x| x.to_bits()).collect(),
+                r.final_loss.to_bits(),
+                r.steps,
+                r.key_offsets.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Seeds batched in vector lanes (with lanes refilled as runs end, 19 seeds over 8 lanes) give
+/// exactly, bit for bit, the one-seed runs of the fast kernel, on every instruction set the CPU
+/// has: converged, unconverged (short horizon, collisions at gamma = 4) and Euler runs alike.
+#[test]
+fn batched_runs_equal_one_seed_runs_bit_for_bit() {
+    let seeds: Vec<u64> = (100..119).collect();
+    for cfg in batch_configs() {
+        let single: Vec<FlowRun> =
+            seeds.iter().map(|&s| run_flow_with(&cfg, s, true, FlowKernel::Fast).unwrap()).collect();
+        assert!(single.iter().any(|r| r.converged), "{cfg:?}");
+        for isa in [Isa::Avx512, Isa::Avx2, Isa::Generic].into_iter().filter(|i| i.available()) {
+            let batched = run_seeds_on(&cfg, &seeds, isa, || {}).unwrap();
+            assert_eq!(batched, single, "{isa:?} {cfg:?}");
+            assert_eq!(bits(&batched), bits(&single), "{isa:?} {cfg:?}");
+        }
+    }
+    // The short horizon leaves some runs unconverged (the batched path's other exit).
+    let short = &batch_configs()[3];
+    assert!(seeds.iter().any(|&s| !run_flow_with(short, s, true, FlowKernel::Fast).unwrap().converged));
+}
+
+/// Same seeds, same numbers: `run_seeds` on 1 and on 2 threads, and the seed list in another
+/// order (so that every seed lands in another lane at another time).
+#[test]
+fn batched_runs_are_deterministic_across_threads_and_lanes() {
+    let cfg = FlowConfig { params: TaskParams::secondary(), t_max: 10_000.0, ..FlowConfig::default() };
+    let seeds: Vec<u64> = (0..24).collect();
+    let on = |threads: usize, seeds: &[u64]| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| run_seeds(&cfg, seeds, || {}).unwrap())
+    };
+    let one = on(1, &seeds);
+    let two = on(2, &seeds);
+    assert_eq!(bits(&one), bits(&two));
+    let reversed: Vec<u64> = seeds.iter().rev().copied().collect();
+    let mut back = on(2, &reversed);
+    back.reverse();
+    assert_eq!(bits(&one), bits(&back));
+}
+
+/// 64 seeds at the secondary defaults: the batched fast runs choose the same offsets at the
+/// same time as the reference kernel, gates within 1e-9, final loss within 1e-11 (the bench
+/// `theory_flow` checks the same on 512 seeds).
+#[test]
+fn batched_fast_runs_agree_with_the_reference_on_64_seeds() {
+    let cfg = FlowConfig { params: TaskParams::secondary(), t_max: 10_000.0, ..FlowConfig::default() };
+    let seeds: Vec<u64> = (0..64).collect();
+    let fast = run_seeds_with(&cfg, &seeds, FlowKernel::Fast, || {}).unwrap();
+    let reference = run_seeds_with(&cfg, &seeds, FlowKernel::Reference, || {}).unwrap();
+    for (a, b) in fast.iter().zip(&reference) {
+        let seed = a.seed;
+        assert_eq!(a.seed, b.seed);
+        assert_eq!((a.converged, &a.key_offsets, a.t_conv), (b.converged, &b.key_offsets, b.t_conv), "seed {seed}");
+        for (x, y) in a.key.iter().zip(&b.key).chain(a.value.iter().zip(&b.value)) {
+            assert!((x - y).abs() < 1e-9, "seed {seed}: gates {x} vs {y}");
+        }
+        assert!((a.final_loss - b.final_loss).abs() < 1e-11, "seed {seed}");
+    }
+    assert!(fast.iter().filter(|r| r.converged).count() >= 60);
 }
