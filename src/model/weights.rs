@@ -1,0 +1,341 @@
+//! A trained model's weights: the [`Model`] (decoder and parameter store) with safetensors save
+//! and load, checkpoints and their index, parameter snapshots across training, and the provenance
+//! check every analysis starts from ([`verify_run`], [`load_run`]).
+
+use super::batch::EvalReport;
+use super::config::RunConfig;
+use super::decoder::{Decoder, MODEL_DTYPE};
+use super::params::ParamStore;
+use super::run::{write_atomic, RunDir};
+use super::train::Metrics;
+use crate::{Error, Result};
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// File naming the latest checkpoint.
+pub const CHECKPOINT_INDEX: &str = "checkpoint.json";
+/// Directory (in a run directory) of the parameter snapshots kept at every checkpoint step,
+/// for analyses across training (gate trajectories); the optimiser state is not kept there.
+pub const SNAPSHOT_DIR: &str = "snapshots";
+
+/// Extension of the file beside each snapshot that holds its content hash.
+pub const SNAPSHOT_HASH_EXT: &str = "hash";
+
+/// File name of the parameter snapshot at `step` (inside [`SNAPSHOT_DIR`]).
+pub fn snapshot_name(step: usize) -> String {
+    format!("step-{step:07}.safetensors")
+}
+
+/// Steps and paths of the parameter snapshots of the run in `run`, in step order.
+pub fn list_snapshots(run: &Path) -> Result<Vec<(usize, std::path::PathBuf)>> {
+    let dir = run.join(SNAPSHOT_DIR);
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+        let path = entry.map_err(|e| Error::io(&dir, e))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if let Some(step) = name.strip_prefix("step-").and_then(|n| n.strip_suffix(".safetensors")) {
+            if let Ok(step) = step.parse::<usize>() {
+                out.push((step, path));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The latest checkpoint, as recorded in `checkpoint.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CheckpointIndex {
+    /// Steps completed at the checkpoint.
+    pub step: usize,
+    /// The safetensors file (in the run directory).
+    pub file: String,
+    /// Training seconds so far.
+    pub elapsed_s: f64,
+    /// Evaluations so far.
+    pub evals: Vec<EvalReport>,
+    /// Content hash of the checkpoint file; a resume refuses a file that does not match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+    /// Training loss of the first step, the reference of the divergence check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_loss: Option<f64>,
+    /// The checkpoint before this one (kept on disk), to resume from if this one is damaged
+    /// or removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Box<CheckpointIndex>>,
+}
+
+impl CheckpointIndex {
+    /// The checkpoint file's bytes when it exists and matches its checksum; `Ok(None)` when
+    /// the file is missing, an error naming the file when it fails its checksum.
+    fn read_checked(&self, run: &RunDir) -> Result<Option<Vec<u8>>> {
+        let path = run.file(&self.file);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let bytes = crate::limits::read_file(&path, crate::limits::MAX_WEIGHTS_BYTES)?;
+        match &self.checksum {
+            Some(want) if crate::limits::content_hash(&bytes) != *want => Err(Error::File {
+                path,
+                reason: format!("checkpoint of step {} fails its checksum (saved as {want})", self.step),
+            }),
+            _ => Ok(Some(bytes)),
+        }
+    }
+}
+
+/// The checkpoint to resume from: the latest one in `idx` when intact; the previous one when
+/// the latest file was removed (the way to resume from it). A latest checkpoint that fails its
+/// checksum is refused, naming the step that can be resumed from instead.
+pub(super) fn checkpoint_to_resume(idx: CheckpointIndex, run: &RunDir) -> Result<(CheckpointIndex, Vec<u8>)> {
+    let latest = run.file(&idx.file);
+    let previous = match idx.previous.as_deref() {
+        Some(p) => p.read_checked(run).ok().flatten().map(|_| p.step),
+        None => None,
+    };
+    match idx.read_checked(run) {
+        Ok(Some(bytes)) => Ok((idx, bytes)),
+        Err(Error::File { path, reason }) => {
+            let hint = match previous {
+                Some(p) => format!(
+                    "the checkpoint of step {p} is intact: delete {} and rerun the same command to resume from step {p}",
+                    path.display()
+                ),
+                None => format!(
+                    "no intact checkpoint is left, so the run can only restart from step 0: move {} away and rerun",
+                    run.path().display()
+                ),
+            };
+            Err(Error::File { path, reason: format!("{reason} and is refused; {hint}") })
+        }
+        Err(e) => Err(e),
+        Ok(None) => match idx.previous {
+            Some(p) => match p.read_checked(run)? {
+                Some(bytes) => Ok((*p, bytes)),
+                None => Err(Error::File { path: latest, reason: "missing, and so is the previous checkpoint".into() }),
+            },
+            None => Err(Error::File {
+                path: latest,
+                reason: format!("missing; move {} away to restart from step 0", run.path().display()),
+            }),
+        },
+    }
+}
+
+/// A model with its parameter store, ready to train or evaluate.
+#[derive(Debug)]
+pub struct Model {
+    /// Parameters.
+    pub store: ParamStore,
+    /// The decoder.
+    pub decoder: Decoder,
+}
+
+impl Model {
+    /// A freshly initialised model for `config` (parameters drawn from `config.train.seed`).
+    pub fn new(config: &RunConfig, device: &Device) -> Result<Self> {
+        let store = ParamStore::new(config.train.seed);
+        let vb = store.var_builder(MODEL_DTYPE, device);
+        let decoder = Decoder::new(&config.model, config.task.vocab_size(), &vb)?;
+        Ok(Model { store, decoder })
+    }
+
+    /// Parameters as named tensors (`param.<name>`).
+    pub fn tensors(&self) -> HashMap<String, Tensor> {
+        self.store.vars().into_iter().map(|(n, v)| (format!("param.{n}"), v.as_tensor().clone())).collect()
+    }
+
+    /// Sets every parameter from named tensors (`param.<name>`); all must be present with the
+    /// right shapes, and no `param.*` tensor may be left over: a checkpoint of another
+    /// architecture (a `w8s4` model's, which holds every tensor of a `full` model plus the
+    /// compressor's) is refused rather than silently loaded in part.
+    pub fn load_tensors(&self, map: &HashMap<String, Tensor>) -> Result<()> {
+        let vars = self.store.vars();
+        let mut extra: Vec<&str> = map
+            .keys()
+            .filter(|k| k.starts_with("param."))
+            .filter(|k| !vars.iter().any(|(n, _)| k.strip_prefix("param.") == Some(n.as_str())))
+            .map(String::as_str)
+            .collect();
+        if !extra.is_empty() {
+            extra.sort_unstable();
+            return Err(Error::invalid(
+                "checkpoint",
+                format!(
+                    "{} tensor(s) this model does not have, first {} (a checkpoint of another preset or size?)",
+                    extra.len(),
+                    extra[0]
+                ),
+            ));
+        }
+        for (n, v) in vars {
+            let k = format!("param.{n}");
+            let t = map.get(&k).ok_or_else(|| Error::invalid("checkpoint", format!("missing tensor {k}")))?;
+            if t.dims() != v.dims() {
+                return Err(Error::shape(k, format!("{:?}", v.dims()), format!("{:?}", t.dims())));
+            }
+            v.set(t)?;
+        }
+        Ok(())
+    }
+
+    /// Saves the parameters to a safetensors file (atomically); returns the file's content
+    /// hash.
+    pub fn save(&self, path: &Path) -> Result<String> {
+        save_tensors(&self.tensors(), path)
+    }
+
+    /// Loads parameters saved by [`Model::save`].
+    pub fn load(&self, path: &Path) -> Result<()> {
+        let bytes = crate::limits::read_file(path, crate::limits::MAX_WEIGHTS_BYTES)?;
+        let map = tensors_from_bytes(path, &bytes, &self.decoder_device())?;
+        self.load_tensors(&map)
+    }
+
+    fn decoder_device(&self) -> Device {
+        self.store.vars().first().map(|(_, v)| v.device().clone()).unwrap_or(Device::Cpu)
+    }
+}
+
+/// A finished run whose provenance checked out: its config, metrics and identity.
+#[derive(Clone, Debug)]
+pub struct VerifiedRun {
+    /// The config from `config.json`.
+    pub config: RunConfig,
+    /// `metrics.json`.
+    pub metrics: Metrics,
+    /// `<config hash>/<weights hash>`, the key of cached analyses; `None` for a run from before
+    /// hashes were recorded.
+    pub identity: Option<String>,
+}
+
+pub(super) fn read_json_file<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<T> {
+    let text = crate::limits::read_text(path, crate::limits::MAX_JSON_BYTES)?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("not {what}: {e}") })
+}
+
+/// Checks that `run` holds a finished run whose files agree: `metrics.json` is readable,
+/// `config.json` is the config the run was trained with (its hash, or for older runs its
+/// preset, seed and steps, match the metrics), and `model.safetensors` has the hash it was
+/// saved with. Every analysis starts here, so an edited config or swapped weights are refused
+/// instead of being evaluated under the wrong label.
+pub fn verify_run(run: &Path) -> Result<VerifiedRun> {
+    let cfg_path = run.join(super::run::CONFIG_FILE);
+    let text = crate::limits::read_text(&cfg_path, crate::limits::MAX_JSON_BYTES)?;
+    let config = RunConfig::from_json(&text)
+        .map_err(|e| Error::File { path: cfg_path.clone(), reason: format!("not a run config: {e}") })?;
+    config.validate().map_err(|e| Error::File { path: cfg_path.clone(), reason: e.to_string() })?;
+    let metrics_path = run.join(super::run::METRICS_FILE);
+    if !metrics_path.exists() {
+        return Err(Error::File {
+            path: metrics_path,
+            reason: "missing: the run is not finished (rerun `phasekv train` with the same config to resume it)".into(),
+        });
+    }
+    let metrics: Metrics = read_json_file(&metrics_path, "the metrics of a finished run")?;
+    let changed = |what: String| Error::File {
+        path: cfg_path.clone(),
+        reason: format!("{what}: config.json was changed after training; restore it or train a new run"),
+    };
+    let id = config.identity();
+    match &metrics.config_hash {
+        Some(h) if *h != id => return Err(changed(format!("hash {id}, trained as {h}"))),
+        _ => {}
+    }
+    let recorded = (&metrics.preset, metrics.seed, metrics.steps);
+    if recorded != (&config.model.preset, config.train.seed, config.train.steps) {
+        return Err(changed(format!(
+            "preset {} seed {} steps {}, trained as preset {} seed {} steps {}",
+            config.model.preset, config.train.seed, config.train.steps, recorded.0, recorded.1, recorded.2
+        )));
+    }
+    let weights = run.join(FINAL_WEIGHTS);
+    let identity = match (&metrics.config_hash, &metrics.weights_hash) {
+        (Some(c), Some(w)) => {
+            let bytes = read_weights(&weights)?;
+            let have = crate::limits::content_hash(&bytes);
+            if have != *w {
+                return Err(Error::File {
+                    path: weights,
+                    reason: format!(
+                        "hash {have} is not the {w} this run saved; the weights were changed after training"
+                    ),
+                });
+            }
+            Some(format!("{c}/{w}"))
+        }
+        _ => None,
+    };
+    Ok(VerifiedRun { config, metrics, identity })
+}
+
+/// File name of a finished run's weights.
+pub const FINAL_WEIGHTS: &str = "model.safetensors";
+
+pub(super) fn read_weights(path: &Path) -> Result<Vec<u8>> {
+    if !path.exists() {
+        return Err(Error::File {
+            path: path.to_path_buf(),
+            reason: "no trained weights here (is the run finished? rerun `phasekv train` to resume it)".into(),
+        });
+    }
+    crate::limits::read_file(path, crate::limits::MAX_WEIGHTS_BYTES)
+}
+
+/// A trained model read back from its run directory after [`verify_run`]: the config from
+/// `config.json`, the parameters from `weights` (default: the final `model.safetensors`).
+///
+/// Other weights (a snapshot) are checked against the hash saved beside them
+/// (`step-N.hash`), which runs with recorded hashes must have.
+pub fn load_run(run: &Path, weights: Option<&Path>) -> Result<(RunConfig, Model)> {
+    let verified = verify_run(run)?;
+    let config = verified.config;
+    let final_weights = run.join(FINAL_WEIGHTS);
+    let path = weights.unwrap_or(&final_weights);
+    let bytes = read_weights(path)?;
+    if weights.is_some() {
+        let sidecar = path.with_extension(SNAPSHOT_HASH_EXT);
+        match crate::limits::read_text(&sidecar, 1024) {
+            Ok(want) => {
+                let have = crate::limits::content_hash(&bytes);
+                if have != want.trim() {
+                    return Err(Error::File {
+                        path: path.to_path_buf(),
+                        reason: format!(
+                            "hash {have} is not the {} saved with it; the snapshot was changed",
+                            want.trim()
+                        ),
+                    });
+                }
+            }
+            Err(_) if verified.identity.is_none() => {} // a run from before hashes were recorded
+            Err(e) => return Err(e),
+        }
+    }
+    let model = Model::new(&config, &Device::Cpu)?;
+    model.load_tensors(&tensors_from_bytes(path, &bytes, &Device::Cpu)?)?;
+    Ok((config, model))
+}
+
+/// Writes named tensors as a safetensors file through [`crate::run_dir::atomic_write`] (a
+/// temporary name unique to this writer, then a rename); returns the file's content hash.
+pub(super) fn save_tensors(map: &HashMap<String, Tensor>, path: &Path) -> Result<String> {
+    let mut sorted: Vec<(&String, &Tensor)> = map.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let bytes = safetensors::tensor::serialize(sorted, None)
+        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("cannot write safetensors: {e}") })?;
+    write_atomic(path, &bytes)?;
+    Ok(crate::limits::content_hash(&bytes))
+}
+
+pub(super) fn tensors_from_bytes(path: &Path, bytes: &[u8], device: &Device) -> Result<HashMap<String, Tensor>> {
+    candle_core::safetensors::load_buffer(bytes, device)
+        .map_err(|e| Error::File { path: path.to_path_buf(), reason: format!("cannot read safetensors: {e}") })
+}
