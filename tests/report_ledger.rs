@@ -163,7 +163,7 @@ fn fixture(out: &Path) -> Plan {
             t1_f1: 3.3,
             t1_best_loss: 3.3,
             t1_restarts: 10,
-            diagram: "+ +\n".into(),
+            diagram: "beta\\gamma  0.5    1\n      0.25    +    k\n         1    g    +\n".into(),
             diagram_agree: (48, 48),
             t2: FlowSummary {
                 runs: 64,
@@ -214,6 +214,10 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
     assert!(readme.contains("| E4 |") && readme.contains("**reproduced**"));
     assert!(readme.contains("figures/phase-prefix.png") && dir.join("figures/phase-prefix.svg").exists());
+    // T1 and T2 draw their own figures from theory.json, and the README lists them.
+    for f in ["figures/t1-phase-diagram", "figures/t2-offsets"] {
+        assert!(dir.join(format!("{f}.svg")).exists() && readme.contains(&format!("[{f}.png]({f}.png)")), "{f}");
+    }
     let ledger: Vec<Claim> = serde_json::from_str(&std::fs::read_to_string(dir.join("ledger.json")).unwrap()).unwrap();
     assert_eq!(ledger, claims);
 
@@ -255,6 +259,13 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     write(&dir.join("theory/theory.json"), &t);
     let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
     assert_eq!((verdict(&c, "T1"), verdict(&c, "T2")), (Verdict::NotReproduced, Verdict::NotReproduced));
+    // A diagram that is not the text layout of the phase diagram is one clear error, no panic.
+    t.diagram = "beta\\gamma 1 2\n 0.5 + x\n".into();
+    write(&dir.join("theory/theory.json"), &t);
+    let err = build_report(std::slice::from_ref(&dir), &dir).unwrap_err().to_string();
+    assert!(err.contains("diagram") && err.contains("\"x\""), "{err}");
+    t.diagram = "beta\\gamma 1 2\n 0.5 + g\n".into();
+    write(&dir.join("theory/theory.json"), &t);
 
     let mut k: KernelsResult = phasekv::lab::read_json(&dir.join("kernels/kernels.json")).unwrap();
     k.rows[3].status = "fail".into();

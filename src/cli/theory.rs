@@ -7,17 +7,17 @@ use super::progress::Progress;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use phasekv::analysis::stats::wilson95;
-use phasekv::report::plot::{category_grid, line_panels, scatter, CategoryGrid, Panel, Series};
+use phasekv::figures::theory as figures;
 use phasekv::run_dir::RunDir;
 use phasekv::theory::critical::classify_point;
 use phasekv::theory::diagram::check_grid;
 use phasekv::theory::diagram::{compare_with_reference, phase_diagram, spec_grid};
-use phasekv::theory::flow::{run_flow, run_seeds, summarise, ContentOptions, FlowConfig, FlowRun, Integrator};
+use phasekv::theory::flow::{run_seeds, summarise, ContentOptions, FlowConfig, Integrator};
 use phasekv::theory::limits;
 use phasekv::theory::oracle::{plan_len, planned_steps, theorem1, OracleOptions};
-use phasekv::theory::profile::phase_profile;
 use phasekv::theory::task::{one_hot_loss, population_loss_grad};
 use phasekv::theory::task::{OracleGates, TaskParams};
+use phasekv::theory::theorem2::{self, T2Results};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -305,51 +305,7 @@ fn t1(a: T1Args) -> Result<ExitCode> {
     })?;
     pb.finish();
     dir.write_json("theorem1.json", &report)?;
-    // Figure: every restart's gap to F_1, by class of its end point.
-    let mut series = vec![
-        Series::markers("one-hot, distinct, value = key + 1", vec![], 2),
-        Series::markers("one-hot, colliding heads", vec![], 4),
-        Series::markers("one-hot, crossed (value != key + 1)", vec![], 0),
-        Series::markers("not concentrated, local minimum", vec![], 1),
-        Series::markers("saddle (any structure)", vec![], 3),
-        Series::markers("not converged", vec![], 5),
-    ];
-    for (i, r) in report.restarts.iter().enumerate() {
-        use phasekv::theory::critical::PointLabel;
-        let k = match r.label {
-            PointLabel::Saddle => 4,
-            PointLabel::NotConverged => 5,
-            PointLabel::LocalMin if !r.structure.one_hot => 3,
-            PointLabel::LocalMin if !r.structure.value_follows_key => 2,
-            PointLabel::LocalMin if r.structure.distinct_heads => 0,
-            PointLabel::LocalMin => 1,
-        };
-        if r.gap.is_finite() {
-            series[k].points.push((i as f64 + 1.0, r.gap));
-        }
-    }
-    series.retain(|s| !s.points.is_empty());
-    let panel = Panel {
-        title: format!(
-            "Theorem 1 restarts (beta={}, gamma={}): verdict '{}'",
-            p.beta,
-            p.gamma,
-            report.verdict.symbol()
-        ),
-        x_label: "restart".into(),
-        y_label: "loss - F_1".into(),
-        y_range: {
-            let (lo, hi) = report
-                .restarts
-                .iter()
-                .filter(|r| r.gap.is_finite())
-                .fold((0.0f64, 0.0f64), |(a, b), r| (a.min(r.gap), b.max(r.gap)));
-            let span = (hi - lo).max(1e-6);
-            Some((lo - 0.05 * span, hi + 0.45 * span))
-        },
-        series,
-    };
-    scatter(&dir.file("t1-restarts"), &panel)?;
+    figures::t1_restarts(&dir.file("t1-restarts"), &p, &report)?;
     let noisy = match a.eps {
         Some(eps) => {
             let vocab = phasekv::theory::vocab::Vocabulary::random_for_eps(p.vocab, p.kappa, eps, a.task.seed)?;
@@ -446,29 +402,6 @@ struct T2Config {
     euler_check: bool,
 }
 
-#[derive(Serialize)]
-struct EulerCheck {
-    dt: f64,
-    same_offsets_fraction: f64,
-    /// 95 % Wilson interval of `same_offsets_fraction`.
-    same_offsets_wilson95: (f64, f64),
-    /// Largest `|t_conv(RK4) - t_conv(Euler)| / t_conv(RK4)` over all runs that converged both
-    /// ways, and over those whose chosen offsets agree.
-    max_rel_t_conv_diff: f64,
-    max_rel_t_conv_diff_same_offsets: f64,
-    both_converged: usize,
-    /// Seeds (both converged) whose chosen offsets differ.
-    different_offsets_seeds: Vec<u64>,
-}
-
-#[derive(Serialize)]
-struct T2Results {
-    summary: phasekv::theory::flow::FlowSummary,
-    euler_check: Option<EulerCheck>,
-    wall_seconds_seeds: f64,
-    runs: Vec<FlowRun>,
-}
-
 fn t2(a: T2Args) -> Result<ExitCode> {
     let start = Instant::now();
     let p = a.task.params()?;
@@ -503,123 +436,24 @@ fn t2(a: T2Args) -> Result<ExitCode> {
     let euler_check = if a.no_euler_check {
         None
     } else {
-        let ecfg = FlowConfig { integrator: Integrator::Euler, dt: cfg.dt / 2.0, ..cfg };
         let pb = bar(seeds.len() as u64, "euler dt/2");
-        let eruns = run_seeds(&ecfg, &seeds, || {
+        let e = theorem2::euler_check(&cfg, &seeds, &runs, || {
             pb.inc(1);
             stop_if_interrupted();
         })?;
         pb.finish();
-        let mut same = 0;
-        let mut both = 0;
-        let mut worst: f64 = 0.0;
-        let mut worst_same: f64 = 0.0;
-        let mut different = Vec::new();
-        for (r, e) in runs.iter().zip(&eruns) {
-            if let (Some(t1), Some(t2)) = (r.t_conv, e.t_conv) {
-                both += 1;
-                worst = worst.max((t1 - t2).abs() / t1);
-                if r.key_offsets == e.key_offsets {
-                    same += 1;
-                    worst_same = worst_same.max((t1 - t2).abs() / t1);
-                } else {
-                    different.push(r.seed);
-                }
-            }
-        }
-        Some(EulerCheck {
-            dt: ecfg.dt,
-            same_offsets_fraction: if both > 0 { same as f64 / both as f64 } else { 0.0 },
-            same_offsets_wilson95: wilson95(same, both),
-            max_rel_t_conv_diff: worst,
-            max_rel_t_conv_diff_same_offsets: worst_same,
-            both_converged: both,
-            different_offsets_seeds: different,
-        })
+        Some(e)
     };
     // Trajectory of the first seed, recorded to a little after its convergence.
-    let first = &runs[0];
-    let t_end = first.t_conv.map(|t| (1.3 * t + 50.0).min(cfg.t_max)).unwrap_or(cfg.t_max);
-    let steps = (t_end / cfg.dt).round().max(1.0) as usize;
-    let tcfg = FlowConfig { t_max: steps as f64 * cfg.dt, record_every: (steps / 400).max(1), ..cfg };
-    let traj_run = run_flow(&tcfg, seeds[0], false)?;
+    let traj_run = theorem2::recorded_trajectory(&cfg, &runs[0])?;
     dir.write_json("trajectory-seed.json", &traj_run)?;
     if let Some(tr) = &traj_run.trajectory {
-        let s = p.stride;
-        let mut panels = Vec::new();
-        for h in 0..p.heads {
-            for (which, data) in [("pK", &tr.key), ("pV", &tr.value)] {
-                let series = (0..s)
-                    .map(|r| {
-                        Series::line(
-                            format!("r={}", r + 1),
-                            tr.times.iter().zip(data.iter()).map(|(&t, g)| (t, g[h * s + r])).collect(),
-                            r,
-                        )
-                    })
-                    .collect();
-                panels.push(Panel {
-                    title: format!("head {} {which}", h + 1),
-                    x_label: "time t".into(),
-                    y_label: format!("{which}_{}(r)", h + 1),
-                    y_range: Some((0.0, 1.0)),
-                    series,
-                });
-            }
-        }
-        let rows = p.heads as u32;
-        line_panels(
-            &dir.file("t2-gate-trajectories"),
-            &format!("Gradient flow, seed {} (static gates, {:?})", seeds[0], cfg.integrator),
-            &panels,
-            2,
-            (1100, 60 + 300 * rows),
-        )?;
+        figures::t2_gate_trajectories(&dir.file("t2-gate-trajectories"), &p, seeds[0], cfg.integrator, tr)?;
     }
     // Phase profile of the first converged run.
-    if let Some(conv) = runs.iter().find(|r| r.converged) {
-        let g = OracleGates::from_static(&p, &conv.key, &conv.value);
-        let prof = phase_profile(&p, &g)?;
+    if let Some((conv, prof)) = theorem2::converged_profile(&cfg, &runs)? {
         dir.write_json("phase-profile.json", &prof)?;
-        let acc: Vec<(f64, f64)> = prof.positions.iter().map(|s| (s.position as f64, s.accuracy)).collect();
-        let prob: Vec<(f64, f64)> = prof.positions.iter().map(|s| (s.position as f64, s.target_prob)).collect();
-        let last = (p.chunks * p.stride) as f64;
-        let panels = vec![
-            Panel {
-                title: format!(
-                    "retrieval accuracy by query position (heads chose offsets {:?})",
-                    conv.key_offsets.iter().flatten().collect::<Vec<_>>()
-                ),
-                x_label: "query position in context (chunk boundary every S)".into(),
-                y_label: "accuracy".into(),
-                y_range: Some((-0.05, 1.05)),
-                series: vec![Series::markers("accuracy", acc, 0)],
-            },
-            Panel {
-                title: "target probability by query position".into(),
-                x_label: "query position in context".into(),
-                y_label: "p(target)".into(),
-                y_range: None,
-                series: vec![
-                    Series::markers("p(target)", prob, 1),
-                    Series {
-                        name: "chance 1/N".into(),
-                        points: vec![(1.0, prof.chance), (last, prof.chance)],
-                        color: 6,
-                        markers: false,
-                        dashed: true,
-                        line: true,
-                    },
-                ],
-            },
-        ];
-        line_panels(
-            &dir.file("t2-phase-profile"),
-            &format!("Phase profile of the converged model (seed {})", conv.seed),
-            &panels,
-            1,
-            (1000, 700),
-        )?;
+        figures::t2_phase_profile(&dir.file("t2-phase-profile"), &p, conv, &prof)?;
     }
     let results = T2Results { summary: summary.clone(), euler_check, wall_seconds_seeds: wall_seeds, runs };
     dir.write_json("theorem2.json", &results)?;
@@ -720,42 +554,7 @@ fn diagram(a: DiagramArgs) -> Result<ExitCode> {
     dir.write_json("diagram.json", &d)?;
     let text = d.to_text();
     dir.write_bytes("diagram.txt", text.as_bytes())?;
-    let cells: Vec<Vec<usize>> = (0..betas.len())
-        .map(|i| {
-            (0..gammas.len())
-                .map(|j| match d.points[i * gammas.len() + j].verdict.symbol() {
-                    '+' => 0,
-                    'k' => 1,
-                    _ => 2,
-                })
-                .collect()
-        })
-        .collect();
-    let cell_text = (0..betas.len())
-        .map(|i| {
-            (0..gammas.len())
-                .map(|j| {
-                    let pt = &d.points[i * gammas.len() + j];
-                    format!("{} {:+.0e}", pt.verdict.symbol(), pt.best_loss - pt.f1)
-                })
-                .collect()
-        })
-        .collect();
-    let grid = CategoryGrid {
-        title: format!("Theorem 1 phase diagram (S={}, H={}, L={}, N={})", p.stride, p.heads, p.chunks, p.vocab),
-        x_label: "gamma".into(),
-        y_label: "beta".into(),
-        columns: gammas.iter().map(|g| format!("{g}")).collect(),
-        rows: betas.iter().map(|b| format!("{b}")).collect(),
-        cells,
-        cell_text: Some(cell_text),
-        categories: vec![
-            ("+ one-hot optimal".into(), (120, 200, 120)),
-            ("k vertex not KKT (hedging)".into(), (230, 120, 100)),
-            ("g KKT but beaten (split head)".into(), (240, 200, 90)),
-        ],
-    };
-    category_grid(&dir.file("phase-diagram"), &grid)?;
+    figures::phase_diagram(&dir.file("phase-diagram"), &d)?;
     let cmp = compare_with_reference(&d);
     if let Some(diff) = &cmp {
         dir.write_json("reference-comparison.json", diff)?;

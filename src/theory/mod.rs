@@ -15,6 +15,7 @@
 //! | [`diagram`] | the (beta, gamma) phase diagram of Theorem 1 |
 //! | [`noisy`] | Theorem 1 at eps > 0: per-context L-BFGS on the literal model (T-12) |
 //! | [`flow`] | Theorem 2: gradient flow on static gates (RK4 / Euler), seeds in parallel |
+//! | [`theorem2`] | Theorem 2 as one run: seeds, the check against Euler at half the step, a recorded trajectory |
 //! | [`profile`] | retrieval accuracy by query offset of a converged model (T-10) |
 
 pub mod critical;
@@ -26,4 +27,5 @@ pub mod noisy;
 pub mod oracle;
 pub mod profile;
 pub mod task;
+pub mod theorem2;
 pub mod vocab;

@@ -464,6 +464,11 @@ impl Verdict {
             Verdict::Beaten => 'g',
         }
     }
+
+    /// The verdict of a map symbol (the inverse of [`Verdict::symbol`]).
+    pub fn from_symbol(c: char) -> Option<Self> {
+        [Verdict::Holds, Verdict::NotKkt, Verdict::Beaten].into_iter().find(|v| v.symbol() == c)
+    }
 }
 
 /// Result of the Theorem 1 check at one parameter point.

@@ -1,0 +1,16 @@
+//! Every figure of the project, drawn from result data only (never from a model), so that
+//! `phasekv report` can redraw each of them. Each figure is written as `<stem>.svg` and
+//! `<stem>.png`, text drawn with the embedded DejaVu Sans font (no system fonts needed).
+//!
+//! This layer sits above `analysis` and `theory` (whose result types it draws) and below `lab`,
+//! `reproduce`, `report` and the CLI, which call it; it imports nothing above it.
+//!
+//! | module | draws |
+//! |---|---|
+//! | [`plot`] | the chart helpers: line charts (one or several panels), scatter plots, category grids |
+//! | [`lab`] | the phase lab (see `theory/phase-lab.md`): phase profiles, knockout maps, gate preferences |
+//! | [`theory`] | Theorem 1 restarts and phase diagram, Theorem 2 trajectories, phase profile and chosen offsets |
+
+pub mod lab;
+pub mod plot;
+pub mod theory;
