@@ -25,7 +25,7 @@ impl LedgerClaim for E5 {
                     .collect();
                 let small = f.profile.permutation_p >= ALPHA;
                 let large = best.is_some_and(|(_, e)| {
-                    e.profile.permutation_p < ALPHA && e.profile.max_gap_pp >= 2.0 * f.profile.max_gap_pp
+                    e.profile.permutation_p < ALPHA && e.profile.max_gap_pp >= E5_MIN_GAP_RATIO * f.profile.max_gap_pp
                 });
                 Claim {
                     id: "E5".into(),

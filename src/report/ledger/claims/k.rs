@@ -1,6 +1,7 @@
 //! K: the kernel invariants K1-K13 hold for every preset.
 
 use super::*;
+use crate::reproduce::InvariantStatus;
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct K;
@@ -15,7 +16,7 @@ impl LedgerClaim for K {
                 let failed: Vec<String> = k
                     .rows
                     .iter()
-                    .filter(|r| r.status == "fail")
+                    .filter(|r| r.status == InvariantStatus::Fail)
                     .map(|r| format!("{} {} {}", r.preset, r.implementation, r.invariant))
                     .collect();
                 let presets = k.rows.iter().map(|r| r.preset.as_str()).collect::<std::collections::BTreeSet<_>>().len();
@@ -26,8 +27,8 @@ impl LedgerClaim for K {
                         "{} presets x 2 implementations x 13 invariants, {} cases each: {} pass, {} not applicable, {} fail{}",
                         presets,
                         k.cases,
-                        k.rows.iter().filter(|r| r.status == "pass").count(),
-                        k.rows.iter().filter(|r| r.status == "n/a").count(),
+                        k.rows.iter().filter(|r| r.status == InvariantStatus::Pass).count(),
+                        k.rows.iter().filter(|r| r.status == InvariantStatus::NotApplicable).count(),
                         failed.len(),
                         if failed.is_empty() { String::new() } else { format!(" ({})", failed.join(", ")) }
                     ),

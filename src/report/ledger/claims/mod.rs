@@ -30,6 +30,21 @@ pub const ALPHA: f64 = 0.01;
 pub const KO_CONCENTRATED_PP: f64 = 30.0;
 /// See [`KO_CONCENTRATED_PP`].
 pub const KO_FLAT_PP: f64 = 5.0;
+/// T2: the smallest fraction of seeds that must converge to one-hot gates.
+pub const T2_MIN_CONVERGED: f64 = 0.95;
+/// E4: the phases that share a window in W8/S8 are `0..=E4_LAST_SHARED_PHASE`.
+pub const E4_LAST_SHARED_PHASE: usize = 6;
+/// E4: the smallest accuracy spread (pp) among the phases that share a window.
+pub const E4_MIN_SPREAD_PP: f64 = 10.0;
+/// E5: the largest compressed prefix gap must be at least this multiple of full attention's.
+pub const E5_MIN_GAP_RATIO: f64 = 2.0;
+/// E7: a drifted gate ends with static concentration at most this fraction of the window W.
+pub const E7_MAX_STATIC_FRACTION_OF_W: f64 = 0.5;
+/// E7: and at most this fraction of its static concentration at the first checkpoint.
+pub const E7_MAX_STATIC_RATIO: f64 = 0.75;
+/// E7: a value gate "follows" its head's key gate when its peak offset is the key gate's
+/// peak offset plus this.
+pub const E7_VALUE_AFTER_KEY: usize = 1;
 
 /// A claim's verdict, computed from data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

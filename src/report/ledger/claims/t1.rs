@@ -1,6 +1,10 @@
 //! Theorem 1 (optimal compression is concentrated): the verdict at the defaults, and the phase diagram as a figure.
 
 use super::*;
+use crate::theory::oracle::Verdict as T1Verdict;
+
+/// The Theorem 1 verdict the claim needs: concentration optimal (`+`).
+const T1_HOLDS: T1Verdict = T1Verdict::Holds;
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct T1;
@@ -17,10 +21,10 @@ impl LedgerClaim for T1 {
                 claim: "optimal compression in the idealized induction model is concentrated (Theorem 1)".into(),
                 measured: format!(
                     "defaults: verdict '{}' (best loss {:.9} vs F_1 {:.9} over {} restarts); phase diagram agrees with the spec's map in {}/{} cells",
-                    t.t1_verdict, t.t1_best_loss, t.t1_f1, t.t1_restarts, t.diagram_agree.0, t.diagram_agree.1
+                    t.t1_verdict.symbol(), t.t1_best_loss, t.t1_f1, t.t1_restarts, t.diagram_agree.0, t.diagram_agree.1
                 ),
                 criterion: "verdict '+' at the defaults: no restart beats the concentrated vertex F_1 and it is KKT".into(),
-                verdict: if t.t1_verdict == '+' { Verdict::Reproduced } else { Verdict::NotReproduced },
+                verdict: if t.t1_verdict == T1_HOLDS { Verdict::Reproduced } else { Verdict::NotReproduced },
                 figures: vec![FIGURE.into()],
                 data: vec!["theory/theory.json".into()],
             },

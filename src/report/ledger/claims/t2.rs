@@ -27,8 +27,12 @@ impl LedgerClaim for T2 {
                     t.t2.median_t_conv.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into()),
                     100.0 * t.t2.coincide_fraction
                 ),
-                criterion: "at least 95 % of seeds converge".into(),
-                verdict: if t.t2.converged_fraction >= 0.95 { Verdict::Reproduced } else { Verdict::NotReproduced },
+                criterion: format!("at least {} % of seeds converge", 100.0 * T2_MIN_CONVERGED),
+                verdict: if t.t2.converged_fraction >= T2_MIN_CONVERGED {
+                    Verdict::Reproduced
+                } else {
+                    Verdict::NotReproduced
+                },
                 figures: vec![FIGURE.into()],
                 data: vec!["theory/theory.json".into()],
             },
