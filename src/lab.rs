@@ -1,6 +1,6 @@
 //! The phase lab on a trained run directory: evaluation under both padding protocols,
 //! knockout maps and gate preferences, each written into the run directory as JSON (the data),
-//! CSV and SVG+PNG figures. A result already on disk with the same settings is reused, and one
+//! CSV and SVG+PNG figures (what each measures: `theory/phase-lab.md`). A result already on disk with the same settings is reused, and one
 //! with other settings is never overwritten (an error names the file).
 //!
 //! Files, in the run directory:

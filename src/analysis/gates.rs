@@ -1,4 +1,4 @@
-//! Gate preferences (`spec/phase-eval.md` §4).
+//! Gate preferences (`theory/phase-lab.md` §5).
 //!
 //! A compressed layer's gate gives, for window `j` and gate channel `c`, a distribution
 //! `a_{j,c}` over the `W` offsets. With `H` the Shannon entropy (natural log) and `exp(H)` the

@@ -1,4 +1,4 @@
-//! Phase statistics of per-sample retrieval results (`spec/phase-eval.md` §3): per residue group
+//! Phase statistics of per-sample retrieval results (`theory/phase-lab.md` §3): per residue group
 //! accuracy with Wilson 95 % intervals, the max phase gap, accuracy folded by phase, a period
 //! estimate over the divisors of `M`, a chi-square test of independence between group and
 //! correctness, and a seeded permutation test.
