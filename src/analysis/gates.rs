@@ -9,6 +9,10 @@
 //! - **input-dependent concentration** `E_{j,c}[exp(H(a_{j,c}))]`: how concentrated each gate
 //!   is on its own input.
 //!
+//! "Concentration" here is always an effective number of offsets: *lower* means more
+//! concentrated. The theory's measure of a gate block (`crate::theory::oracle::Structure`) is
+//! its largest probability, named `min_peak` there (higher = more concentrated).
+//!
 //! A gate with small static concentration attends to fixed offsets whatever the input, the
 //! regime of Theorem 2. Only windows without empty slots count; expectations run over the
 //! windows of every given sequence. Gates without parameters (`-uniform`) give `W` for both.

@@ -131,8 +131,8 @@ pub(super) fn t1(a: T1Args) -> Result<ExitCode> {
     }
     let s = &report.best_structure;
     println!(
-        "  best minimiser: concentration {:.4}, one-hot {}, value = key + 1 {}, distinct heads {}, key offsets {:?}",
-        s.concentration, s.one_hot, s.value_follows_key, s.distinct_heads, s.key_offsets
+        "  best minimiser: smallest block peak {:.4}, one-hot {}, value = key + 1 {}, distinct heads {}, key offsets {:?}",
+        s.min_peak, s.one_hot, s.value_follows_key, s.distinct_heads, s.key_offsets
     );
     let l = &report.labels;
     println!(

@@ -6,8 +6,10 @@ use super::*;
 /// Structure of a gate configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Structure {
-    /// `min` over blocks of the largest entry (1 at a vertex).
-    pub concentration: f64,
+    /// `min` over blocks of the largest entry (1 at a vertex; higher = more concentrated).
+    /// Not the lab's gate "concentration" (`crate::analysis::gates`, an effective number of
+    /// offsets `exp(H)`, lower = more concentrated): a different quantity, a different name.
+    pub min_peak: f64,
     /// Every block's largest entry exceeds [`CONCENTRATED`].
     pub one_hot: bool,
     /// In every (head, chunk): argmax of `pV` = argmax of `pK` + 1.
@@ -18,7 +20,7 @@ pub struct Structure {
     pub key_offsets: Vec<Vec<usize>>,
 }
 
-/// Classify gates (argmax offsets, concentration, distinctness).
+/// Classify gates (argmax offsets, smallest block peak, distinctness).
 #[allow(clippy::needless_range_loop)]
 pub fn classify(g: &OracleGates) -> Structure {
     let s = g.stride;
@@ -44,7 +46,7 @@ pub fn classify(g: &OracleGates) -> Structure {
         seen.windows(2).all(|w| w[0] != w[1])
     });
     Structure {
-        concentration: conc,
+        min_peak: conc,
         one_hot: conc > CONCENTRATED,
         value_follows_key: follows,
         distinct_heads: distinct,

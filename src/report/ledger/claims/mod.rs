@@ -118,9 +118,9 @@ pub fn draw_claim_figures(c: &Collected, out: &Path) -> Result<Vec<(String, Stri
     Ok(caps)
 }
 
-/// Whether a run is the full-attention baseline.
+/// Whether a run is the full-attention baseline (the model config's one predicate).
 pub(super) fn is_full(r: &RunData) -> bool {
-    r.preset == "full"
+    r.config.model.is_full()
 }
 
 /// The full-attention run, if evaluated under every protocol.
