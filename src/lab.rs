@@ -1,6 +1,6 @@
 //! The phase lab on a trained run directory: evaluation under both padding protocols,
 //! knockout maps and gate preferences, each written into the run directory as JSON (the data),
-//! CSV and SVG+PNG figures. A result already on disk with the same settings is reused, and one
+//! CSV and SVG+PNG figures (what each measures: `theory/phase-lab.md`). A result already on disk with the same settings is reused, and one
 //! with other settings is never overwritten (an error names the file).
 //!
 //! Files, in the run directory:
@@ -15,9 +15,9 @@ use crate::analysis::eval::{self, KnockoutMap};
 use crate::analysis::gates::{self, GateSnapshot};
 use crate::analysis::phase::{self, PhaseProfile};
 use crate::analysis::protocol::{self, Balance, Protocol};
+use crate::figures::lab as figures;
 use crate::kernel::spec::KernelSpec;
 use crate::model::train::{list_snapshots, load_run, verify_run, EVAL_STREAM};
-use crate::report::figures;
 use crate::run_dir::{atomic_write, write_json_atomic, DirLock};
 use crate::{Error, Result};
 use serde::de::DeserializeOwned;

@@ -2,9 +2,9 @@
 //!
 //! A verification and simulation suite for *phase sensitivity* in chunked KV-cache compression.
 //!
-//! Crate map (data flows one way: geometry <- kernel <- model <- analysis <- report's plots and
-//! figures <- lab <- reproduce <- report's ledger, with theory feeding reproduce; the `phasekv`
-//! binary sits on top and is the only place that prints):
+//! Crate map (data flows one way: geometry <- kernel <- model <- analysis and theory <- figures <-
+//! lab <- reproduce <- report; the `phasekv` binary sits on top, only parses, calls and prints,
+//! and is the only place that prints):
 //!
 //! | module | owns |
 //! |---|---|
@@ -16,10 +16,11 @@
 //! | [`figures`] | plots: validation figures of a kernel dump |
 //! | [`analysis`] | the phase lab: padding protocols, phase statistics and the pre-registered phase test, verdict states, evaluation and knockouts, gate preferences, the JSONL audit |
 //! | [`limits`] | upper bounds on every size a user gives, and the one bounded file read |
+//! | [`figures`] | every plot, drawn from result data: chart helpers (line chart, category grid, scatter; SVG + PNG), lab figures, theory figures |
 //! | [`lab`] | the phase lab on a run directory: evaluation, knockouts, gates, written as data and figures |
 //! | [`reproduce`] | the reproduction: plan files and sweeps, units (kernels, theory, one per model), shards, resume, Slurm array scripts |
 //! | [`theory`] | the idealized induction task, Theorem 1 (oracle, argmin, critical-point classification) and Theorem 2 (gradient flow) |
-//! | [`report`] | plotting helpers (line chart, category grid, scatter; SVG + PNG), lab figures, the claims ledger |
+//! | [`report`] | the claims ledger: collected from run data, one module per claim, rendered as Markdown, JSON and figures |
 //! | [`run_dir`] | run directories: config, results, environment; a finished run is never overwritten |
 //! | [`task`] | the synthetic retrieval task: seeded generator, per-sample records with positions |
 //! | [`model`] | the small decoder with compressed attention, training, checkpoints, run directories |

@@ -93,7 +93,9 @@ fn write_knockout(dir: &Path, preset: &str, drop: impl Fn(usize) -> f64) {
     );
 }
 
-fn write_gates(dir: &Path, preset: &str, end_static: f64) {
+/// Gates whose key gate ends at `end_static` (peak at offset 2) and whose value gate ends
+/// peaking at `value_peak`.
+fn write_gates(dir: &Path, preset: &str, end_static: f64, value_peak: usize) {
     let gate = |s: f64, branch, peak: usize| GateStats {
         layer: 0,
         head: 0,
@@ -105,7 +107,7 @@ fn write_gates(dir: &Path, preset: &str, end_static: f64) {
     };
     let snaps = vec![
         GateSnapshot { step: 100, gates: vec![gate(7.5, Branch::Key, 2), gate(7.5, Branch::Value, 5)] },
-        GateSnapshot { step: 200, gates: vec![gate(end_static, Branch::Key, 2), gate(7.0, Branch::Value, 3)] },
+        GateSnapshot { step: 200, gates: vec![gate(end_static, Branch::Key, 2), gate(7.0, Branch::Value, value_peak)] },
     ];
     write(
         &dir.join("gates.json"),
@@ -145,7 +147,7 @@ fn write_run(out: &Path, plan: &Plan, preset: &str) {
             write_eval(&dir, preset, p, &periodic(s));
         }
         write_knockout(&dir, preset, move |g| if g % s < s / 2 { 80.0 } else { 0.0 });
-        write_gates(&dir, preset, 2.0);
+        write_gates(&dir, preset, 2.0, 3);
     }
 }
 
@@ -159,11 +161,11 @@ fn fixture(out: &Path) -> Plan {
     write(
         &out.join("theory/theory.json"),
         &TheoryResult {
-            t1_verdict: '+',
+            t1_verdict: phasekv::theory::oracle::Verdict::Holds,
             t1_f1: 3.3,
             t1_best_loss: 3.3,
             t1_restarts: 10,
-            diagram: "+ +\n".into(),
+            diagram: "beta\\gamma  0.5    1\n      0.25    +    k\n         1    g    +\n".into(),
             diagram_agree: (48, 48),
             t2: FlowSummary {
                 runs: 64,
@@ -184,7 +186,7 @@ fn fixture(out: &Path) -> Plan {
                 preset: p.to_string(),
                 implementation: "reference-f64".into(),
                 invariant: format!("K{k}"),
-                status: "pass".into(),
+                status: reproduce::InvariantStatus::Pass,
                 cases_passed: 4,
                 failure: None,
             })
@@ -214,6 +216,10 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
     assert!(readme.contains("| E4 |") && readme.contains("**reproduced**"));
     assert!(readme.contains("figures/phase-prefix.png") && dir.join("figures/phase-prefix.svg").exists());
+    // T1 and T2 draw their own figures from theory.json, and the README lists them.
+    for f in ["figures/t1-phase-diagram", "figures/t2-offsets"] {
+        assert!(dir.join(format!("{f}.svg")).exists() && readme.contains(&format!("[{f}.png]({f}.png)")), "{f}");
+    }
     let ledger: Vec<Claim> = serde_json::from_str(&std::fs::read_to_string(dir.join("ledger.json")).unwrap()).unwrap();
     assert_eq!(ledger, claims);
 
@@ -245,19 +251,31 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E6"), Verdict::NotReproduced);
 
     for p in ["w8s4", "w8s8", "w8s4-norope", "w8s4-uniform"] {
-        write_gates(&dir.join(run_dir(&plan, p)), p, 7.4);
+        write_gates(&dir.join(run_dir(&plan, p)), p, 2.0, 5);
+    }
+    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    assert_eq!(verdict(&c, "E7"), Verdict::NotReproduced, "drift without a value gate one offset after its key gate");
+    for p in ["w8s4", "w8s8", "w8s4-norope", "w8s4-uniform"] {
+        write_gates(&dir.join(run_dir(&plan, p)), p, 7.4, 3);
     }
     assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E7"), Verdict::NotReproduced);
 
     let mut t: TheoryResult = phasekv::lab::read_json(&dir.join("theory/theory.json")).unwrap();
     t.t2.converged_fraction = 0.5;
-    t.t1_verdict = 'g';
+    t.t1_verdict = phasekv::theory::oracle::Verdict::Beaten;
     write(&dir.join("theory/theory.json"), &t);
     let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
     assert_eq!((verdict(&c, "T1"), verdict(&c, "T2")), (Verdict::NotReproduced, Verdict::NotReproduced));
+    // A diagram that is not the text layout of the phase diagram is one clear error, no panic.
+    t.diagram = "beta\\gamma 1 2\n 0.5 + x\n".into();
+    write(&dir.join("theory/theory.json"), &t);
+    let err = build_report(std::slice::from_ref(&dir), &dir).unwrap_err().to_string();
+    assert!(err.contains("diagram") && err.contains("\"x\""), "{err}");
+    t.diagram = "beta\\gamma 1 2\n 0.5 + g\n".into();
+    write(&dir.join("theory/theory.json"), &t);
 
     let mut k: KernelsResult = phasekv::lab::read_json(&dir.join("kernels/kernels.json")).unwrap();
-    k.rows[3].status = "fail".into();
+    k.rows[3].status = reproduce::InvariantStatus::Fail;
     write(&dir.join("kernels/kernels.json"), &k);
     assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "K"), Verdict::NotReproduced);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -120,7 +120,7 @@ fn large_beta_split_head_beats_the_vertex() {
     assert!(r.best_loss < b.loss - 1e-4);
     assert!(r.best_loss < r.f1 - 1e-4, "best {} F_1 {}", r.best_loss, r.f1);
     // The winner is not concentrated: some block splits its mass roughly in half.
-    assert!(!r.best_structure.one_hot && r.best_structure.concentration < 0.6, "{:?}", r.best_structure);
+    assert!(!r.best_structure.one_hot && r.best_structure.min_peak < 0.6, "{:?}", r.best_structure);
 }
 
 /// Large gamma at small beta (spec point beta = 0.25, gamma = 6, symbol 'k'): the vertex fails
@@ -135,7 +135,7 @@ fn large_gamma_vertex_fails_kkt_and_heads_hedge() {
         let r = theorem1(&p, &opts(2), || {}).unwrap();
         assert_eq!(r.verdict, Verdict::NotKkt);
         assert!(r.best_loss < r.f1 - 1e-4, "best {} F_1 {}", r.best_loss, r.f1);
-        assert!(r.best_structure.concentration < 0.99, "hedging keeps mass off the vertex: {:?}", r.best_structure);
+        assert!(r.best_structure.min_peak < 0.99, "hedging keeps mass off the vertex: {:?}", r.best_structure);
     }
 }
 

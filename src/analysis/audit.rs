@@ -1,4 +1,4 @@
-//! The phase audit of a model that lives elsewhere (`spec/phase-eval.md` §2): the protocol's
+//! The phase audit of a model that lives elsewhere (`theory/phase-lab.md` §1, §7): the protocol's
 //! prompts exported as JSONL, and per-sample results read back.
 //!
 //! **Export**, one JSON object per line: `id`, `protocol`, `group`, `target_pos` (source-key

@@ -1,5 +1,5 @@
 //! Evaluating a trained decoder on protocol prompts, and knockouts by mean replacement
-//! (`spec/phase-eval.md` §2 and §4).
+//! (`theory/phase-lab.md` §1 and §4).
 //!
 //! **Scoring.** The scored query is the last one of each prompt; with teacher forcing, greedy
 //! exact match of all answer tokens is every answer token being the argmax (one forward pass),

@@ -1,4 +1,4 @@
-//! Gate preferences (`spec/phase-eval.md` §4).
+//! Gate preferences (`theory/phase-lab.md` §5).
 //!
 //! A compressed layer's gate gives, for window `j` and gate channel `c`, a distribution
 //! `a_{j,c}` over the `W` offsets. With `H` the Shannon entropy (natural log) and `exp(H)` the
@@ -8,6 +8,10 @@
 //!   concentrated the *average* gate is (1 = always the same offset, `W` = uniform on average);
 //! - **input-dependent concentration** `E_{j,c}[exp(H(a_{j,c}))]`: how concentrated each gate
 //!   is on its own input.
+//!
+//! "Concentration" here is always an effective number of offsets: *lower* means more
+//! concentrated. The theory's measure of a gate block (`crate::theory::oracle::Structure`) is
+//! its largest probability, named `min_peak` there (higher = more concentrated).
 //!
 //! A gate with small static concentration attends to fixed offsets whatever the input, the
 //! regime of Theorem 2. Only windows without empty slots count; expectations run over the

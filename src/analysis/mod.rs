@@ -1,4 +1,4 @@
-//! Analyses of evaluation results: the phase lab of `spec/phase-eval.md`.
+//! Analyses of evaluation results: the phase lab, documented in `theory/phase-lab.md`.
 //!
 //! | file | owns |
 //! |---|---|

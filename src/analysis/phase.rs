@@ -1,4 +1,4 @@
-//! A model's phase profile: every statistic of `spec/phase-eval.md` §3 from per-prompt
+//! A model's phase profile: every statistic of `theory/phase-lab.md` §3 from per-prompt
 //! outcomes, whether they come from a model evaluated here ([`crate::analysis::eval`]) or from
 //! an external model's results read back ([`crate::analysis::audit`]). [`PhaseProfile`] keeps
 //! the first run's statistics; [`statistics`] adds issue 17's (the pre-registered phase test,

@@ -1,4 +1,4 @@
-//! The two padding protocols of `spec/phase-eval.md` §2 and their balancing.
+//! The two padding protocols (`theory/phase-lab.md` §1) and their balancing (§2).
 //!
 //! Both protocols keep the sequence length, and so the scored query's position, fixed; the
 //! scored query is the last one of the query block (the others are unscored context, as in

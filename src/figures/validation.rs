@@ -3,7 +3,7 @@
 //! start and error by window (formats in `theory/dump-format.md`).
 
 use crate::conformance::validate::Validation;
-use crate::report::plot::{line_chart, Panel, Series};
+use super::plot::{line_chart, Panel, Series};
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 

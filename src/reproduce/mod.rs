@@ -46,12 +46,39 @@ pub struct InvariantRow {
     pub implementation: String,
     /// Invariant id (K1..K13).
     pub invariant: String,
-    /// `pass`, `fail` or `n/a`.
-    pub status: String,
+    /// Pass, fail or not applicable.
+    pub status: InvariantStatus,
     /// Cases that applied and held.
     pub cases_passed: usize,
     /// The failure, if any.
     pub failure: Option<String>,
+}
+
+/// The outcome of one invariant for one (preset, implementation), as `kernels.json` writes it
+/// (`pass`, `fail`, `n/a`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InvariantStatus {
+    /// Every case that applied held.
+    #[serde(rename = "pass")]
+    Pass,
+    /// Some case failed.
+    #[serde(rename = "fail")]
+    Fail,
+    /// No case applied.
+    #[serde(rename = "n/a")]
+    NotApplicable,
+}
+
+impl InvariantStatus {
+    /// The status of the kernel harness's report (`pass`, `fail`, `n/a`).
+    pub fn from_harness(s: &str) -> Result<Self> {
+        match s {
+            "pass" => Ok(InvariantStatus::Pass),
+            "fail" => Ok(InvariantStatus::Fail),
+            "n/a" => Ok(InvariantStatus::NotApplicable),
+            other => Err(crate::Error::invalid("invariant status", format!("{other:?} is not pass, fail or n/a"))),
+        }
+    }
 }
 
 /// `kernels/kernels.json`.
@@ -68,8 +95,9 @@ pub struct KernelsResult {
 /// `theory/theory.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TheoryResult {
-    /// Theorem 1 at the defaults: verdict symbol (`+` holds, `k`, `g`).
-    pub t1_verdict: char,
+    /// Theorem 1 at the defaults (written as its symbol: `+` holds, `k`, `g`).
+    #[serde(with = "verdict_symbol")]
+    pub t1_verdict: Verdict,
     /// `F_1` and the best loss found.
     pub t1_f1: f64,
     /// Best loss over restarts.
@@ -172,7 +200,7 @@ fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<b
                     preset: name.to_string(),
                     implementation: imp.to_string(),
                     invariant: r.invariant.id().to_string(),
-                    status: r.status.to_string(),
+                    status: InvariantStatus::from_harness(r.status)?,
                     cases_passed: r.cases_passed,
                     failure: r.failure,
                 });
@@ -181,7 +209,7 @@ fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<b
         progress.step("kernel invariants", i + 1, names.len());
     }
     debug_assert_eq!(rows.len(), names.len() * 2 * Invariant::ALL.len());
-    let failed = rows.iter().filter(|r| r.status == "fail").count();
+    let failed = rows.iter().filter(|r| r.status == InvariantStatus::Fail).count();
     write_json(&path, &KernelsResult { cases: plan.kernel_cases, rows, seconds: t0.elapsed().as_secs_f64() })?;
     progress.message(&format!("kernels: {failed} failing (preset, implementation, invariant) rows"));
     Ok(true)
@@ -209,7 +237,7 @@ fn run_theory(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<bo
     let seeds: Vec<u64> = (0..plan.t2_seeds).collect();
     let runs = run_seeds(&cfg, &seeds, || {})?;
     let result = TheoryResult {
-        t1_verdict: t1.verdict.symbol(),
+        t1_verdict: t1.verdict,
         t1_f1: t1.f1,
         t1_best_loss: t1.best_loss,
         t1_restarts: t1.restarts.len(),
@@ -218,11 +246,10 @@ fn run_theory(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<bo
         t2: summarise(&cfg.params, &runs),
         seconds: t0.elapsed().as_secs_f64(),
     };
-    debug_assert!(matches!(t1.verdict, Verdict::Holds | Verdict::NotKkt | Verdict::Beaten));
     write_json(&path, &result)?;
     progress.message(&format!(
         "theory: T1 '{}', diagram {}/{} cells as the spec, T2 {:.0} % of {} seeds converged",
-        result.t1_verdict,
+        result.t1_verdict.symbol(),
         result.diagram_agree.0,
         total,
         100.0 * result.t2.converged_fraction,
@@ -275,4 +302,21 @@ fn run_model(out: &Path, unit: &ModelUnit, lab_settings: &LabSettings, progress:
     )?;
     progress.message(&format!("{preset}: analyses done"));
     Ok(true)
+}
+
+/// A Theorem 1 verdict serialized as its map symbol (`"+"`, `"k"`, `"g"`), as `theory.json`
+/// has always written it.
+mod verdict_symbol {
+    use crate::theory::oracle::Verdict;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Verdict, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_char(v.symbol())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Verdict, D::Error> {
+        let c = char::deserialize(d)?;
+        Verdict::from_symbol(c)
+            .ok_or_else(|| serde::de::Error::custom(format!("t1_verdict {c:?} is not one of '+', 'k', 'g'")))
+    }
 }

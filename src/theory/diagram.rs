@@ -67,6 +67,64 @@ impl PhaseDiagram {
     }
 }
 
+/// A phase diagram's verdict map without the per-point detail: what the text layout of
+/// [`PhaseDiagram::to_text`] holds, and what a reproduction keeps (`theory.json`'s `diagram`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiagramMap {
+    /// Row labels (beta), as written.
+    pub betas: Vec<String>,
+    /// Column labels (gamma), as written.
+    pub gammas: Vec<String>,
+    /// Row-major verdicts.
+    pub verdicts: Vec<Vec<Verdict>>,
+}
+
+impl DiagramMap {
+    /// Reads the text layout of [`PhaseDiagram::to_text`] back (the inverse of that layout).
+    pub fn parse(text: &str) -> Result<Self> {
+        let bad = |why: String| Error::invalid("diagram", why);
+        let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+        let head = lines.next().ok_or_else(|| bad("empty diagram text".into()))?;
+        let mut cols = head.split_whitespace();
+        if cols.next() != Some("beta\\gamma") {
+            return Err(bad(format!("header {head:?} does not start with beta\\gamma")));
+        }
+        let gammas: Vec<String> = cols.map(str::to_string).collect();
+        let (mut betas, mut verdicts) = (Vec::new(), Vec::new());
+        for line in lines {
+            let mut f = line.split_whitespace();
+            let beta = f.next().ok_or_else(|| bad("empty row".into()))?;
+            let row: Vec<Verdict> = f
+                .map(|s| {
+                    let mut ch = s.chars();
+                    match (ch.next().and_then(Verdict::from_symbol), ch.next()) {
+                        (Some(v), None) => Ok(v),
+                        _ => Err(bad(format!("cell {s:?} in row {beta} is not one of + k g"))),
+                    }
+                })
+                .collect::<Result<_>>()?;
+            if row.len() != gammas.len() {
+                return Err(bad(format!("row {beta} has {} cells, the header {}", row.len(), gammas.len())));
+            }
+            betas.push(beta.to_string());
+            verdicts.push(row);
+        }
+        Ok(DiagramMap { betas, gammas, verdicts })
+    }
+}
+
+impl PhaseDiagram {
+    /// The verdict map (labels formatted as in [`PhaseDiagram::to_text`]).
+    pub fn map(&self) -> DiagramMap {
+        let n = self.gammas.len();
+        DiagramMap {
+            betas: self.betas.iter().map(|b| format!("{b}")).collect(),
+            gammas: self.gammas.iter().map(|g| format!("{g}")).collect(),
+            verdicts: (0..self.betas.len()).map(|i| (0..n).map(|j| self.points[i * n + j].verdict).collect()).collect(),
+        }
+    }
+}
+
 /// Every beta and gamma finite, in `(0, MAX_TEMPERATURE]`, and at most `MAX_GRID_CELLS` cells.
 pub fn check_grid(betas: &[f64], gammas: &[f64]) -> Result<()> {
     use super::limits::{MAX_GRID_CELLS, MAX_TEMPERATURE};

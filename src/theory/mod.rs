@@ -2,7 +2,7 @@
 //! and numerical checks of Theorem 1 (oracle class) and Theorem 2 (gradient flow).
 //!
 //! The mathematics, with the equation labels `(T-n)` that comments in these files cite, is in
-//! `theory/induction-model.md`; the contract is `spec/theory-model.md`.
+//! `theory/induction-model.md`.
 //!
 //! | module | owns |
 //! |---|---|
@@ -15,6 +15,8 @@
 //! | [`diagram`] | the (beta, gamma) phase diagram of Theorem 1 |
 //! | [`noisy`] | Theorem 1 at eps > 0: per-context L-BFGS on the literal model (T-12) |
 //! | [`flow`] | Theorem 2: gradient flow on static gates (RK4 / Euler), seeds in parallel |
+//! | [`theorem2`] | Theorem 2 as one run: seeds, the check against Euler at half the step, a recorded trajectory |
+//! | [`point`] | one user-given point: gates from a file, loss, gradient and classification there |
 //! | [`profile`] | retrieval accuracy by query offset of a converged model (T-10) |
 
 pub mod critical;
@@ -24,6 +26,8 @@ pub mod flow;
 pub mod limits;
 pub mod noisy;
 pub mod oracle;
+pub mod point;
 pub mod profile;
 pub mod task;
+pub mod theorem2;
 pub mod vocab;

@@ -258,7 +258,7 @@ pub struct NoisyReport {
     pub eps: f64,
     /// Embedding dimension.
     pub dim: usize,
-    /// Fraction of contexts whose minimiser is one-hot (concentration > 0.9) with value = key + 1.
+    /// Fraction of contexts whose minimiser is one-hot (every block peak > 0.9) with value = key + 1.
     pub concentrated_fraction: f64,
     /// Fraction of contexts whose minimiser is concentrated with distinct heads in every chunk.
     pub distinct_fraction: f64,

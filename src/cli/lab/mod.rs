@@ -2,23 +2,43 @@
 //! phase lab on trained runs and on external results. Thin: parse, call [`phasekv::lab`],
 //! print.
 
+mod audit;
+
+pub use audit::{audit, AuditCmd};
+
 use super::progress::Progress;
-use clap::{Args, Subcommand};
-use phasekv::analysis::audit::{export_jsonl, TextTemplate};
+use clap::{Args, Subcommand, ValueEnum};
 use phasekv::analysis::phase::PhaseProfile;
 use phasekv::analysis::protocol::{self, Balance, Protocol};
 use phasekv::lab::{self, LabSettings};
-use phasekv::model::RunConfig;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// A padding protocol on the command line (`prefix`, `in-sequence`).
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum ProtocolArg {
+    /// Padding before the record block.
+    Prefix,
+    /// Random gaps between records.
+    InSequence,
+}
+
+impl From<ProtocolArg> for Protocol {
+    fn from(p: ProtocolArg) -> Self {
+        match p {
+            ProtocolArg::Prefix => Protocol::Prefix,
+            ProtocolArg::InSequence => Protocol::InSequence,
+        }
+    }
+}
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// A finished run directory (from `phasekv train`).
     run: PathBuf,
-    /// Padding protocol: prefix or in-sequence.
-    #[arg(long, default_value = "in-sequence")]
-    protocol: String,
+    /// Padding protocol.
+    #[arg(long, value_enum, default_value_t = ProtocolArg::InSequence)]
+    protocol: ProtocolArg,
     /// Prompts per residue group.
     #[arg(long, default_value_t = LabSettings::default().eval_per_group)]
     samples: usize,
@@ -51,58 +71,6 @@ pub enum AnalyzeCmd {
         #[arg(long, default_value_t = LabSettings::default().gate_samples)]
         samples: usize,
         /// Seed of the sequences.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-    },
-}
-
-#[derive(Subcommand, Debug)]
-pub enum AuditCmd {
-    /// Write a protocol's prompts as JSONL (token ids, text, group, positions, answer).
-    Export {
-        /// Padding protocol: prefix or in-sequence.
-        #[arg(long, default_value = "in-sequence")]
-        protocol: String,
-        /// Prompts per residue group.
-        #[arg(long, default_value_t = LabSettings::default().eval_per_group)]
-        samples: usize,
-        /// Seed of the prompts.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// JSON config whose `task` section defines the task (default: the default task).
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Filler word of the text rendering.
-        #[arg(long, default_value = "the")]
-        filler: String,
-        /// Record template of the text rendering ({key}, {value}).
-        #[arg(long, default_value = "{key}:{value}")]
-        record: String,
-        /// Query template of the text rendering ({key}).
-        #[arg(long, default_value = "{key}?")]
-        query: String,
-        /// Output JSONL file (never overwritten).
-        #[arg(long)]
-        out: PathBuf,
-    },
-    /// Phase statistics and plot of per-sample results (JSONL with group and correct or prob).
-    Analyze {
-        /// Results JSONL.
-        results: PathBuf,
-        /// Residue modulus M of the groups.
-        #[arg(long, default_value_t = 24)]
-        modulus: usize,
-        /// Stride to fold phases by (optional).
-        #[arg(long)]
-        stride: Option<usize>,
-        /// Output directory (default: next to the results, `<name>.audit/`); must not exist.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// The prompts JSONL that `audit export` wrote: every result's id must be one of its
-        /// ids, with its group.
-        #[arg(long)]
-        export: Option<PathBuf>,
-        /// Seed of the permutation test.
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
@@ -159,7 +127,7 @@ pub fn print_profile(title: &str, balance: Option<&Balance>, p: &PhaseProfile) {
 }
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
-    let protocol = Protocol::parse(&args.protocol)?;
+    let protocol = Protocol::from(args.protocol);
     let r = lab::eval_run(&args.run, protocol, args.samples, args.seed, &mut bar("eval"))?;
     print_profile(
         &format!("{} ({}), {} padding, {} prompts", r.preset, args.run.display(), protocol.name(), r.profile.n),
@@ -212,59 +180,6 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
                 );
             }
         },
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-pub fn audit(cmd: AuditCmd) -> anyhow::Result<ExitCode> {
-    match cmd {
-        AuditCmd::Export { protocol, samples, seed, config, filler, record, query, out } => {
-            let protocol = Protocol::parse(&protocol)?;
-            let task = match &config {
-                Some(path) => {
-                    let task = RunConfig::from_file(path)?.task;
-                    task.validate().map_err(|e| phasekv::Error::File { path: path.clone(), reason: e.to_string() })?;
-                    task
-                }
-                None => RunConfig::default().task,
-            };
-            lab::check_samples("--samples", samples, task.residue_modulus, task.seq_len())?;
-            if out.exists() {
-                anyhow::bail!("{}: exists; results are never overwritten (choose another --out)", out.display());
-            }
-            let prompts = protocol::generate(&task, protocol, samples, seed)?;
-            let tpl = TextTemplate { filler, record, query };
-            let text = export_jsonl(&task, protocol, &prompts, &tpl)?;
-            phasekv::run_dir::write_new(&out, text.as_bytes())?;
-            let b = protocol::balance(&prompts, task.residue_modulus);
-            println!(
-                "wrote {} {} prompts ({} per group, M = {}) to {}; target-position balance: mean spread {:.2} tokens, std spread {:.1} %",
-                prompts.len(),
-                protocol.name(),
-                samples,
-                task.residue_modulus,
-                out.display(),
-                b.mean_spread,
-                100.0 * b.std_spread
-            );
-        }
-        AuditCmd::Analyze { results, modulus, stride, out, export, seed } => {
-            let out = out.unwrap_or_else(|| results.with_extension("audit"));
-            let a = lab::audit_analyze(&results, modulus, stride, seed, &out, export.as_deref())?;
-            print_profile(&format!("audit of {}", results.display()), None, &a.profile);
-            match a.statistics.as_ref().and_then(|st| st.phase_test.as_ref()) {
-                Some(t) => println!(
-                    "  depth-controlled phase test (pre-registered, S = {}): p = {} ({:?}), depth-adjusted phase gap {:.1} pp",
-                    t.stride, t.p, t.method, t.adjusted_gap_pp
-                ),
-                None if export.is_none() => {
-                    println!("  (give --export and --stride for the depth-controlled phase test: positions come from the export)")
-                }
-                None => {}
-            }
-            let extra = if a.statistics.is_some() { ",statistics.json" } else { "" };
-            println!("  written: {}/{{profile.json{extra},groups.csv,phase.svg,phase.png}}", out.display());
-        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,13 @@
 //! `phasekv reproduce` and `phasekv report`: thin wrappers over [`phasekv::reproduce`] and
 //! [`phasekv::report::ledger`].
 
+mod report;
+mod slurm;
+
+use report::print_claims;
+pub use report::{report, ReportArgs};
+use slurm::emit_slurm;
+
 use super::progress::Progress as Bar;
 use clap::Args;
 use phasekv::model::train::Observer;
@@ -48,16 +55,6 @@ pub struct ReproduceArgs {
     /// Memory per array task of --emit-slurm, as sbatch --mem takes it.
     #[arg(long, value_name = "MEM", default_value = "2G", requires = "emit_slurm")]
     slurm_mem: String,
-}
-
-#[derive(Args, Debug)]
-pub struct ReportArgs {
-    /// Reproduction outputs to read (repeatable; shards merge). Default: the --out directory.
-    #[arg(long)]
-    from: Vec<PathBuf>,
-    /// Where to write README.md, ledger.json and figures/.
-    #[arg(long, default_value = "reports")]
-    out: PathBuf,
 }
 
 struct Bars {
@@ -219,50 +216,5 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
     let claims = ledger::build_report(std::slice::from_ref(&out), &out)?;
     print_claims(&claims);
     println!("report: {}", out.join("README.md").display());
-    Ok(ExitCode::SUCCESS)
-}
-
-fn emit_slurm(plan: &Plan, name: &str, out: &Path, dir: &Path, tasks: usize, mem: &str) -> anyhow::Result<ExitCode> {
-    let abs = |p: &Path| std::path::absolute(p);
-    std::fs::create_dir_all(dir)?;
-    let dir = abs(dir)?;
-    let out = abs(out)?;
-    let minutes = if tasks >= 1 && tasks <= plan.units()?.len() {
-        reproduce::slurm::task_minutes(plan, &out, tasks)?
-    } else {
-        0 // refused by emit, naming the range
-    };
-    let job = reproduce::slurm::SlurmJob {
-        exe: std::env::current_exe()?,
-        plan_file: dir.join("plan.json"),
-        out: out.clone(),
-        dir: dir.clone(),
-        tasks,
-        mem: mem.to_string(),
-        minutes,
-        name: format!(
-            "phasekv-{}",
-            name.chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
-                .collect::<String>()
-        ),
-    };
-    reproduce::slurm::emit(plan, &job)?;
-    println!("{} units in {tasks} array tasks of {minutes} min each, output {}", plan.units()?.len(), out.display());
-    println!("submit: sh {}", dir.join(reproduce::slurm::SUBMIT_SCRIPT).display());
-    Ok(ExitCode::SUCCESS)
-}
-
-fn print_claims(claims: &[ledger::Claim]) {
-    for c in claims {
-        println!("{:<3} {:<15} {}", c.id, c.verdict.word(), c.claim);
-    }
-}
-
-pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let from = if args.from.is_empty() { vec![args.out.clone()] } else { args.from.clone() };
-    let claims = ledger::build_report(&from, &args.out)?;
-    print_claims(&claims);
-    println!("report: {}", args.out.join("README.md").display());
     Ok(ExitCode::SUCCESS)
 }

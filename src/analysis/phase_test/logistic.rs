@@ -1,0 +1,251 @@
+//! The binomial logistic regressions behind the phase test: Newton fits of a full and a nested
+//! null design, the likelihood-ratio statistic with its asymptotic or resampled p-value, and the
+//! natural cubic spline basis of the depth term (`theory/phase-lab.md` §7.2).
+
+use super::*;
+
+/// Binomial cells with a full and a nested null design.
+pub(super) struct LrProblem {
+    pub(super) x_full: DMatrix<f64>,
+    pub(super) x_null: DMatrix<f64>,
+    pub(super) n: Vec<f64>,
+    pub(super) y: Vec<f64>,
+    /// Class of each cell for the expected-count rule (phase, or condition x phase).
+    pub(super) class: Vec<usize>,
+    pub(super) classes: usize,
+}
+
+/// A maximum-likelihood logistic fit.
+#[derive(Clone, Debug)]
+pub(super) struct Fit {
+    pub(super) beta: DVector<f64>,
+    pub(super) loglik: f64,
+    pub(super) mu: Vec<f64>,
+}
+
+pub(super) fn softplus(x: f64) -> f64 {
+    if x > 0.0 {
+        x + (-x).exp().ln_1p()
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+pub(super) fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+pub(super) fn loglik(x: &DMatrix<f64>, beta: &DVector<f64>, n: &[f64], y: &[f64]) -> (f64, DVector<f64>) {
+    let eta = x * beta;
+    let ll = eta.iter().zip(n).zip(y).map(|((&e, &n), &y)| y * e - n * softplus(e)).sum();
+    (ll, eta)
+}
+
+/// Newton's method with step halving for a binomial logistic model (maximum likelihood; with
+/// complete separation the likelihood's supremum is approached, which is all a likelihood
+/// ratio needs). A tiny ridge keeps the Newton system solvable; it does not change the optimum.
+pub(super) fn fit(x: &DMatrix<f64>, n: &[f64], y: &[f64], start: Option<&DVector<f64>>) -> Result<Fit> {
+    let p = x.ncols();
+    let mut beta = match start {
+        Some(b) => b.clone(),
+        None => {
+            let (tn, ty): (f64, f64) = (n.iter().sum(), y.iter().sum());
+            let rate = ((ty + 0.5) / (tn + 1.0)).clamp(1e-6, 1.0 - 1e-6);
+            let mut b = DVector::zeros(p);
+            b[0] = (rate / (1.0 - rate)).ln();
+            b
+        }
+    };
+    let (mut ll, mut eta) = loglik(x, &beta, n, y);
+    for _ in 0..200 {
+        let mut h = DMatrix::<f64>::zeros(p, p);
+        let mut score = DVector::<f64>::zeros(p);
+        for i in 0..x.nrows() {
+            let mu = sigmoid(eta[i]);
+            let w = n[i] * mu * (1.0 - mu);
+            let r = y[i] - n[i] * mu;
+            for a in 0..p {
+                let xa = x[(i, a)];
+                if xa == 0.0 {
+                    continue;
+                }
+                score[a] += xa * r;
+                for b in 0..=a {
+                    h[(a, b)] += w * xa * x[(i, b)];
+                }
+            }
+        }
+        let mut diag_max: f64 = 0.0;
+        for a in 0..p {
+            for b in 0..a {
+                h[(b, a)] = h[(a, b)];
+            }
+            diag_max = diag_max.max(h[(a, a)]);
+        }
+        let ridge = 1e-10 * (1.0 + diag_max);
+        for a in 0..p {
+            h[(a, a)] += ridge;
+        }
+        let delta = match h.clone().cholesky() {
+            Some(c) => c.solve(&score),
+            None => h.lu().solve(&score).ok_or_else(|| Error::Numerical {
+                what: "logistic fit".into(),
+                reason: "singular Newton system".into(),
+            })?,
+        };
+        let mut step = 1.0;
+        let mut accepted = None;
+        while step > 1e-12 {
+            let cand = &beta + &delta * step;
+            let (ll_new, eta_new) = loglik(x, &cand, n, y);
+            if ll_new.is_finite() && ll_new >= ll - 1e-12 * (1.0 + ll.abs()) {
+                accepted = Some((cand, ll_new, eta_new));
+                break;
+            }
+            step *= 0.5;
+        }
+        let Some((b, ll_new, eta_new)) = accepted else { break };
+        let gain = ll_new - ll;
+        beta = b;
+        ll = ll_new;
+        eta = eta_new;
+        if gain < 1e-10 * (1.0 + ll.abs()) {
+            break;
+        }
+    }
+    let mu = eta.iter().map(|&e| sigmoid(e)).collect();
+    Ok(Fit { beta, loglik: ll, mu })
+}
+
+/// Both fits and the likelihood ratio of one problem.
+pub(super) struct LrFits {
+    pub(super) null: Fit,
+    pub(super) full: Fit,
+    pub(super) statistic: f64,
+    pub(super) min_expected: f64,
+}
+
+impl LrProblem {
+    pub(super) fn fits(&self) -> Result<LrFits> {
+        let null = fit(&self.x_null, &self.n, &self.y, None)?;
+        let start = self.extend(&null.beta);
+        let full = fit(&self.x_full, &self.n, &self.y, Some(&start))?;
+        // Every answer right (or every answer wrong): both models reach the same supremum.
+        let degenerate = self.y.iter().zip(&self.n).all(|(y, n)| *y == *n) || self.y.iter().all(|y| *y == 0.0);
+        let statistic = if degenerate { 0.0 } else { (2.0 * (full.loglik - null.loglik)).max(0.0) };
+        let mut e1 = vec![0f64; self.classes];
+        let mut e0 = vec![0f64; self.classes];
+        for i in 0..self.n.len() {
+            e1[self.class[i]] += self.n[i] * null.mu[i];
+            e0[self.class[i]] += self.n[i] * (1.0 - null.mu[i]);
+        }
+        let min_expected = e1.iter().chain(&e0).copied().fold(f64::INFINITY, f64::min);
+        Ok(LrFits { null, full, statistic, min_expected })
+    }
+
+    pub(super) fn df(&self) -> usize {
+        self.x_full.ncols() - self.x_null.ncols()
+    }
+
+    /// The null coefficients padded with zeros for the full model.
+    pub(super) fn extend(&self, b: &DVector<f64>) -> DVector<f64> {
+        let mut v = DVector::zeros(self.x_full.ncols());
+        v.rows_mut(0, b.len()).copy_from(b);
+        v
+    }
+
+    /// `rounds` likelihood-ratio statistics of data sets drawn from the fitted null.
+    pub(super) fn bootstrap(&self, fits: &LrFits, rounds: usize, rng: &mut ChaCha8Rng) -> Result<Vec<f64>> {
+        let start_full = self.extend(&fits.null.beta);
+        let mut out = Vec::with_capacity(rounds);
+        let mut y = vec![0f64; self.n.len()];
+        for _ in 0..rounds {
+            for ((yi, &ni), &mu) in y.iter_mut().zip(&self.n).zip(&fits.null.mu) {
+                *yi = (0..ni as usize).filter(|_| rng.random::<f64>() < mu).count() as f64;
+            }
+            let f0 = fit(&self.x_null, &self.n, &y, Some(&fits.null.beta))?;
+            let f1 = fit(&self.x_full, &self.n, &y, Some(&start_full))?;
+            out.push((2.0 * (f1.loglik - f0.loglik)).max(0.0));
+        }
+        Ok(out)
+    }
+
+    /// Checks that the full design has full column rank on the cells present.
+    pub(super) fn check_rank(&self, what: &str) -> Result<()> {
+        let p = self.x_full.ncols();
+        let mut g = DMatrix::<f64>::zeros(p, p);
+        for i in 0..self.x_full.nrows() {
+            for a in 0..p {
+                for b in 0..p {
+                    g[(a, b)] += self.n[i] * self.x_full[(i, a)] * self.x_full[(i, b)];
+                }
+            }
+        }
+        let d: Vec<f64> = (0..p).map(|a| g[(a, a)].max(1e-300).sqrt()).collect();
+        for a in 0..p {
+            for b in 0..p {
+                g[(a, b)] /= d[a] * d[b];
+            }
+        }
+        let ev = g.symmetric_eigen().eigenvalues;
+        let (lo, hi) = ev.iter().fold((f64::INFINITY, 0f64), |(l, h), &e| (l.min(e), h.max(e)));
+        if lo.is_nan() || lo <= 1e-9 * hi {
+            return Err(Error::invalid(
+                what,
+                "phase and depth cannot be separated on these prompts (too few distinct depths or a phase with no prompts)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The p-value of an observed statistic from bootstrap replicates.
+pub(super) fn resampled_p(statistic: f64, replicates: &[f64]) -> PValue {
+    let tol = 1e-9 * (1.0 + statistic.abs());
+    PValue::resampled(replicates.iter().filter(|&&g| g >= statistic - tol).count(), replicates.len())
+}
+
+pub(super) fn chi2_p(statistic: f64, df: usize) -> Result<PValue> {
+    let dist = ChiSquared::new(df as f64)
+        .map_err(|e| Error::Numerical { what: "chi-square distribution".into(), reason: e.to_string() })?;
+    Ok(PValue::asymptotic(dist.sf(statistic)))
+}
+
+/// The spline's knots for `depths` (sorted): `k` equally spaced quantiles, the smallest and
+/// largest depth included (depth effects are steepest at the ends of the range, beside the
+/// query block and at the deepest positions, where Harrell's 5 %/95 % placement would leave the
+/// spline linear); duplicates dropped.
+pub(super) fn knots_for(sorted: &[f64], k: usize) -> Vec<f64> {
+    let mut knots: Vec<f64> =
+        (0..k).map(|j| crate::analysis::stats::quantile_sorted(sorted, j as f64 / (k - 1) as f64)).collect();
+    knots.dedup_by(|a, b| (*a - *b).abs() < 1e-9);
+    knots
+}
+
+/// The restricted cubic spline basis at `x` (linear term first), on the scale where the outer
+/// knots are 0 and 1.
+pub(super) fn spline_basis(x: f64, knots: &[f64]) -> Vec<f64> {
+    let k = knots.len();
+    if k < 2 {
+        return Vec::new();
+    }
+    let (t0, tk) = (knots[0], knots[k - 1]);
+    let scale = tk - t0;
+    let z = |v: f64| (v - t0) / scale;
+    let xs = z(x);
+    let mut out = vec![xs];
+    if k >= 3 {
+        let (tkm1, tkk) = (z(knots[k - 2]), z(knots[k - 1]));
+        let c = |v: f64| v.max(0.0).powi(3);
+        for &t in &knots[..k - 2] {
+            let tj = z(t);
+            out.push(c(xs - tj) - c(xs - tkm1) * (tkk - tj) / (tkk - tkm1) + c(xs - tkk) * (tkm1 - tj) / (tkk - tkm1));
+        }
+    }
+    out
+}

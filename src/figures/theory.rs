@@ -1,0 +1,208 @@
+//! The theory figures (Theorem 1 and 2), drawn from result data only: the CLI draws them for a
+//! fresh `phasekv theory` run, and `phasekv report` draws the ledger's T1 and T2 figures from a
+//! reproduction's `theory.json`. The mathematics is in `theory/induction-model.md`.
+
+use super::plot::{category_grid, line_panels, scatter, CategoryGrid, Panel, Series};
+use crate::theory::critical::PointLabel;
+use crate::theory::diagram::{DiagramMap, PhaseDiagram};
+use crate::theory::flow::{FlowRun, FlowSummary, Integrator, Trajectory};
+use crate::theory::oracle::{Theorem1Report, Verdict};
+use crate::theory::profile::PhaseProfile;
+use crate::theory::task::TaskParams;
+use crate::Result;
+use std::path::{Path, PathBuf};
+
+/// Every restart's gap to `F_1`, by the class of its end point.
+pub fn t1_restarts(stem: &Path, p: &TaskParams, report: &Theorem1Report) -> Result<Vec<PathBuf>> {
+    let mut series = vec![
+        Series::markers("one-hot, distinct, value = key + 1", vec![], 2),
+        Series::markers("one-hot, colliding heads", vec![], 4),
+        Series::markers("one-hot, crossed (value != key + 1)", vec![], 0),
+        Series::markers("not concentrated, local minimum", vec![], 1),
+        Series::markers("saddle (any structure)", vec![], 3),
+        Series::markers("not converged", vec![], 5),
+    ];
+    for (i, r) in report.restarts.iter().enumerate() {
+        let k = match r.label {
+            PointLabel::Saddle => 4,
+            PointLabel::NotConverged => 5,
+            PointLabel::LocalMin if !r.structure.one_hot => 3,
+            PointLabel::LocalMin if !r.structure.value_follows_key => 2,
+            PointLabel::LocalMin if r.structure.distinct_heads => 0,
+            PointLabel::LocalMin => 1,
+        };
+        if r.gap.is_finite() {
+            series[k].points.push((i as f64 + 1.0, r.gap));
+        }
+    }
+    series.retain(|s| !s.points.is_empty());
+    let (lo, hi) = report
+        .restarts
+        .iter()
+        .filter(|r| r.gap.is_finite())
+        .fold((0.0f64, 0.0f64), |(a, b), r| (a.min(r.gap), b.max(r.gap)));
+    let span = (hi - lo).max(1e-6);
+    let panel = Panel {
+        title: format!(
+            "Theorem 1 restarts (beta={}, gamma={}): verdict '{}'",
+            p.beta,
+            p.gamma,
+            report.verdict.symbol()
+        ),
+        x_label: "restart".into(),
+        y_label: "loss - F_1".into(),
+        y_range: Some((lo - 0.05 * span, hi + 0.45 * span)),
+        series,
+    };
+    scatter(stem, &panel)
+}
+
+/// The category of a verdict in [`phase_diagram_map`].
+fn verdict_category(v: Verdict) -> usize {
+    match v {
+        Verdict::Holds => 0,
+        Verdict::NotKkt => 1,
+        Verdict::Beaten => 2,
+    }
+}
+
+/// The Theorem 1 phase diagram as a category grid (rows beta, columns gamma), with optional
+/// text in each cell.
+pub fn phase_diagram_map(
+    stem: &Path,
+    title: &str,
+    map: &DiagramMap,
+    cell_text: Option<Vec<Vec<String>>>,
+) -> Result<Vec<PathBuf>> {
+    let grid = CategoryGrid {
+        title: title.into(),
+        x_label: "gamma".into(),
+        y_label: "beta".into(),
+        columns: map.gammas.clone(),
+        rows: map.betas.clone(),
+        cells: map.verdicts.iter().map(|row| row.iter().map(|&v| verdict_category(v)).collect()).collect(),
+        cell_text,
+        categories: vec![
+            ("+ one-hot optimal".into(), (120, 200, 120)),
+            ("k vertex not KKT (hedging)".into(), (230, 120, 100)),
+            ("g KKT but beaten (split head)".into(), (240, 200, 90)),
+        ],
+    };
+    category_grid(stem, &grid)
+}
+
+/// The phase diagram of a fresh run: each cell shows its verdict and `best loss - F_1`.
+pub fn phase_diagram(stem: &Path, d: &PhaseDiagram) -> Result<Vec<PathBuf>> {
+    let p = &d.params;
+    let n = d.gammas.len();
+    let cell_text = (0..d.betas.len())
+        .map(|i| {
+            (0..n)
+                .map(|j| {
+                    let pt = &d.points[i * n + j];
+                    format!("{} {:+.0e}", pt.verdict.symbol(), pt.best_loss - pt.f1)
+                })
+                .collect()
+        })
+        .collect();
+    let title = format!("Theorem 1 phase diagram (S={}, H={}, L={}, N={})", p.stride, p.heads, p.chunks, p.vocab);
+    phase_diagram_map(stem, &title, &d.map(), Some(cell_text))
+}
+
+/// Every head's key and value gates over time (one panel per head and branch).
+pub fn t2_gate_trajectories(
+    stem: &Path,
+    p: &TaskParams,
+    seed: u64,
+    integrator: Integrator,
+    tr: &Trajectory,
+) -> Result<Vec<PathBuf>> {
+    let s = p.stride;
+    let mut panels = Vec::new();
+    for h in 0..p.heads {
+        for (which, data) in [("pK", &tr.key), ("pV", &tr.value)] {
+            let series = (0..s)
+                .map(|r| {
+                    Series::line(
+                        format!("r={}", r + 1),
+                        tr.times.iter().zip(data.iter()).map(|(&t, g)| (t, g[h * s + r])).collect(),
+                        r,
+                    )
+                })
+                .collect();
+            panels.push(Panel {
+                title: format!("head {} {which}", h + 1),
+                x_label: "time t".into(),
+                y_label: format!("{which}_{}(r)", h + 1),
+                y_range: Some((0.0, 1.0)),
+                series,
+            });
+        }
+    }
+    let rows = p.heads as u32;
+    line_panels(
+        stem,
+        &format!("Gradient flow, seed {seed} (static gates, {integrator:?})"),
+        &panels,
+        2,
+        (1100, 60 + 300 * rows),
+    )
+}
+
+/// Retrieval accuracy and target probability by query position of a converged run.
+pub fn t2_phase_profile(stem: &Path, p: &TaskParams, conv: &FlowRun, prof: &PhaseProfile) -> Result<Vec<PathBuf>> {
+    let acc: Vec<(f64, f64)> = prof.positions.iter().map(|s| (s.position as f64, s.accuracy)).collect();
+    let prob: Vec<(f64, f64)> = prof.positions.iter().map(|s| (s.position as f64, s.target_prob)).collect();
+    let last = (p.chunks * p.stride) as f64;
+    let panels = vec![
+        Panel {
+            title: format!(
+                "retrieval accuracy by query position (heads chose offsets {:?})",
+                conv.key_offsets.iter().flatten().collect::<Vec<_>>()
+            ),
+            x_label: "query position in context (chunk boundary every S)".into(),
+            y_label: "accuracy".into(),
+            y_range: Some((-0.05, 1.05)),
+            series: vec![Series::markers("accuracy", acc, 0)],
+        },
+        Panel {
+            title: "target probability by query position".into(),
+            x_label: "query position in context".into(),
+            y_label: "p(target)".into(),
+            y_range: None,
+            series: vec![
+                Series::markers("p(target)", prob, 1),
+                Series {
+                    name: "chance 1/N".into(),
+                    points: vec![(1.0, prof.chance), (last, prof.chance)],
+                    color: 6,
+                    markers: false,
+                    dashed: true,
+                    line: true,
+                },
+            ],
+        },
+    ];
+    line_panels(stem, &format!("Phase profile of the converged model (seed {})", conv.seed), &panels, 1, (1000, 700))
+}
+
+/// How often gradient flow chose each key offset (over every head of the converged seeds).
+pub fn t2_offset_counts(stem: &Path, summary: &FlowSummary) -> Result<Vec<PathBuf>> {
+    let pts: Vec<(f64, f64)> =
+        summary.offset_counts.iter().enumerate().map(|(i, &c)| ((i + 1) as f64, c as f64)).collect();
+    let top = summary.offset_counts.iter().copied().max().unwrap_or(0).max(1) as f64;
+    scatter(
+        stem,
+        &Panel {
+            title: format!(
+                "Theorem 2: key offsets chosen by gradient flow ({:.1} % of {} seeds converged)",
+                100.0 * summary.converged_fraction,
+                summary.runs
+            ),
+            x_label: "key offset r (1..S-1)".into(),
+            y_label: "heads choosing r (converged seeds)".into(),
+            y_range: Some((0.0, 1.15 * top)),
+            series: vec![Series::markers("heads", pts, 0)],
+        },
+    )
+}

@@ -1,0 +1,43 @@
+//! K: the kernel invariants K1-K13 hold for every preset.
+
+use super::*;
+use crate::reproduce::InvariantStatus;
+
+/// The claim (registered in [`super::LEDGER`]).
+pub struct K;
+
+impl LedgerClaim for K {
+    fn check(&self, c: &Collected) -> Claim {
+        match &c.kernels {
+            None => {
+                not_run("K", "the kernel invariants K1-K13 hold for every preset", vec!["kernels/kernels.json".into()])
+            }
+            Some(k) => {
+                let failed: Vec<String> = k
+                    .rows
+                    .iter()
+                    .filter(|r| r.status == InvariantStatus::Fail)
+                    .map(|r| format!("{} {} {}", r.preset, r.implementation, r.invariant))
+                    .collect();
+                let presets = k.rows.iter().map(|r| r.preset.as_str()).collect::<std::collections::BTreeSet<_>>().len();
+                Claim {
+                    id: "K".into(),
+                    claim: "the kernel invariants K1-K13 hold for every preset (f64 reference and candle f32)".into(),
+                    measured: format!(
+                        "{} presets x 2 implementations x 13 invariants, {} cases each: {} pass, {} not applicable, {} fail{}",
+                        presets,
+                        k.cases,
+                        k.rows.iter().filter(|r| r.status == InvariantStatus::Pass).count(),
+                        k.rows.iter().filter(|r| r.status == InvariantStatus::NotApplicable).count(),
+                        failed.len(),
+                        if failed.is_empty() { String::new() } else { format!(" ({})", failed.join(", ")) }
+                    ),
+                    criterion: "no (preset, implementation, invariant) fails".into(),
+                    verdict: if failed.is_empty() { Verdict::Reproduced } else { Verdict::NotReproduced },
+                    figures: vec![],
+                    data: vec!["kernels/kernels.json".into()],
+                }
+            }
+        }
+    }
+}

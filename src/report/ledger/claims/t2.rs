@@ -1,0 +1,50 @@
+//! Theorem 2 (gradient flow reaches static concentration): the converged fraction over seeds, and the chosen offsets as a figure.
+
+use super::*;
+
+/// The claim (registered in [`super::LEDGER`]).
+pub struct T2;
+
+/// The figure: how often each key offset was chosen.
+const FIGURE: &str = "figures/t2-offsets.png";
+
+impl LedgerClaim for T2 {
+    fn check(&self, c: &Collected) -> Claim {
+        match &c.theory {
+            None => not_run(
+                "T2",
+                "gradient flow reaches static concentration (Theorem 2)",
+                vec!["theory/theory.json".into()],
+            ),
+            Some(t) => Claim {
+                id: "T2".into(),
+                claim: "gradient flow from a small random initialisation reaches static concentration (Theorem 2)"
+                    .into(),
+                measured: format!(
+                    "{:.1} % of {} seeds converged to one-hot gates (median time {}), heads coincide in {:.1} %",
+                    100.0 * t.t2.converged_fraction,
+                    t.t2.runs,
+                    t.t2.median_t_conv.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into()),
+                    100.0 * t.t2.coincide_fraction
+                ),
+                criterion: format!("at least {} % of seeds converge", 100.0 * T2_MIN_CONVERGED),
+                verdict: if t.t2.converged_fraction >= T2_MIN_CONVERGED {
+                    Verdict::Reproduced
+                } else {
+                    Verdict::NotReproduced
+                },
+                figures: vec![FIGURE.into()],
+                data: vec!["theory/theory.json".into()],
+            },
+        }
+    }
+
+    fn draw(&self, c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
+        let Some(t) = &c.theory else { return Ok(vec![]) };
+        crate::figures::theory::t2_offset_counts(&out.join(FIGURE.trim_end_matches(".png")), &t.t2)?;
+        Ok(vec![(
+            FIGURE.into(),
+            "Theorem 2: how often gradient flow chose each key offset, over every head of the converged seeds.".into(),
+        )])
+    }
+}

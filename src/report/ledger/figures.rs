@@ -1,0 +1,155 @@
+//! The figures of the whole report (phase profiles, folded profiles, knockout maps, gates,
+//! learning curves), each with its data as CSV or JSON beside it. Drawing is done by
+//! [`crate::figures`]; figures that belong to one claim are drawn by that claim.
+
+use super::collect::{Collected, RunData};
+use super::{write, write_json};
+use crate::analysis::protocol::Protocol;
+use crate::figures::lab as figures;
+use crate::figures::plot::{self, Panel, Series};
+use crate::lab::EvalResult;
+use crate::{Error, Result};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Panels in (at most) two columns, each `cell` pixels, under one title.
+fn two_column_panels(stem: &Path, title: &str, panels: &[Panel], cell: (u32, u32)) -> Result<()> {
+    let cols = 2.min(panels.len()).max(1);
+    let rows = panels.len().div_ceil(cols) as u32;
+    plot::line_panels(stem, title, panels, cols, (cell.0 * cols as u32, 60 + cell.1 * rows))?;
+    Ok(())
+}
+
+/// Figures and their data; returns `(figure, caption)` pairs.
+pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
+    let mut caps = Vec::new();
+    let fig = out.join("figures");
+    std::fs::create_dir_all(&fig).map_err(|e| Error::io(&fig, e))?;
+    for p in Protocol::ALL {
+        let runs: Vec<(&RunData, &EvalResult)> =
+            c.runs.iter().filter_map(|r| r.evals.get(&p).map(|e| (r, e))).collect();
+        if runs.is_empty() {
+            continue;
+        }
+        let mut csv = String::from("preset,group,n,correct,accuracy,wilson_lo,wilson_hi\n");
+        let mut folded = String::from("preset,stride,phase,n,correct,accuracy,wilson_lo,wilson_hi\n");
+        let mut panels = Vec::new();
+        let mut fpanels = Vec::new();
+        for (i, (r, e)) in runs.iter().enumerate() {
+            for g in &e.profile.groups {
+                let _ = writeln!(
+                    csv,
+                    "{},{},{},{},{:.6},{:.6},{:.6}",
+                    r.label, g.group, g.n, g.correct, g.accuracy, g.wilson_lo, g.wilson_hi
+                );
+            }
+            panels.push(figures::phase_panel(&r.label, &e.profile, e.stride, i));
+            if let Some(f) = &e.profile.folded {
+                for g in &f.phases {
+                    let _ = writeln!(
+                        folded,
+                        "{},{},{},{},{},{:.6},{:.6},{:.6}",
+                        r.label, f.stride, g.group, g.n, g.correct, g.accuracy, g.wilson_lo, g.wilson_hi
+                    );
+                }
+                fpanels.push(Panel {
+                    title: format!("{} (S = {}): phase gap {:.1} pp", r.label, f.stride, f.gap_pp),
+                    x_label: format!("phase (source-key position mod {})", f.stride),
+                    y_label: "exact-match accuracy".into(),
+                    y_range: Some((0.0, 1.02)),
+                    series: figures::accuracy_series(&f.phases, i),
+                });
+            }
+        }
+        let name = format!("phase-{}", p.name());
+        two_column_panels(
+            &fig.join(&name),
+            &format!("Accuracy by residue group, {} padding (balanced target depth)", p.name()),
+            &panels,
+            (760, 380),
+        )?;
+        write(out, &format!("figures/{name}.csv"), &csv)?;
+        caps.push((
+            format!("figures/{name}.png"),
+            format!("Per-group exact-match accuracy with Wilson 95 % bands under {} padding; dashed grey lines mark multiples of the stride.", p.name()),
+        ));
+        if !fpanels.is_empty() {
+            let name = format!("folded-{}", p.name());
+            two_column_panels(
+                &fig.join(&name),
+                &format!("Accuracy folded by phase (position mod S), {} padding", p.name()),
+                &fpanels,
+                (700, 340),
+            )?;
+            write(out, &format!("figures/{name}.csv"), &folded)?;
+            caps.push((
+                format!("figures/{name}.png"),
+                format!("Accuracy folded by each kernel's phase under {} padding.", p.name()),
+            ));
+        }
+    }
+    for r in &c.runs {
+        if let Some(k) = &r.knockout {
+            let name = format!("knockout-{}", r.label);
+            figures::knockout_map(
+                &fig.join(&name),
+                &format!("{}: accuracy drop (pp) when one KV head is mean-replaced", r.label),
+                &k.map,
+            )?;
+            write_json(out, &format!("figures/{name}.json"), k)?;
+            caps.push((
+                format!("figures/{name}.png"),
+                format!(
+                    "{}: knockout map, rows layer.head, columns residue group; cells give the drop in accuracy (pp).",
+                    r.label
+                ),
+            ));
+        }
+        if let Some(g) = &r.gates {
+            let name = format!("gates-{}", r.label);
+            figures::gate_figures(&fig.join(&name), &r.label, &g.snapshots, g.window)?;
+            write_json(out, &format!("figures/{name}.json"), g)?;
+            caps.push((
+                format!("figures/{name}-trajectory.png"),
+                format!("{}: every gate's (static, input-dependent) concentration across checkpoints; below the diagonal = more input-dependent.", r.label),
+            ));
+            caps.push((
+                format!("figures/{name}-profile.png"),
+                format!("{}: each gate's average weight over window offsets at the end of training.", r.label),
+            ));
+        }
+    }
+    // Learning curves.
+    let mut series = Vec::new();
+    let mut csv = String::from("preset,step,eval_accuracy\n");
+    for (i, r) in c.runs.iter().enumerate() {
+        if let Some(m) = &r.metrics {
+            let pts: Vec<(f64, f64)> = m.evals.iter().map(|e| (e.step as f64, e.accuracy)).collect();
+            for e in &m.evals {
+                let _ = writeln!(csv, "{},{},{:.6}", r.label, e.step, e.accuracy);
+            }
+            series.push(Series { markers: true, ..Series::line(r.label.clone(), pts, i) });
+        }
+    }
+    if !series.is_empty() {
+        plot::line_chart(
+            &fig.join("learning-curves"),
+            &Panel {
+                title: "Held-out exact-match accuracy during training".into(),
+                x_label: "training step".into(),
+                y_label: "exact-match accuracy".into(),
+                y_range: Some((0.0, 1.02)),
+                series,
+            },
+        )?;
+        write(out, "figures/learning-curves.csv", &csv)?;
+        caps.insert(
+            0,
+            (
+                "figures/learning-curves.png".into(),
+                "Learning curves of every model (held-out set of the training distribution).".into(),
+            ),
+        );
+    }
+    Ok(caps)
+}

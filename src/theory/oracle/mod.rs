@@ -1,0 +1,312 @@
+//! Theorem 1 (theory/induction-model.md §3): minimise the population loss (T-4) over the
+//! oracle class with argmin's L-BFGS (More-Thuente line search) on softmax-parameterised
+//! simplices, from many seeded restarts (random at several scales, uniform plus noise,
+//! near-vertex, and structured "split over k pairs" starts); classify the best minimiser and
+//! compare it with `F_1` (T-7) and with the KKT conditions at the one-hot vertex (T-9).
+
+use super::critical::{classify_point, PointClass, PointLabel};
+use super::task::{
+    one_hot_loss, population_loss, population_loss_grad, softmax_into, softmax_pullback, static_loss_grad, OracleGates,
+    StaticWorkspace, TaskParams,
+};
+use crate::{Error, Result};
+use argmin::core::{CostFunction, Executor, Gradient, State};
+use argmin::solver::linesearch::MoreThuenteLineSearch;
+use argmin::solver::quasinewton::LBFGS;
+use ndarray_rand::rand_distr::{Distribution, StandardNormal};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
+
+mod lbfgs;
+mod starts;
+mod vertex;
+
+pub use lbfgs::*;
+pub use starts::*;
+pub use vertex::*;
+
+/// Absolute tolerance below `F_1` that counts as "beaten" (spec §3: 1e-9).
+pub const BEATEN_TOL: f64 = 1e-9;
+/// KKT margins above `-KKT_TOL` count as satisfied.
+pub const KKT_TOL: f64 = 1e-9;
+/// A block (one `pK_{h,l}` or `pV_{h,l}`) counts as concentrated when its largest entry
+/// exceeds this.
+pub const CONCENTRATED: f64 = 0.9;
+
+/// Options for [`theorem1`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OracleOptions {
+    /// Random restarts per scale in `random_scales`.
+    pub random_per_scale: usize,
+    /// Logit scales of random restarts (small scales are "uniform plus noise").
+    pub random_scales: Vec<f64>,
+    /// Near-vertex restarts.
+    pub near_vertex: usize,
+    /// Largest number of pairs in the split starts (`2..=max_split_pairs`, capped at `S-1`).
+    pub max_split_pairs: usize,
+    /// Split restarts per (pair count, subset of split heads); see [`split_subsets`].
+    pub split_per_pairs: usize,
+    /// L-BFGS iteration cap.
+    pub max_iters: u64,
+    /// Seed of all restarts.
+    pub seed: u64,
+    /// Saddle escapes: a restart that ends unconcentrated is perturbed (logit noise 0.3) and
+    /// re-minimised up to this many times, keeping a lower end point. L-BFGS can stop on the
+    /// symmetric critical points of structured starts; this tells saddles from minima.
+    pub saddle_escapes: usize,
+    /// Local refinement of the best end point: this many kicks (logit noise 0.3 and 1.0 in
+    /// turn), each re-minimised, keeping a lower end point.
+    #[serde(default = "default_refine_kicks")]
+    pub refine_kicks: usize,
+}
+
+fn default_refine_kicks() -> usize {
+    4
+}
+
+impl Default for OracleOptions {
+    fn default() -> Self {
+        OracleOptions {
+            random_per_scale: 2,
+            random_scales: vec![0.01, 0.3, 1.0, 3.0],
+            near_vertex: 2,
+            max_split_pairs: 3,
+            split_per_pairs: 2,
+            max_iters: 600,
+            seed: 0,
+            saddle_escapes: 2,
+            refine_kicks: default_refine_kicks(),
+        }
+    }
+}
+
+/// One restart's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Restart {
+    /// Initialisation.
+    pub start: StartKind,
+    /// Final loss.
+    pub loss: f64,
+    /// `loss - F_1`.
+    pub gap: f64,
+    /// L-BFGS iterations used (all runs of this restart).
+    pub iters: u64,
+    /// Saddle escapes that lowered the loss.
+    pub escapes_used: usize,
+    /// Structure of the final gates.
+    pub structure: Structure,
+    /// What the end point is: local minimum, saddle or not converged (T-13).
+    pub label: PointLabel,
+    /// The numbers behind the label (None when the classification itself failed).
+    pub classification: Option<PointClass>,
+    /// Why the optimiser stopped early (a non-finite loss or gradient), if it did; the end
+    /// point is then the best finite point it evaluated and the label is `NotConverged`.
+    pub error: Option<String>,
+    /// The end point's gates.
+    pub end_gates: OracleGates,
+}
+
+/// How many restarts ended with each label.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabelCounts {
+    /// Local minima.
+    pub local_min: usize,
+    /// Saddles.
+    pub saddle: usize,
+    /// Not converged (including failed restarts).
+    pub not_converged: usize,
+    /// Restarts stopped by a numerical error (counted in `not_converged` too).
+    pub failed: usize,
+}
+
+/// The local refinement of the best end point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refinement {
+    /// Kicks tried.
+    pub kicks: usize,
+    /// Kicks that lowered the loss.
+    pub improved: usize,
+    /// Best loss over restarts before refinement.
+    pub loss_before: f64,
+    /// After.
+    pub loss_after: f64,
+}
+
+/// Verdict at one parameter point (the map symbols of spec §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Verdict {
+    /// `+`: no restart beats `F_1` and the vertex is KKT: concentration is optimal.
+    Holds,
+    /// `k`: the vertex fails KKT (a head hedges), so it is beaten.
+    NotKkt,
+    /// `g`: the vertex is KKT but a restart finds a lower loss (e.g. a split head).
+    Beaten,
+}
+
+impl Verdict {
+    /// The map symbol: `+`, `k` or `g`.
+    pub fn symbol(&self) -> char {
+        match self {
+            Verdict::Holds => '+',
+            Verdict::NotKkt => 'k',
+            Verdict::Beaten => 'g',
+        }
+    }
+
+    /// The verdict of a map symbol (the inverse of [`Verdict::symbol`]).
+    pub fn from_symbol(c: char) -> Option<Self> {
+        [Verdict::Holds, Verdict::NotKkt, Verdict::Beaten].into_iter().find(|v| v.symbol() == c)
+    }
+}
+
+/// Result of the Theorem 1 check at one parameter point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Theorem1Report {
+    /// Parameters.
+    pub params: TaskParams,
+    /// `F_1` (T-7).
+    pub f1: f64,
+    /// Best loss found (restarts, then local refinement): an upper bound on the minimum of `F`
+    /// over the oracle class, not a certified minimum.
+    pub best_loss: f64,
+    /// Structure of the best minimiser.
+    pub best_structure: Structure,
+    /// The best minimiser's gates.
+    pub best_gates: OracleGates,
+    /// Classification of the best point (T-13).
+    pub best_classification: Option<PointClass>,
+    /// The local refinement of the best restart.
+    pub refinement: Refinement,
+    /// KKT at the canonical distinct vertex.
+    pub kkt: KktReport,
+    /// The best chunk-uniform one-hot configuration (always computed; an `Option` for the
+    /// JSON of older runs).
+    pub best_one_hot: Option<BestOneHot>,
+    /// Verdict.
+    pub verdict: Verdict,
+    /// Number of restarts that went below `F_1 - BEATEN_TOL`.
+    pub restarts_below_f1: usize,
+    /// Restarts by label.
+    pub labels: LabelCounts,
+    /// Every restart.
+    pub restarts: Vec<Restart>,
+}
+
+fn label_of(class: &Result<PointClass>, error: &Option<String>) -> PointLabel {
+    match (class, error) {
+        (Ok(c), None) => c.label,
+        _ => PointLabel::NotConverged,
+    }
+}
+
+/// Check Theorem 1 at one parameter point (eps = 0). `progress` is called after every restart
+/// and every refinement kick ([`planned_steps`] in all).
+pub fn theorem1(p: &TaskParams, opts: &OracleOptions, mut progress: impl FnMut()) -> Result<Theorem1Report> {
+    let problem = OracleProblem::new(*p)?;
+    if opts.random_scales.iter().any(|s| !(s.is_finite() && *s >= 0.0)) {
+        return Err(Error::invalid("random_scales", "scales must be finite and >= 0"));
+    }
+    let f1 = one_hot_loss(p)?;
+    let kkt = vertex_kkt(p)?;
+    let best_one_hot = best_one_hot(p)?;
+    let plan = restart_plan(p, opts);
+    if plan.is_empty() {
+        return Err(Error::invalid("restarts", "the restart plan is empty; ask for at least one restart"));
+    }
+    let mut restarts = Vec::with_capacity(plan.len());
+    let mut best: Option<(f64, Vec<f64>)> = None;
+    let mut labels = LabelCounts::default();
+    for (i, kind) in plan.into_iter().enumerate() {
+        let mut rng = ChaCha8Rng::seed_from_u64(opts.seed.wrapping_mul(1_000_003).wrapping_add(i as u64));
+        let init = start_logits(p, &kind, &mut rng);
+        let m = minimise(&problem, init, opts.max_iters);
+        let (mut theta, mut loss, mut iters, error) = (m.theta, m.loss, m.iters, m.error);
+        let mut structure = classify(&problem.gates(&theta));
+        let mut escapes_used = 0;
+        for _ in 0..opts.saddle_escapes {
+            if structure.one_hot || error.is_some() {
+                break;
+            }
+            let kicked: Vec<f64> = theta.iter().map(|t| t + 0.3 * gaussian(&mut rng)).collect();
+            let k = minimise(&problem, kicked, opts.max_iters);
+            iters += k.iters;
+            if k.error.is_none() && k.loss < loss - BEATEN_TOL {
+                (theta, loss) = (k.theta, k.loss);
+                structure = classify(&problem.gates(&theta));
+                escapes_used += 1;
+            }
+        }
+        if loss.is_finite() && best.as_ref().is_none_or(|(b, _)| loss < *b) {
+            best = Some((loss, theta.clone()));
+        }
+        let end_gates = problem.gates(&theta);
+        let class = classify_point(p, &end_gates);
+        let label = label_of(&class, &error);
+        match label {
+            PointLabel::LocalMin => labels.local_min += 1,
+            PointLabel::Saddle => labels.saddle += 1,
+            PointLabel::NotConverged => labels.not_converged += 1,
+        }
+        labels.failed += usize::from(error.is_some());
+        restarts.push(Restart {
+            start: kind,
+            loss,
+            gap: loss - f1,
+            iters,
+            escapes_used,
+            structure,
+            label,
+            classification: class.ok(),
+            error,
+            end_gates,
+        });
+        progress();
+    }
+    let (loss_before, mut best_theta) = best.ok_or_else(|| Error::Numerical {
+        what: "Theorem 1 search".into(),
+        reason: "every restart failed with a non-finite loss".into(),
+    })?;
+    // Local refinement: kick the best point and re-minimise, keeping improvements.
+    let mut best_loss = loss_before;
+    let mut improved = 0;
+    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x5EF1_0E00);
+    for k in 0..opts.refine_kicks {
+        let scale = if k % 2 == 0 { 0.3 } else { 1.0 };
+        let kicked: Vec<f64> = best_theta.iter().map(|t| t + scale * gaussian(&mut rng)).collect();
+        let m = minimise(&problem, kicked, opts.max_iters);
+        if m.error.is_none() && m.loss < best_loss - BEATEN_TOL {
+            (best_theta, best_loss) = (m.theta, m.loss);
+            improved += 1;
+        }
+        progress();
+    }
+    let best_gates = problem.gates(&best_theta);
+    let best_structure = classify(&best_gates);
+    let best_classification = classify_point(p, &best_gates).ok();
+    let restarts_below_f1 = restarts.iter().filter(|r| r.loss < f1 - BEATEN_TOL).count();
+    let verdict = if !kkt.holds {
+        Verdict::NotKkt
+    } else if best_loss < f1 - BEATEN_TOL {
+        Verdict::Beaten
+    } else {
+        Verdict::Holds
+    };
+    Ok(Theorem1Report {
+        params: *p,
+        f1,
+        best_loss,
+        best_structure,
+        best_gates,
+        best_classification,
+        refinement: Refinement { kicks: opts.refine_kicks, improved, loss_before, loss_after: best_loss },
+        kkt,
+        best_one_hot: Some(best_one_hot),
+        verdict,
+        restarts_below_f1,
+        labels,
+        restarts,
+    })
+}
