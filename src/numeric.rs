@@ -18,19 +18,7 @@ pub fn max<F: Float>(xs: &[F]) -> F {
     xs.iter().copied().fold(F::neg_infinity(), F::max)
 }
 
-/// `out[i] = exp(x[i] - m) / sum_k exp(x[k] - m)` with `m = max(x)`; `out` has `x`'s length.
-#[inline]
-pub fn softmax_into<F: Float>(logits: &[F], out: &mut [F]) {
-    let m = max(logits);
-    let mut z = F::zero();
-    for (o, &x) in out.iter_mut().zip(logits) {
-        *o = (x - m).exp();
-        z = z + *o;
-    }
-    out.iter_mut().for_each(|o| *o = *o / z);
-}
-
-/// Softmax in place ([`softmax_into`] on the same slice).
+/// Softmax in place: `x[i] <- exp(x[i] - m) / sum_k exp(x[k] - m)` with `m = max(x)`.
 #[inline]
 pub fn softmax_in_place<F: Float>(xs: &mut [F]) {
     let m = max(xs);
@@ -40,6 +28,15 @@ pub fn softmax_in_place<F: Float>(xs: &mut [F]) {
         z = z + *x;
     }
     xs.iter_mut().for_each(|x| *x = *x / z);
+}
+
+/// [`softmax_in_place`] of `logits` written into `out` (same length; a longer `out` keeps its
+/// tail).
+#[inline]
+pub fn softmax_into<F: Float>(logits: &[F], out: &mut [F]) {
+    let n = logits.len().min(out.len());
+    out[..n].copy_from_slice(&logits[..n]);
+    softmax_in_place(&mut out[..n]);
 }
 
 /// `log sum_k exp(x[k])`, computed as `m + log sum_k exp(x[k] - m)` with `m = max(x)`.
