@@ -2,8 +2,8 @@
 //! through [`crate::run_dir::write_json_atomic`]) and two plots, error by phase of the window
 //! start and error by window (formats in `theory/dump-format.md`).
 
-use crate::conformance::validate::Validation;
 use super::plot::{line_chart, Panel, Series};
+use crate::conformance::validate::Validation;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 

@@ -19,11 +19,6 @@ pub mod reference;
 pub mod spec;
 pub mod tensor;
 
-/// Moved to [`crate::conformance::harness`]; this path remains only until `reproduce/` and
-/// `tests/common/` import the new one (their owners' change), then it goes.
-#[doc(hidden)]
-pub use crate::conformance::harness;
-
 pub use params::{GateParams, KernelParams, ParamLayout};
 pub use spec::{GateKind, KernelDims, KernelSpec, ParamGroups, RopeChannels, RopeSpec};
 
@@ -98,9 +93,13 @@ pub fn forward_flops(spec: &KernelSpec, dims: KernelDims, t_len: usize) -> f64 {
     slots as f64 * (branches * (2.0 * d * dh + 2.0 * dh) + gates * 2.0 * d * dg)
 }
 
-/// Seeded random input `[t_len, d]`, uniform in `[-1, 1]` (benchmarks and demos).
+/// Seeded random input `[t_len, d]`, uniform in `[-1, 1)` (benchmarks and demos), drawn with
+/// `ndarray-rand`, the crate that exists to make random arrays.
 pub fn random_input(t_len: usize, d_model: usize, seed: u64) -> ndarray::Array2<f64> {
-    use rand::{Rng, SeedableRng};
+    use ndarray_rand::rand_distr::Uniform;
+    use ndarray_rand::RandomExt;
+    use rand::SeedableRng;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    ndarray::Array2::from_shape_simple_fn((t_len, d_model), || rng.random_range(-1.0..1.0))
+    let uniform = Uniform::new(-1.0, 1.0).expect("a finite, non-empty range");
+    ndarray::Array2::random_using((t_len, d_model), uniform, &mut rng)
 }

@@ -2,4 +2,3 @@
 //! [`crate::figures`].
 
 pub mod ledger;
-

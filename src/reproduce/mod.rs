@@ -19,8 +19,8 @@ pub mod slurm;
 
 pub use plan::{parse_shard, shard, slurm_shard, Arm, Axis, Minutes, ModelUnit, Plan, Scale, Sweep, Unit};
 
-use crate::kernel::harness::subjects::{ReferenceSubject, TensorSubject};
-use crate::kernel::harness::{run_all, Invariant};
+use crate::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
+use crate::conformance::harness::{run_all, Invariant};
 use crate::kernel::spec::{preset_names, KernelSpec};
 use crate::lab::{self, LabSettings};
 use crate::model::train::Observer;
@@ -190,7 +190,7 @@ fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<b
     let mut rows = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let spec = KernelSpec::preset(name)?;
-        let subjects: [(&str, Box<dyn crate::kernel::harness::KernelUnderTest>); 2] = [
+        let subjects: [(&str, Box<dyn crate::conformance::harness::KernelUnderTest>); 2] = [
             ("reference-f64", Box::new(ReferenceSubject::new(&spec))),
             ("candle-f32", Box::new(TensorSubject::new(&spec, candle_core::DType::F32, &candle_core::Device::Cpu))),
         ];

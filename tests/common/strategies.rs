@@ -1,17 +1,17 @@
 //! Shared proptest strategies and runners for the integration tests.
 //!
-//! Kernel cases: the strategies live in the library (`phasekv::kernel::harness::strategies`,
+//! Kernel cases: the strategies live in the library (`phasekv::conformance::harness::strategies`,
 //! re-exported here) because `phasekv kernel check` draws from the same ones; this module adds
 //! what only tests need (a deterministic, overridable seed, committed regression files, a loop
 //! over every preset). Theory: task parameters, probability vectors and gates.
 #![allow(dead_code)]
 
-use phasekv::kernel::harness::{run_invariant, Invariant, InvariantReport, KernelUnderTest};
+use phasekv::conformance::harness::{run_invariant, Invariant, InvariantReport, KernelUnderTest};
 use phasekv::kernel::spec::preset_names;
 use phasekv::kernel::KernelSpec;
 use proptest::test_runner::{Config, FileFailurePersistence, RngAlgorithm, TestRng, TestRunner};
 
-pub use phasekv::kernel::harness::strategies::*;
+pub use phasekv::conformance::harness::strategies::*;
 
 /// The seed for a test: `PHASEKV_TEST_SEED` if set (to explore), else a fixed value (so CI is
 /// reproducible); mixed with a label so tests draw different cases.
