@@ -21,6 +21,21 @@ fn list_shows_every_preset_with_its_knobs() {
     assert!(out.contains("pad_left") && out.contains("shared_kv"));
 }
 
+/// The preset added by following CONTRIBUTING.md ("Adding a kernel preset"): listed with its
+/// description, its geometry as named (every token in W / S = 4 windows), and every invariant
+/// holding on both implementations. `kernel_invariants` also runs it, as every listed preset.
+#[test]
+fn the_w16s4_preset_is_listed_and_meets_every_invariant() {
+    let (code, out, _) = phasekv(&["kernel", "list"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().any(|l| l.starts_with("w16s4 ")), "{out}");
+    let spec = phasekv::kernel::KernelSpec::preset("w16s4").unwrap();
+    assert_eq!((spec.geometry.window(), spec.geometry.stride()), (16, 4));
+    let (code, out, err) = phasekv(&["kernel", "check", "--preset", "w16s4", "--cases", "16"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("verdict: every invariant holds"), "{out}");
+}
+
 #[test]
 fn check_passes_on_dsv4_csa_with_every_invariant_listed() {
     let (code, out, err) = phasekv(&["kernel", "check", "--preset", "dsv4-csa", "--cases", "16"]);

@@ -10,7 +10,7 @@ use phasekv::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
 use phasekv::conformance::harness::{Invariant, KernelUnderTest};
 use phasekv::kernel::GateKind;
 
-/// Cases per preset and invariant (each test covers all 28 presets).
+/// Cases per preset and invariant (each test covers every listed preset).
 const REFERENCE_CASES: u32 = 48;
 const TENSOR_CASES: u32 = 16;
 

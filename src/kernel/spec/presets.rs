@@ -56,7 +56,8 @@ impl Preset {
 }
 
 /// Every named preset, in a stable order: the paper geometries each followed by its four
-/// ablations, then DeepSeek-V4's kernels and the uncompressed baseline.
+/// ablations (`w16s4`, added later, lists none: its ablations parse as the open-ended
+/// `w{W}s{S}-suffix` family), then DeepSeek-V4's kernels and the uncompressed baseline.
 pub const ALL: &[Preset] = &[
     Preset {
         name: "w4s4",
@@ -176,6 +177,13 @@ pub const ALL: &[Preset] = &[
         name: "w8s8-norope",
         family: Family::Ablation,
         about: "w8s8 ablation: no RoPE on entries, and a NoPE model",
+        build: windowed,
+    },
+    Preset {
+        name: "w16s4",
+        family: Family::Paper,
+        about:
+            "window 16, stride 4 (overlap 4): does the period follow the stride when every token sits in four windows?",
         build: windowed,
     },
     Preset {
