@@ -1,5 +1,5 @@
 //! Window geometry: the single source of every formula about windows, offsets, phases,
-//! multiplicity, visibility and entry positions (`spec/kernels.md` §1).
+//! multiplicity, visibility and entry positions (`theory/kernels.md`, "Conventions the spec leaves open").
 //!
 //! Tokens are 0-indexed, `t = 0..T-1`. A geometry has a window size `W >= 1` and a stride
 //! `1 <= S <= W`. Two alignments place window `j`:
@@ -249,7 +249,7 @@ mod tests {
 
     #[test]
     fn csa_index_map_matches_reference_table() {
-        // reference/deepseek-v4-compressors.md §4.5: entry w covers 4w-4 ..= 4w+3, RoPE at 4w,
+        // DeepSeek-V4's CSA (theory/kernels.md, "Conventions the spec leaves open"): entry w covers 4w-4 ..= 4w+3, RoPE at 4w,
         // first visible to the query at 4w+3.
         let g = Geometry::new(8, 4, Alignment::PadLeft).unwrap();
         assert_eq!(g.num_windows(3), 0);

@@ -102,7 +102,7 @@ pub struct LayerCapture {
     pub gate_v: Option<Tensor>,
 }
 
-/// Mean replacement of one KV head's attended keys and values (`spec/phase-eval.md` §4).
+/// Mean replacement of one KV head's attended keys and values (`theory/phase-lab.md` §4).
 #[derive(Clone, Debug)]
 pub struct Replacement {
     /// Layer index.

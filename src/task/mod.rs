@@ -1,4 +1,4 @@
-//! The synthetic retrieval task (`spec/phase-eval.md` §1): seeded sequences of key/value
+//! The synthetic retrieval task (`theory/phase-lab.md` §1 and §7.1; `theory/training.md` for its defaults): seeded sequences of key/value
 //! records with filler gaps and paddings, one or several queries per sequence, and a per-sample
 //! record that keeps every position (source key, query, answer).
 //!
@@ -272,7 +272,7 @@ impl TaskConfig {
 
     /// Draws one sample with the given prefix and gaps (clamped to `max_prefix`/`max_gap`);
     /// keys, values, fillers and query targets are random. The padding protocols of
-    /// `phase-eval.md` §2 build on this.
+    /// `theory/phase-lab.md` §1 build on this.
     pub fn sample_with_layout(&self, rng: &mut ChaCha8Rng, prefix: usize, gaps: &[usize]) -> Sample {
         self.sample_records(rng, self.n_records, prefix, gaps)
     }
@@ -292,7 +292,7 @@ impl TaskConfig {
         self.build(rng, n_records, prefix, &gaps, tail, None)
     }
 
-    /// An evaluation prompt (`phase-eval.md` §2): all `n_records` records after `prefix`
+    /// An evaluation prompt (`theory/phase-lab.md` §1): all `n_records` records after `prefix`
     /// filler tokens with the given gaps (not clamped to the training ranges), and the query
     /// block with record `target` asked where [`TaskConfig::scored_query`] says (the other
     /// queries are unscored context, as in training). With the query block at the end the

@@ -42,7 +42,7 @@ pub fn check(inv: Invariant, s: &dyn KernelUnderTest, case: &Case) -> Result<Ver
     }
 }
 
-/// Window `j` as the table of §1 defines it, re-derived here independently of
+/// Window `j` as the geometry table of `theory/kernels.md` defines it, re-derived here independently of
 /// [`crate::geometry`] so that K1/K2 test the geometry module too: `(start, end)` inclusive.
 pub(super) fn window_span(spec: &KernelSpec, j: usize) -> (i64, i64) {
     let (w, st) = (spec.geometry.window() as i64, spec.geometry.stride() as i64);
