@@ -221,27 +221,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rope_channel_counts_and_frequency_lists_are_validated() {
-        let mut spec = KernelSpec::preset("w4s4").unwrap();
-        let rope = spec.rope.as_mut().unwrap();
-        rope.channels = RopeChannels::Count(24);
-        assert_eq!(rope.rotated_channels(64), 24);
-        spec.validate_for(64).unwrap();
-        assert!(spec.validate_for(16).unwrap_err().to_string().contains("rope.channels.count"));
-        spec.rope.as_mut().unwrap().channels = RopeChannels::Count(3);
-        assert!(spec.validate().unwrap_err().to_string().contains("even"));
-        let rope = spec.rope.as_mut().unwrap();
-        rope.channels = RopeChannels::Count(4);
-        rope.scaling = Some(RopeScaling::Frequencies(vec![1.0, 0.5]));
-        spec.validate_for(8).unwrap();
-        assert_eq!(spec.rope.as_ref().unwrap().inv_frequencies(4), vec![1.0, 0.5]);
-        spec.rope.as_mut().unwrap().scaling = Some(RopeScaling::Frequencies(vec![1.0]));
-        assert!(spec.validate_for(8).unwrap_err().to_string().contains("one frequency per rotated pair"));
-        spec.rms_norm_eps = 0.0;
-        assert!(spec.validate().unwrap_err().to_string().contains("rms_norm_eps"));
-    }
-
-    #[test]
     fn explicit_group_map_is_validated() {
         let mut spec = KernelSpec::preset("w4s4").unwrap();
         spec.groups = ParamGroups::Map(vec![0, 2, 2, 0]);
