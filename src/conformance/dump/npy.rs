@@ -1,5 +1,6 @@
 //! The `.npy` folder form of a dump: one `<tensor>.npy` per tensor and `metadata.json`. The
-//! `.npy` reader and writer are hand-written: little-endian float, C order, never panicking;
+//! `.npy` reader and writer are hand-written (why not `npyz`: `theory/dump-format.md`,
+//! "Containers"): little-endian float, C order, never panicking;
 //! files are written through [`crate::run_dir::atomic_write`].
 
 use super::parts::{decode, elem_size};
