@@ -109,6 +109,8 @@ pub enum Impl {
     Reference,
     Candle,
     Both,
+    /// The fast CPU f32 forward (`phasekv::kernel::fast`).
+    Fast,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -199,6 +201,12 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
                 }
                 if matches!(r#impl, Impl::Candle | Impl::Both) {
                     subjects.push(Box::new(TensorSubject::new(&spec, dtype.candle(), &device())));
+                }
+                if matches!(r#impl, Impl::Fast) {
+                    if !matches!(dtype, Dtype::F32) {
+                        bail!("invalid --dtype: the fast kernel computes in f32 only, got {dtype:?}");
+                    }
+                    subjects.push(Box::new(phasekv::kernel::fast::subject::FastSubject::new(&spec)));
                 }
             }
             if subjects.is_empty() {
@@ -342,6 +350,22 @@ fn sgemm_flops(seconds: f64) -> anyhow::Result<f64> {
     Ok(best)
 }
 
+/// Best sgemm FLOP/s of faer (f32, one thread, AVX-512 when the CPU has it), same shapes.
+fn faer_sgemm_flops(seconds: f64) -> anyhow::Result<f64> {
+    let mut best = 0f64;
+    for (m, k, n) in [(4096usize, 128usize, 512usize), (1024, 1024, 1024)] {
+        let a: Vec<f32> = (0..m * k).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i % 13) as f32 - 6.0) / 6.0).collect();
+        let mut out = vec![0f32; m * n];
+        let secs = time_median(seconds / 2.0, || {
+            phasekv::kernel::fast::sgemm(&a, &b, &mut out, m, k, n);
+            Ok(())
+        })?;
+        best = best.max(2.0 * (m * k * n) as f64 / secs);
+    }
+    Ok(best)
+}
+
 fn bench(
     preset: &str,
     tokens: &[usize],
@@ -365,11 +389,13 @@ fn bench(
         bail!("invalid --seconds: must be a finite number in (0, {MAX_BENCH_SECONDS}], got {seconds}");
     }
     let threads = rayon::current_num_threads();
-    let peak = sgemm_flops(seconds)?;
+    let (candle_peak, faer_peak) = (sgemm_flops(seconds)?, faer_sgemm_flops(seconds)?);
+    let peak = candle_peak.max(faer_peak);
     println!("preset {preset}: {}", spec.describe());
     println!(
-        "d = {d_model}, d_h = {d_head}, f32, {threads} thread(s); candle sgemm on this machine: {:.1} GFLOP/s",
-        peak / 1e9
+        "d = {d_model}, d_h = {d_head}, f32, {threads} thread(s); sgemm on this machine: candle {:.1}, faer (1 thread) {:.1} GFLOP/s",
+        candle_peak / 1e9,
+        faer_peak / 1e9
     );
     println!("{:<14} {:>8} {:>11} {:>13} {:>9} {:>8}", "impl", "T", "ms/forward", "tokens/s", "GFLOP/s", "% sgemm");
     let params = KernelParams::random(&spec, dims, 0);
@@ -396,6 +422,17 @@ fn bench(
             })?;
             rows.push(("candle-f32", secs));
         }
+        if matches!(which, Impl::Fast) {
+            let kernel = phasekv::kernel::fast::FastKernel::new(&spec, dims, 1)?;
+            let tp = TensorParams::from_heads(&spec, dims, std::slice::from_ref(&params), &dev, DType::F32)?;
+            let xt =
+                candle_core::Tensor::from_vec(x.iter().map(|&v| v as f32).collect::<Vec<_>>(), (1, t, d_model), &dev)?;
+            let secs = time_median(seconds, || {
+                kernel.compress(&tp, &xt)?;
+                Ok(())
+            })?;
+            rows.push(("fast-f32", secs));
+        }
         for (name, secs) in rows {
             let gflops = flops / secs / 1e9;
             println!(
@@ -408,7 +445,8 @@ fn bench(
                 println!(
                     "{}",
                     serde_json::json!({"impl": name, "preset": preset, "tokens": t, "d_model": d_model, "d_head": d_head,
-                        "seconds": secs, "tokens_per_s": t as f64 / secs, "gflops": gflops, "sgemm_gflops": peak / 1e9, "threads": threads})
+                        "seconds": secs, "tokens_per_s": t as f64 / secs, "gflops": gflops, "flops": flops, "sgemm_gflops": peak / 1e9,
+                        "candle_sgemm_gflops": candle_peak / 1e9, "faer_sgemm_gflops": faer_peak / 1e9, "threads": threads})
                 );
             }
         }

@@ -8,12 +8,14 @@
 //! | [`post`] | RMSNorm and partial RoPE of entries (the angle formula) |
 //! | [`attention`] | compressed attention (local raw window + visible entries), reference |
 //! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; a fused CPU f32 forward (`fused.rs`) when no gradient is needed |
+//! | [`fast`] | a fast CPU f32 forward (faer's AVX-512 sgemm, streaming softmax-pool, rayon over chunks), forward only |
 //! | [`dump`] | dumps of external kernels (safetensors / .npy): load, check, save |
 //! | [`validate`] | a dump against the reference: tolerance rule, K1/K2/K3/K5, error by window and phase |
 //! | [`harness`] | the invariant catalogue K1-K13, strategies, tolerance rule, mutants |
 
 pub mod attention;
 pub mod dump;
+pub mod fast;
 mod fused;
 pub mod harness;
 pub mod params;

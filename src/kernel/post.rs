@@ -35,11 +35,17 @@ pub fn rope<F: Float>(u: &mut [F], inv_freq: &[f64], pos: usize) {
 
 /// Applies the spec's post-processing to one pooled entry carrying position `pos`.
 pub fn apply<F: Float>(spec: &KernelSpec, u: &mut [F], gamma: Option<&[F]>, pos: usize) {
+    let inv_freq = spec.rope.as_ref().map(|rs| rs.inv_frequencies(rs.rotated_channels(u.len())));
+    apply_with(spec, u, gamma, pos, inv_freq.as_deref());
+}
+
+/// [`apply`] with the RoPE frequencies (`inv_frequencies(rotated_channels(u.len()))`, `None`
+/// without RoPE) computed once by a caller that post-processes many entries.
+pub fn apply_with<F: Float>(spec: &KernelSpec, u: &mut [F], gamma: Option<&[F]>, pos: usize, inv_freq: Option<&[f64]>) {
     if let (true, Some(gamma)) = (spec.rms_norm, gamma) {
         rms_norm(u, gamma, spec.rms_norm_eps);
     }
-    if let Some(rs) = &spec.rope {
-        let r = rs.rotated_channels(u.len());
-        rope(u, &rs.inv_frequencies(r), pos);
+    if let Some(f) = inv_freq {
+        rope(u, f, pos);
     }
 }
