@@ -15,7 +15,8 @@
 //!    the sum and the weighted sum of the projected values, and a division finishes both. No
 //!    score tensor beyond the chunk is materialised ([`pool`] says why this form rather than the
 //!    running-rescale one);
-//! 3. post-processing ([`super::post::apply_with`], the code the reference runs).
+//! 3. post-processing ([`super::post::apply_with`], the code the reference runs, with each
+//!    entry's RoPE table computed once for its keys and values).
 //!
 //! Chunks are fixed by the shapes alone, and each chunk's arithmetic is sequential, so the
 //! result is bit-identical for any number of threads. The exponential is a polynomial
@@ -114,6 +115,7 @@ struct Scratch {
     gather: Vec<f32>,
     m: Vec<f32>,
     s: Vec<f32>,
+    cos_sin: Vec<(f32, f32)>,
 }
 
 impl FastKernel {
@@ -417,7 +419,10 @@ fn windows(ctx: &Ctx, item: Item, scratch: &mut Scratch) {
     for jj in 0..cn {
         let j = item.j0 + jj;
         let first = g.first_valid_offset(j);
-        let position = spec.entry_position(j);
+        if let Some(f) = &p.inv_freq {
+            // one table per entry, shared by its heads' keys and values
+            post::rope_table(f, spec.entry_position(j), &mut scratch.cos_sin);
+        }
         let rows: Vec<&[f32]> = (0..w).map(|i| &proj[(i * cn + jj) * width..(i * cn + jj + 1) * width]).collect();
         for head in 0..h {
             let e = (jj * h + head) * dh;
@@ -443,16 +448,16 @@ fn windows(ctx: &Ctx, item: Item, scratch: &mut Scratch) {
                 }
             }
             let gamma = p.gamma.as_deref().map(|gm| &gm[head * dh..(head + 1) * dh]);
-            let freq = p.inv_freq.as_deref();
+            let cos_sin = p.inv_freq.as_ref().map(|_| &scratch.cos_sin[..]);
             let key = &mut item.keys[e..e + dh];
             key.copy_from_slice(pk);
-            post::apply_with(spec, key, gamma, position, freq);
+            post::apply_with(spec, key, gamma, cos_sin);
             let value = &mut item.values[e..e + dh];
             if spec.shared_kv {
                 value.copy_from_slice(key);
             } else {
                 value.copy_from_slice(pv);
-                post::apply_with(spec, value, gamma, position, freq);
+                post::apply_with(spec, value, gamma, cos_sin);
             }
         }
     }
@@ -469,7 +474,8 @@ fn windows(ctx: &Ctx, item: Item, scratch: &mut Scratch) {
 /// the `[W, c]` gate rows the API returns anyway. (The running-rescale form,
 /// `acc <- acc exp(m_old - m_new) + ...`, needs two exponentials per score in its pass and a
 /// third for the gate weights the API returns; this form needs one.)
-#[allow(clippy::too_many_arguments)]
+// Indexed loops over equal-length slices: the form the vectoriser turns into SIMD lanes.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 #[inline(always)]
 fn pool(
     rows: &[&[f32]],
