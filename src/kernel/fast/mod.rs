@@ -585,7 +585,7 @@ pub fn exp_nonpositive(x: f32) -> f32 {
     y = y * r + 8.333_452e-3;
     y = y * r + 4.166_579_6e-2;
     y = y * r + 1.666_666_5e-1;
-    y = y * r + 5.000_000_1e-1;
+    y = y * r + 0.5; // Cephes: 5.0000001201e-1, which is 0.5 in f32
     y = y * (r * r) + r + 1.0;
     let scale = f32::from_bits(((k as i32 + 127) as u32) << 23);
     let out = y * scale;
