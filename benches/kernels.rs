@@ -1,7 +1,8 @@
 //! Forward pass of the compression kernels at d = 128, d_h = 64, one head, f32: the f64
-//! reference, the candle fused CPU path (inference) and the candle primitive-op path (the one
-//! training differentiates through), for w8s4 and dsv4-csa at T = 4 096 and 65 536; plus
-//! candle's sgemm on this machine in the same run, as the yardstick for "achieved FLOP/s".
+//! reference, the candle fused CPU path (inference), the candle primitive-op path (the one
+//! training differentiates through) and the fast CPU kernel (`kernel::fast`: faer's AVX-512
+//! sgemm, streaming softmax-pool), for w8s4 and dsv4-csa at T = 4 096 and 65 536; plus candle's
+//! and faer's sgemm on this machine in the same run, as the yardstick for "achieved FLOP/s".
 //!
 //! Throughput is reported in tokens; GFLOP/s = `phasekv::kernel::forward_flops` / time
 //! (printed once per configuration). `phasekv kernel bench` prints the same table directly,
@@ -11,6 +12,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use phasekv::kernel::fast::FastKernel;
 use phasekv::kernel::tensor::{TensorKernel, TensorParams};
 use phasekv::kernel::{forward_flops, random_input, reference, KernelDims, KernelParams, KernelSpec};
 use std::hint::black_box;
@@ -26,6 +28,12 @@ fn kernels(c: &mut Criterion) {
         sg.throughput(Throughput::Elements((2 * m * k * n) as u64));
         sg.bench_function(BenchmarkId::new("candle-f32 flops", format!("{m}x{k}x{n}")), |bch| {
             bch.iter(|| black_box(a.matmul(&b).unwrap()))
+        });
+        let (av, bv) =
+            (a.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        let mut out = vec![0f32; m * n];
+        sg.bench_function(BenchmarkId::new("faer-f32-1thread flops", format!("{m}x{k}x{n}")), |bch| {
+            bch.iter(|| phasekv::kernel::fast::sgemm(&av, &bv, black_box(&mut out), m, k, n))
         });
     }
     sg.finish();
@@ -49,6 +57,8 @@ fn kernels(c: &mut Criterion) {
                 let k = TensorKernel::new(&spec, dims, 1, &dev, DType::F32).unwrap().with_fused(fused);
                 g.bench_function(BenchmarkId::new(name, t), |b| b.iter(|| black_box(k.compress(&tp, &xt).unwrap())));
             }
+            let k = FastKernel::new(&spec, dims, 1).unwrap();
+            g.bench_function(BenchmarkId::new("fast-f32", t), |b| b.iter(|| black_box(k.compress(&tp, &xt).unwrap())));
         }
         g.finish();
     }

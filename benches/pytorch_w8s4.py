@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch-eager twin of phasekv's w8s4 kernel, for timing side by side with
-`phasekv kernel bench` (see benches/compare_pytorch.sh).
+`phasekv kernel bench` (benches/compare_pytorch.sh passes the sizes, window and stride it reads
+from phasekv, and computes GFLOP/s from phasekv's FLOP count, so the two sides cannot drift).
 
 The kernel (paper eqs. 1-2, vector gates, per-offset parameters, untied, `start` alignment,
 RoPE on all channels at the window's first token) in the obvious eager form: unfold the windows,
 one einsum per projection, softmax over the slot axis, weighted sum. Prints one JSON line per
-sequence length.
+sequence length (seconds per forward, median), after one line with the sgemm yardstick.
 """
 import argparse
 import json
@@ -58,6 +59,8 @@ def main():
     ap.add_argument("--d-head", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--threads", type=int, default=0, help="0: torch's default")
+    ap.add_argument("--window", type=int, default=8)
+    ap.add_argument("--stride", type=int, default=4)
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -76,7 +79,7 @@ def main():
         best = max(best, 2 * mm * kk * nn / runs[len(runs) // 2])
     print(json.dumps({"impl": "pytorch-sgemm", "gflops": best / 1e9, "threads": torch.get_num_threads(),
                       "cpu_capability": torch.backends.cpu.get_cpu_capability()}))
-    m = W8S4(a.d_model, a.d_head)
+    m = W8S4(a.d_model, a.d_head, window=a.window, stride=a.stride)
     for t in [int(s) for s in a.tokens.split(",")]:
         x = torch.rand(1, t, a.d_model) * 2 - 1
         with torch.no_grad():
@@ -88,10 +91,8 @@ def main():
                 runs.append(time.perf_counter() - t0)
         runs.sort()
         secs = runs[len(runs) // 2]
-        n = (t - 8) // 4 + 1
-        flops = n * 8 * (2 * (2 * a.d_model * a.d_head + 2 * a.d_head) + 2 * 2 * a.d_model * a.d_head)
         print(json.dumps({"impl": "pytorch-eager-f32", "tokens": t, "seconds": secs, "tokens_per_s": t / secs,
-                          "gflops": flops / secs / 1e9, "threads": torch.get_num_threads(), "torch": torch.__version__}))
+                          "threads": torch.get_num_threads(), "torch": torch.__version__}))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-//! `phasekv kernel bench`: one forward pass of the reference and the candle kernel timed side
-//! by side, with this machine's candle sgemm throughput measured in the same run (so that the
-//! kernel's FLOP rate reads as a fraction of what the machine does).
+//! `phasekv kernel bench`: one forward pass of the reference, the candle kernel and the fast CPU
+//! kernel timed side by side, with this machine's sgemm throughput (candle's and faer's) measured
+//! in the same run (so that the kernel's FLOP rate reads as a fraction of what the machine does).
 
+use crate::kernel::fast::FastKernel;
 use crate::kernel::tensor::{TensorKernel, TensorParams};
 use crate::kernel::{forward_flops, random_input, reference, KernelDims, KernelParams, KernelSpec};
 use crate::limits::{check_range, MAX_BENCH_SECONDS, MAX_BENCH_TOKENS, MAX_BENCH_WIDTH};
@@ -13,7 +14,7 @@ use std::time::Instant;
 /// One timed implementation at one sequence length.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchRow {
-    /// `reference-f64` or `candle-f32`.
+    /// `reference-f64`, `candle-f32` or `fast-f32`.
     #[serde(rename = "impl")]
     pub implementation: &'static str,
     /// Preset name.
@@ -30,8 +31,14 @@ pub struct BenchRow {
     pub tokens_per_s: f64,
     /// Kernel FLOP rate ([`forward_flops`] per second), in GFLOP/s.
     pub gflops: f64,
-    /// The machine's candle sgemm rate measured in the same run, in GFLOP/s.
+    /// [`forward_flops`] of one forward pass.
+    pub flops: f64,
+    /// The best sgemm rate measured in the same run (candle's or faer's), in GFLOP/s.
     pub sgemm_gflops: f64,
+    /// candle's sgemm rate measured in the same run, in GFLOP/s.
+    pub candle_sgemm_gflops: f64,
+    /// faer's sgemm rate (one thread, AVX-512 when the CPU has it), in GFLOP/s.
+    pub faer_sgemm_gflops: f64,
     /// rayon threads.
     pub threads: usize,
 }
@@ -43,6 +50,29 @@ pub struct Which {
     pub reference: bool,
     /// The candle f32 kernel (fused CPU path).
     pub candle: bool,
+    /// The fast CPU f32 kernel ([`crate::kernel::fast`]).
+    pub fast: bool,
+}
+
+/// The sgemm rates of one run, in FLOP/s.
+#[derive(Clone, Copy, Debug)]
+pub struct Sgemm {
+    /// candle's.
+    pub candle: f64,
+    /// faer's, one thread.
+    pub faer: f64,
+}
+
+impl Sgemm {
+    /// Measures both.
+    pub fn measure(seconds: f64) -> Result<Self> {
+        Ok(Sgemm { candle: sgemm_flops(seconds)?, faer: faer_sgemm_flops(seconds)? })
+    }
+
+    /// The better of the two.
+    pub fn best(&self) -> f64 {
+        self.candle.max(self.faer)
+    }
 }
 
 /// Checks the bench's inputs against [`crate::limits`] (one-line errors naming the flag).
@@ -95,8 +125,25 @@ pub fn sgemm_flops(seconds: f64) -> Result<f64> {
     Ok(best)
 }
 
+/// Best sgemm FLOP/s of faer (f32, one thread, AVX-512 when the CPU has it), same shapes as
+/// [`sgemm_flops`].
+pub fn faer_sgemm_flops(seconds: f64) -> Result<f64> {
+    let mut best = 0f64;
+    for (m, k, n) in [(4096usize, 128usize, 512usize), (1024, 1024, 1024)] {
+        let a: Vec<f32> = (0..m * k).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| ((i % 13) as f32 - 6.0) / 6.0).collect();
+        let mut out = vec![0f32; m * n];
+        let secs = time_median(seconds / 2.0, || {
+            crate::kernel::fast::sgemm(&a, &b, &mut out, m, k, n);
+            Ok(())
+        })?;
+        best = best.max(2.0 * (m * k * n) as f64 / secs);
+    }
+    Ok(best)
+}
+
 /// Times the chosen implementations at every length; each row goes to `on_row` as soon as it
-/// is measured. `sgemm` is [`sgemm_flops`]'s result.
+/// is measured. `sgemm` is [`Sgemm::measure`]'s result.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     spec: &KernelSpec,
@@ -104,7 +151,7 @@ pub fn run(
     tokens: &[usize],
     which: Which,
     seconds: f64,
-    sgemm: f64,
+    sgemm: Sgemm,
     on_row: &mut dyn FnMut(&BenchRow),
 ) -> Result<()> {
     let params = KernelParams::random(spec, dims, 0);
@@ -125,6 +172,13 @@ pub fn run(
             let secs = time_median(seconds, || kernel.compress(&tp, &xt).map(|_| ()))?;
             timed.push(("candle-f32", secs));
         }
+        if which.fast {
+            let kernel = FastKernel::new(spec, dims, 1)?;
+            let tp = TensorParams::from_heads(spec, dims, std::slice::from_ref(&params), &dev, DType::F32)?;
+            let xt = Tensor::from_vec(x.iter().map(|&v| v as f32).collect::<Vec<_>>(), (1, t, dims.d_model), &dev)?;
+            let secs = time_median(seconds, || kernel.compress(&tp, &xt).map(|_| ()))?;
+            timed.push(("fast-f32", secs));
+        }
         for (implementation, secs) in timed {
             on_row(&BenchRow {
                 implementation,
@@ -135,7 +189,10 @@ pub fn run(
                 seconds: secs,
                 tokens_per_s: t as f64 / secs,
                 gflops: flops / secs / 1e9,
-                sgemm_gflops: sgemm / 1e9,
+                flops,
+                sgemm_gflops: sgemm.best() / 1e9,
+                candle_sgemm_gflops: sgemm.candle / 1e9,
+                faer_sgemm_gflops: sgemm.faer / 1e9,
                 threads,
             });
         }

@@ -23,10 +23,24 @@ pub fn rms_norm<F: Float>(u: &mut [F], gamma: &[F], eps: f64) {
 
 /// Interleaved-pair RoPE on the last `2 * inv_freq.len()` channels of `u` at position `pos`.
 pub fn rope<F: Float>(u: &mut [F], inv_freq: &[f64], pos: usize) {
-    let off = u.len() - 2 * inv_freq.len();
-    for (k, &f) in inv_freq.iter().enumerate() {
+    let mut cos_sin = Vec::with_capacity(inv_freq.len());
+    rope_table(inv_freq, pos, &mut cos_sin);
+    rotate(u, &cos_sin);
+}
+
+/// `(cos, sin)` of each rotated pair's angle at `pos`, into `out` (cleared first).
+pub fn rope_table<F: Float>(inv_freq: &[f64], pos: usize, out: &mut Vec<(F, F)>) {
+    out.clear();
+    out.extend(inv_freq.iter().map(|&f| {
         let angle = rope_angle(pos, f);
-        let (c, s) = (F::from(angle.cos()).expect("cos"), F::from(angle.sin()).expect("sin"));
+        (F::from(angle.cos()).expect("cos"), F::from(angle.sin()).expect("sin"))
+    }));
+}
+
+/// Rotates the last `2 * cos_sin.len()` channels of `u` pair by pair.
+pub fn rotate<F: Float>(u: &mut [F], cos_sin: &[(F, F)]) {
+    let off = u.len() - 2 * cos_sin.len();
+    for (k, &(c, s)) in cos_sin.iter().enumerate() {
         let (a, b) = (u[off + 2 * k], u[off + 2 * k + 1]);
         u[off + 2 * k] = a * c - b * s;
         u[off + 2 * k + 1] = a * s + b * c;
@@ -35,11 +49,22 @@ pub fn rope<F: Float>(u: &mut [F], inv_freq: &[f64], pos: usize) {
 
 /// Applies the spec's post-processing to one pooled entry carrying position `pos`.
 pub fn apply<F: Float>(spec: &KernelSpec, u: &mut [F], gamma: Option<&[F]>, pos: usize) {
+    let cos_sin = spec.rope.as_ref().map(|rs| {
+        let mut t = Vec::new();
+        rope_table(&rs.inv_frequencies(rs.rotated_channels(u.len())), pos, &mut t);
+        t
+    });
+    apply_with(spec, u, gamma, cos_sin.as_deref());
+}
+
+/// [`apply`] with the RoPE table ([`rope_table`] of `inv_frequencies(rotated_channels(u.len()))`
+/// at the entry's position; `None` without RoPE) computed by the caller, which can then share it
+/// between an entry's key and value.
+pub fn apply_with<F: Float>(spec: &KernelSpec, u: &mut [F], gamma: Option<&[F]>, cos_sin: Option<&[(F, F)]>) {
     if let (true, Some(gamma)) = (spec.rms_norm, gamma) {
         rms_norm(u, gamma, spec.rms_norm_eps);
     }
-    if let Some(rs) = &spec.rope {
-        let r = rs.rotated_channels(u.len());
-        rope(u, &rs.inv_frequencies(r), pos);
+    if let Some(cs) = cos_sin {
+        rotate(u, cs);
     }
 }

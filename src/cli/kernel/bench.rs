@@ -15,16 +15,17 @@ pub fn run(
 ) -> anyhow::Result<()> {
     let spec = KernelSpec::preset(preset)?;
     let dims = bench::check_inputs(tokens, d_model, d_head, seconds)?;
-    let peak = bench::sgemm_flops(seconds)?;
+    let sgemm = bench::Sgemm::measure(seconds)?;
     let threads = rayon::current_num_threads();
     println!("preset {preset}: {}", spec.describe());
     println!(
-        "d = {d_model}, d_h = {d_head}, f32, {threads} thread(s); candle sgemm on this machine: {:.1} GFLOP/s",
-        peak / 1e9
+        "d = {d_model}, d_h = {d_head}, f32, {threads} thread(s); sgemm on this machine: candle {:.1}, faer (1 thread) {:.1} GFLOP/s",
+        sgemm.candle / 1e9,
+        sgemm.faer / 1e9
     );
     println!("{:<14} {:>8} {:>11} {:>13} {:>9} {:>8}", "impl", "T", "ms/forward", "tokens/s", "GFLOP/s", "% sgemm");
-    let which = bench::Which { reference: which.reference(), candle: which.candle() };
-    bench::run(&spec, dims, tokens, which, seconds, peak, &mut |r: &BenchRow| {
+    let which = bench::Which { reference: which.reference(), candle: which.candle(), fast: which.fast() };
+    bench::run(&spec, dims, tokens, which, seconds, sgemm, &mut |r: &BenchRow| {
         println!(
             "{:<14} {:>8} {:>11.3} {:>13.0} {:>9.2} {:>7.1}%",
             r.implementation,

@@ -5,6 +5,7 @@ use super::Impl;
 use anyhow::bail;
 use candle_core::DType;
 use phasekv::conformance::harness::external::ExternalKernel;
+use phasekv::conformance::harness::fast_subject::FastSubject;
 use phasekv::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
 use phasekv::conformance::harness::{
     checkable, run_catalogue, seeded_runner, seeded_runner_shrinking, InvariantReport, KernelUnderTest,
@@ -54,6 +55,12 @@ pub fn run(
             }
             if opts.r#impl.candle() {
                 subjects.push(Box::new(TensorSubject::new(&spec, opts.dtype, &super::device())));
+            }
+            if opts.r#impl.fast() {
+                if opts.dtype != candle_core::DType::F32 {
+                    bail!("invalid --dtype: the fast kernel computes in f32 only, got {:?}", opts.dtype);
+                }
+                subjects.push(Box::new(FastSubject::new(&spec)));
             }
         }
     }

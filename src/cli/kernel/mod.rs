@@ -106,6 +106,8 @@ pub enum Impl {
     Reference,
     Candle,
     Both,
+    /// The fast CPU f32 forward (`phasekv::kernel::fast`).
+    Fast,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -182,6 +184,10 @@ impl Impl {
 
     fn candle(self) -> bool {
         matches!(self, Impl::Candle | Impl::Both)
+    }
+
+    fn fast(self) -> bool {
+        matches!(self, Impl::Fast)
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod checks;
 pub mod external;
+pub mod fast_subject;
 pub mod strategies;
 pub mod subjects;
 pub mod tolerance;

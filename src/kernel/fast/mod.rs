@@ -1,0 +1,631 @@
+//! A fast CPU forward of the compression kernel family, f32, for inference (no gradient):
+//! an AVX-512 sgemm through `faer` (chosen at run time on stable Rust) and a streaming
+//! softmax-pool, with rayon over chunks of windows.
+//!
+//! Per chunk of `cw` windows of one sequence (`cw` sized so that the chunk's projections stay
+//! in L2, [`chunk_windows`]):
+//!
+//! 1. **one matmul per offset** `i`: the rows of slot `i` of the chunk's windows are a strided
+//!    view of the input (row `start(j) + i`, stride `S d`), projected at once with every
+//!    branch's weights of group `g(i)`, `[C^K | Z^K | C^V | Z^V]`, into a `[cw, width]` buffer
+//!    (rows before token 0 under `pad_left` are gathered with zeros instead);
+//! 2. **a streaming softmax-pool** per window, head and branch, over the window's rows of the
+//!    chunk buffer (in L1/L2): the scores go into the `[W, c]` gate rows the API returns while
+//!    the running max is taken, then one pass evaluates each exponential once and accumulates
+//!    the sum and the weighted sum of the projected values, and a division finishes both. No
+//!    score tensor beyond the chunk is materialised ([`pool`] says why this form rather than the
+//!    running-rescale one);
+//! 3. post-processing ([`super::post::apply_with`], the code the reference runs, with each
+//!    entry's RoPE table computed once for its keys and values).
+//!
+//! Chunks are fixed by the shapes alone, and each chunk's arithmetic is sequential, so the
+//! result is bit-identical for any number of threads. The exponential is a polynomial
+//! ([`exp_nonpositive`]) that the compiler vectorises; the pass runs under `avx512f` (or
+//! `avx2`) when the CPU has it, with the same operations in the same order, hence the same
+//! bits. The invariant harness checks this path like every implementation
+//! (`conformance::harness::fast_subject::FastSubject`, `phasekv kernel check --impl fast`,
+//! `tests/kernel_fast.rs`).
+
+use super::post;
+use super::spec::{GateKind, KernelDims, KernelSpec};
+use super::tensor::{TensorCompressed, TensorParams};
+use crate::{Error, Result};
+use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
+use faer::linalg::matmul::matmul;
+use faer::{Accum, MatMut, MatRef, Par};
+use rayon::prelude::*;
+
+/// Bytes of one chunk's projection buffer (`W x cw x width` f32) aimed at: half of a 2 MiB L2.
+const CHUNK_BYTES: usize = 1 << 20;
+/// Bounds on the windows per chunk (`cw`).
+const MIN_CHUNK_WINDOWS: usize = 16;
+const MAX_CHUNK_WINDOWS: usize = 256;
+/// Below this many multiply-adds (`B n W d width`), chunks run on the calling thread: waking
+/// the pool costs more than the work.
+const PARALLEL_WORK: usize = 1 << 22;
+
+/// Windows per chunk for a window of `w` slots and `width` projected columns.
+pub fn chunk_windows(w: usize, width: usize) -> usize {
+    (CHUNK_BYTES / (4 * w * width.max(1))).clamp(MIN_CHUNK_WINDOWS, MAX_CHUNK_WINDOWS)
+}
+
+/// The fast CPU kernel for a spec, dims and head count.
+#[derive(Clone, Debug)]
+pub struct FastKernel {
+    spec: KernelSpec,
+    dims: KernelDims,
+    heads: usize,
+}
+
+/// Column blocks of the concatenated projection `[C^K | Z^K | C^V | Z^V]` (offsets, width).
+#[derive(Clone, Copy, Debug)]
+struct Blocks {
+    zk: Option<usize>,
+    cv: Option<usize>,
+    zv: Option<usize>,
+    width: usize,
+}
+
+/// Parameters in the layout the pass reads: f32, row-major.
+struct Prepared {
+    /// Per group `[d, width]`.
+    wcat: Vec<Vec<f32>>,
+    blocks: Blocks,
+    /// Per-offset gate biases `[W, H*d_g]`.
+    bias_k: Option<Vec<f32>>,
+    bias_v: Option<Vec<f32>>,
+    /// RMSNorm weights `[H, d_h]`.
+    gamma: Option<Vec<f32>>,
+    /// RoPE frequencies of the rotated channels (`None`: no RoPE).
+    inv_freq: Option<Vec<f64>>,
+}
+
+/// Everything a chunk reads.
+struct Ctx<'a> {
+    spec: &'a KernelSpec,
+    x: &'a [f32],
+    t_len: usize,
+    d: usize,
+    h: usize,
+    dh: usize,
+    /// Gate channels per head (`d_g`, at least 1 in the output layout).
+    c: usize,
+    dg: usize,
+    p: &'a Prepared,
+}
+
+/// Output rows of one chunk: `[cw, H, d_h]` and `[cw, H, W, c]`.
+struct Item<'a> {
+    b: usize,
+    j0: usize,
+    j1: usize,
+    keys: &'a mut [f32],
+    values: &'a mut [f32],
+    pooled_k: &'a mut [f32],
+    pooled_v: &'a mut [f32],
+    gate_k: &'a mut [f32],
+    gate_v: &'a mut [f32],
+}
+
+/// Per-thread scratch.
+#[derive(Default)]
+struct Scratch {
+    proj: Vec<f32>,
+    gather: Vec<f32>,
+    m: Vec<f32>,
+    s: Vec<f32>,
+    cos_sin: Vec<(f32, f32)>,
+}
+
+impl FastKernel {
+    /// A kernel for `heads` heads. Every spec the candle kernel accepts is supported.
+    pub fn new(spec: &KernelSpec, dims: KernelDims, heads: usize) -> Result<Self> {
+        spec.validate_for(dims.d_head)?;
+        if heads == 0 {
+            return Err(Error::invalid("heads", "must be at least 1, got 0"));
+        }
+        if spec.gate == GateKind::Vector && spec.gate_width(dims.d_head) != dims.d_head {
+            return Err(Error::invalid(
+                "gate",
+                format!(
+                    "the fast kernel needs vector gates as wide as d_h = {}, got {}",
+                    dims.d_head,
+                    spec.gate_width(dims.d_head)
+                ),
+            ));
+        }
+        Ok(FastKernel { spec: spec.clone(), dims, heads })
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> &KernelSpec {
+        &self.spec
+    }
+
+    /// Compresses `x: [B, T, d]` (f32 on the CPU) one-shot; the same output as
+    /// [`super::tensor::TensorKernel::compress`]. Refuses inputs or parameters that take part in
+    /// automatic differentiation (this path has no backward).
+    pub fn compress(&self, params: &TensorParams, x: &Tensor) -> Result<TensorCompressed> {
+        let (b, t_len, d) =
+            x.dims3().map_err(|_| Error::shape("kernel input", "[B, T, d]", format!("{:?}", x.dims())))?;
+        if d != self.dims.d_model {
+            return Err(Error::shape(
+                "kernel input",
+                format!("[B, T, {}]", self.dims.d_model),
+                format!("{:?}", x.dims()),
+            ));
+        }
+        if x.dtype() != DType::F32 || !x.device().is_cpu() {
+            return Err(Error::invalid(
+                "kernel input",
+                format!("the fast kernel takes f32 on the CPU, got {:?} on {:?}", x.dtype(), x.device().location()),
+            ));
+        }
+        if x.track_op() || params.requires_grad() {
+            return Err(Error::invalid(
+                "kernel input",
+                "the fast kernel is forward-only, but the input or a parameter requires a gradient (use the candle kernel)",
+            ));
+        }
+        let g = &self.spec.geometry;
+        let (w, h, dh) = (g.window(), self.heads, self.dims.d_head);
+        let n = g.num_windows(t_len);
+        let dg = self.spec.gate_width(dh);
+        let c = dg.max(1);
+        let positions: Vec<usize> = (0..n).map(|j| self.spec.entry_position(j)).collect();
+        let prepared = self.prepare(params)?;
+
+        let mut keys = vec![0f32; b * n * h * dh];
+        let mut values = vec![0f32; b * n * h * dh];
+        let mut pooled_k = vec![0f32; b * n * h * dh];
+        let mut pooled_v = vec![0f32; b * n * h * dh];
+        let mut gate_k = vec![0f32; b * n * h * w * c];
+        let mut gate_v = vec![0f32; b * n * h * w * c];
+        if n > 0 {
+            let x = x.contiguous()?;
+            let (storage, layout) = x.storage_and_layout();
+            let xs: &[f32] = match (&*storage, layout.contiguous_offsets()) {
+                (Storage::Cpu(CpuStorage::F32(v)), Some((a, e))) => &v[a..e],
+                _ => {
+                    return Err(Error::Numerical {
+                        what: "fast kernel".into(),
+                        reason: "input is not contiguous f32 on the CPU".into(),
+                    })
+                }
+            };
+            let ctx = Ctx { spec: &self.spec, x: xs, t_len, d, h, dh, c, dg, p: &prepared };
+            let cw = chunk_windows(w, prepared.blocks.width);
+            // Chunks in (sequence, window) order own consecutive output rows.
+            let mut items = Vec::new();
+            let (mut rk, mut rv, mut rpk, mut rpv) =
+                (&mut keys[..], &mut values[..], &mut pooled_k[..], &mut pooled_v[..]);
+            let (mut rgk, mut rgv) = (&mut gate_k[..], &mut gate_v[..]);
+            for bb in 0..b {
+                for j0 in (0..n).step_by(cw) {
+                    let j1 = (j0 + cw).min(n);
+                    let (e, gsz) = ((j1 - j0) * h * dh, (j1 - j0) * h * w * c);
+                    let (k0, k1) = std::mem::take(&mut rk).split_at_mut(e);
+                    let (v0, v1) = std::mem::take(&mut rv).split_at_mut(e);
+                    let (pk0, pk1) = std::mem::take(&mut rpk).split_at_mut(e);
+                    let (pv0, pv1) = std::mem::take(&mut rpv).split_at_mut(e);
+                    let (gk0, gk1) = std::mem::take(&mut rgk).split_at_mut(gsz);
+                    let (gv0, gv1) = std::mem::take(&mut rgv).split_at_mut(gsz);
+                    (rk, rv, rpk, rpv, rgk, rgv) = (k1, v1, pk1, pv1, gk1, gv1);
+                    items.push(Item {
+                        b: bb,
+                        j0,
+                        j1,
+                        keys: k0,
+                        values: v0,
+                        pooled_k: pk0,
+                        pooled_v: pv0,
+                        gate_k: gk0,
+                        gate_v: gv0,
+                    });
+                }
+            }
+            let isa = Isa::detect();
+            let work = b * n * w * d * prepared.blocks.width;
+            if items.len() > 1 && work >= PARALLEL_WORK {
+                items
+                    .into_par_iter()
+                    .for_each_init(Scratch::default, |scratch, item| run_chunk(&ctx, item, scratch, isa));
+            } else {
+                let mut scratch = Scratch::default();
+                for item in items {
+                    run_chunk(&ctx, item, &mut scratch, isa);
+                }
+            }
+        }
+        let dev = Device::Cpu;
+        // Internal layout [B, n, H, ...]; the API's is [B, H, n, ...].
+        let t4 = |v: Vec<f32>| -> Result<Tensor> {
+            let t = Tensor::from_vec(v, (b, n, h, dh), &dev)?;
+            Ok(if h == 1 { t.reshape((b, 1, n, dh))? } else { t.permute((0, 2, 1, 3))?.contiguous()? })
+        };
+        let t5 = |v: Vec<f32>| -> Result<Tensor> {
+            let t = Tensor::from_vec(v, (b, n, h, w, c), &dev)?;
+            Ok(if h == 1 { t.reshape((b, 1, n, w, c))? } else { t.permute((0, 2, 1, 3, 4))?.contiguous()? })
+        };
+        Ok(TensorCompressed {
+            keys: t4(keys)?,
+            values: t4(values)?,
+            pooled_k: t4(pooled_k)?,
+            pooled_v: t4(pooled_v)?,
+            gate_k: t5(gate_k)?,
+            gate_v: t5(gate_v)?,
+            positions,
+        })
+    }
+
+    /// Concatenates the projections per group and reads the biases, gains and frequencies.
+    fn prepare(&self, params: &TensorParams) -> Result<Prepared> {
+        let spec = &self.spec;
+        let (h, d, dh) = (self.heads, self.dims.d_model, self.dims.d_head);
+        let dg = spec.gate_width(dh);
+        let groups = spec.num_groups();
+        let flat = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?) };
+        // (flattened [G, d, cols], cols) per block, in column order
+        let mut parts: Vec<(Vec<f32>, usize)> = vec![(flat(&params.proj_k)?, h * dh)];
+        let mut width = h * dh;
+        let mut push = |t: &Tensor, cols: usize, parts: &mut Vec<(Vec<f32>, usize)>| -> Result<usize> {
+            parts.push((flat(t)?, cols));
+            width += cols;
+            Ok(width - cols)
+        };
+        let zk = match params.gate_k.as_ref().filter(|_| spec.gate != GateKind::Uniform) {
+            Some(gt) => Some(push(&gt.z, h * dg, &mut parts)?),
+            None => None,
+        };
+        let cv = match &params.proj_v {
+            Some(pv) => Some(push(pv, h * dh, &mut parts)?),
+            None => None,
+        };
+        let zv = match params.gate_v.as_ref().filter(|_| spec.has_value_gate()) {
+            Some(gt) => Some(push(&gt.z, h * dg, &mut parts)?),
+            None => None,
+        };
+        for (v, cols) in &parts {
+            if v.len() != groups * d * cols {
+                return Err(Error::shape(
+                    "fast kernel parameters",
+                    format!("[{groups}, {d}, {cols}]"),
+                    format!("{} values", v.len()),
+                ));
+            }
+        }
+        let mut wcat = vec![vec![0f32; d * width]; groups];
+        for (gi, wg) in wcat.iter_mut().enumerate() {
+            let mut col = 0;
+            for (v, cols) in &parts {
+                for k in 0..d {
+                    let src = &v[(gi * d + k) * cols..(gi * d + k + 1) * cols];
+                    wg[k * width + col..k * width + col + cols].copy_from_slice(src);
+                }
+                col += cols;
+            }
+        }
+        let bias_k = match (zk, &params.gate_k) {
+            (Some(_), Some(gt)) => Some(flat(&gt.b)?),
+            _ => None,
+        };
+        let bias_v = match (zv, &params.gate_v) {
+            (Some(_), Some(gt)) => Some(flat(&gt.b)?),
+            _ => None,
+        };
+        let gamma = match (&params.gamma, spec.rms_norm) {
+            (Some(gm), true) => Some(flat(gm)?),
+            _ => None,
+        };
+        let inv_freq = spec.rope.as_ref().map(|rs| rs.inv_frequencies(rs.rotated_channels(dh)));
+        Ok(Prepared { wcat, blocks: Blocks { zk, cv, zv, width }, bias_k, bias_v, gamma, inv_freq })
+    }
+}
+
+/// The instruction set the window pass is compiled for (detected once per call).
+#[derive(Clone, Copy, Debug)]
+enum Isa {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    Generic,
+}
+
+impl Isa {
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Generic
+    }
+}
+
+/// Projections of one chunk, then its window passes.
+fn run_chunk(ctx: &Ctx, item: Item, scratch: &mut Scratch, isa: Isa) {
+    let g = &ctx.spec.geometry;
+    let (w, s, d) = (g.window(), g.stride(), ctx.d);
+    let width = ctx.p.blocks.width;
+    let cn = item.j1 - item.j0;
+    scratch.proj.resize(w * cn * width, 0.0);
+    for i in 0..w {
+        let dst = MatMut::from_row_major_slice_mut(&mut scratch.proj[i * cn * width..(i + 1) * cn * width], cn, width);
+        let rhs = MatRef::from_row_major_slice(&ctx.p.wcat[ctx.spec.group_of(i)], d, width);
+        let t0 = g.start(item.j0) + i as i64;
+        let seq = item.b * ctx.t_len * d;
+        if t0 >= 0 {
+            // rows t0, t0 + S, ...: a strided view, no copy
+            let base = seq + t0 as usize * d;
+            let len = (cn - 1) * s * d + d;
+            let lhs = MatRef::from_row_major_slice_with_stride(&ctx.x[base..base + len], cn, d, s * d);
+            matmul(dst, Accum::Replace, lhs, rhs, 1.0f32, Par::Seq);
+        } else {
+            // some rows lie before token 0 (pad_left): gather, with zero rows there
+            scratch.gather.clear();
+            scratch.gather.resize(cn * d, 0.0);
+            for jj in 0..cn {
+                if let Some(t) = g.token_at(item.j0 + jj, i) {
+                    scratch.gather[jj * d..(jj + 1) * d].copy_from_slice(&ctx.x[seq + t * d..seq + (t + 1) * d]);
+                }
+            }
+            let lhs = MatRef::from_row_major_slice(&scratch.gather, cn, d);
+            matmul(dst, Accum::Replace, lhs, rhs, 1.0f32, Par::Seq);
+        }
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::detect` saw the CPU feature.
+        Isa::Avx512 => unsafe { windows_avx512(ctx, item, scratch) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Isa::Avx2 => unsafe { windows_avx2(ctx, item, scratch) },
+        Isa::Generic => windows(ctx, item, scratch),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn windows_avx512(ctx: &Ctx, item: Item, scratch: &mut Scratch) {
+    windows(ctx, item, scratch)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn windows_avx2(ctx: &Ctx, item: Item, scratch: &mut Scratch) {
+    windows(ctx, item, scratch)
+}
+
+/// Softmax-pool and post-processing of every window and head of a chunk.
+#[inline(always)]
+fn windows(ctx: &Ctx, item: Item, scratch: &mut Scratch) {
+    let spec = ctx.spec;
+    let g = &spec.geometry;
+    let w = g.window();
+    let (h, dh, c, dg) = (ctx.h, ctx.dh, ctx.c, ctx.dg);
+    let p = ctx.p;
+    let blocks = p.blocks;
+    let width = blocks.width;
+    let cn = item.j1 - item.j0;
+    let proj = &scratch.proj[..w * cn * width];
+    scratch.m.resize(c, 0.0);
+    scratch.s.resize(c, 0.0);
+    for jj in 0..cn {
+        let j = item.j0 + jj;
+        let first = g.first_valid_offset(j);
+        if let Some(f) = &p.inv_freq {
+            // one table per entry, shared by its heads' keys and values
+            post::rope_table(f, spec.entry_position(j), &mut scratch.cos_sin);
+        }
+        let rows: Vec<&[f32]> = (0..w).map(|i| &proj[(i * cn + jj) * width..(i * cn + jj + 1) * width]).collect();
+        for head in 0..h {
+            let e = (jj * h + head) * dh;
+            let ge = (jj * h + head) * w * c;
+            let gk = &mut item.gate_k[ge..ge + w * c];
+            let pk = &mut item.pooled_k[e..e + dh];
+            let key_gate = blocks.zk.zip(p.bias_k.as_deref()).map(|(z, b)| (z + head * dg, b, head * dg));
+            let vk = head * dh;
+            pool(&rows, first, key_gate, dg, h * dg, vk, dh, pk, gk, &mut scratch.m, &mut scratch.s);
+            let gv = &mut item.gate_v[ge..ge + w * c];
+            let pv = &mut item.pooled_v[e..e + dh];
+            match blocks.cv {
+                Some(cv) => {
+                    let value_gate = match (blocks.zv, p.bias_v.as_deref()) {
+                        (Some(z), Some(b)) => Some((z + head * dg, b, head * dg)),
+                        _ => key_gate, // tied or shared gate: the same weights, computed the same way
+                    };
+                    pool(&rows, first, value_gate, dg, h * dg, cv + vk, dh, pv, gv, &mut scratch.m, &mut scratch.s);
+                }
+                None => {
+                    pv.copy_from_slice(pk);
+                    gv.copy_from_slice(gk);
+                }
+            }
+            let gamma = p.gamma.as_deref().map(|gm| &gm[head * dh..(head + 1) * dh]);
+            let cos_sin = p.inv_freq.as_ref().map(|_| &scratch.cos_sin[..]);
+            let key = &mut item.keys[e..e + dh];
+            key.copy_from_slice(pk);
+            post::apply_with(spec, key, gamma, cos_sin);
+            let value = &mut item.values[e..e + dh];
+            if spec.shared_kv {
+                value.copy_from_slice(key);
+            } else {
+                value.copy_from_slice(pv);
+                post::apply_with(spec, value, gamma, cos_sin);
+            }
+        }
+    }
+}
+
+/// The streaming softmax-pool of one branch of one window and head. `rows[i]` is the projected
+/// row of slot `i`; `gate = (score column, biases [W, bias_stride], bias column)` or `None` for
+/// the uniform gate; values at columns `voff..voff + dh`. Writes the pooled entry and the gate
+/// weights `[W, c]` (0 on empty slots `< first`); `m` and `s` are scratch of `c` channels.
+///
+/// Per gate channel: the scores go into the gate rows while the running max is taken; then one
+/// pass evaluates `q_i = exp(z_i - m)` once per score, summing `q_i` and `q_i v_i`; last, the
+/// sums and the gate rows are divided by `sum q_i`. The scores live only in the chunk buffer and
+/// the `[W, c]` gate rows the API returns anyway. (The running-rescale form,
+/// `acc <- acc exp(m_old - m_new) + ...`, needs two exponentials per score in its pass and a
+/// third for the gate weights the API returns; this form needs one.)
+// Indexed loops over equal-length slices: the form the vectoriser turns into SIMD lanes.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+#[inline(always)]
+fn pool(
+    rows: &[&[f32]],
+    first: usize,
+    gate: Option<(usize, &[f32], usize)>,
+    dg: usize,
+    bias_stride: usize,
+    voff: usize,
+    dh: usize,
+    pooled: &mut [f32],
+    gates: &mut [f32],
+    m: &mut [f32],
+    s: &mut [f32],
+) {
+    let w = rows.len();
+    let c = dg.max(1);
+    gates[..first * c].fill(0.0);
+    let pooled = &mut pooled[..dh];
+    let value = |i: usize| seg(rows, i, voff, dh);
+    let Some((zoff, bias, boff)) = gate else {
+        let u = 1.0 / (w - first) as f32;
+        pooled.fill(0.0);
+        for i in first..w {
+            gates[i * c] = u;
+            for (acc, &v) in pooled.iter_mut().zip(value(i)) {
+                *acc += u * v;
+            }
+        }
+        return;
+    };
+    let (m, s) = (&mut m[..c], &mut s[..c]);
+    // scores and their running max
+    for i in first..w {
+        let z = seg(rows, i, zoff, c);
+        let b = &bias[i * bias_stride + boff..i * bias_stride + boff + c];
+        let g = &mut gates[i * c..(i + 1) * c];
+        for e in 0..c {
+            let v = z[e] + b[e];
+            g[e] = v;
+            m[e] = if i == first || v > m[e] { v } else { m[e] };
+        }
+    }
+    // one exponential per score: sum and weighted sum
+    s.fill(0.0);
+    pooled.fill(0.0);
+    for i in first..w {
+        let v = value(i);
+        let g = &mut gates[i * c..(i + 1) * c];
+        if c == dh {
+            let (g, m, s, v, pooled) = (&mut g[..dh], &m[..dh], &mut s[..dh], &v[..dh], &mut pooled[..dh]);
+            for e in 0..dh {
+                let q = exp_nonpositive(g[e] - m[e]);
+                g[e] = q;
+                s[e] += q;
+                pooled[e] += q * v[e];
+            }
+        } else {
+            // one scalar weight per slot
+            let q = exp_nonpositive(g[0] - m[0]);
+            g[0] = q;
+            s[0] += q;
+            for (acc, &ve) in pooled.iter_mut().zip(v) {
+                *acc += q * ve;
+            }
+        }
+    }
+    for se in s.iter_mut() {
+        *se = 1.0 / *se;
+    }
+    if c == dh {
+        for (acc, &inv) in pooled.iter_mut().zip(s.iter()) {
+            *acc *= inv;
+        }
+    } else {
+        for acc in pooled.iter_mut() {
+            *acc *= s[0];
+        }
+    }
+    for i in first..w {
+        for (g, &inv) in gates[i * c..(i + 1) * c].iter_mut().zip(s.iter()) {
+            *g *= inv;
+        }
+    }
+}
+
+/// `rows[i][off..off + len]`.
+#[inline(always)]
+fn seg<'a>(rows: &[&'a [f32]], i: usize, off: usize, len: usize) -> &'a [f32] {
+    &rows[i][off..off + len]
+}
+
+/// `e^x` for `x <= 0` (softmax arguments) in f32, within about 2 ulp: Cody-Waite reduction
+/// `x = k ln2 + r`, `|r| <= ln2/2`, and Cephes' degree-6 polynomial for `e^r`. Branch-free so
+/// that loops over it vectorise; arguments below -87 give `e^-87` (about 1.6e-38) instead of a
+/// subnormal; NaN stays NaN.
+#[inline(always)]
+pub fn exp_nonpositive(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding and subtracting rounds to an integer
+    let xc = if x > -87.0 { x } else { -87.0 };
+    let k = (xc * LOG2E + ROUND) - ROUND;
+    let r = (xc - k * LN2_HI) - k * LN2_LO;
+    let mut y = 1.987_569_1e-4f32;
+    y = y * r + 1.398_199_9e-3;
+    y = y * r + 8.333_452e-3;
+    y = y * r + 4.166_579_6e-2;
+    y = y * r + 1.666_666_5e-1;
+    y = y * r + 0.5; // Cephes: 5.0000001201e-1, which is 0.5 in f32
+    y = y * (r * r) + r + 1.0;
+    let scale = f32::from_bits(((k as i32 + 127) as u32) << 23);
+    let out = y * scale;
+    if x.is_nan() {
+        x
+    } else {
+        out
+    }
+}
+
+/// `out = a b` for row-major `a: [m, k]`, `b: [k, n]` with faer's sgemm on one thread (the
+/// bench's yardstick for "achieved FLOP/s").
+pub fn sgemm(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
+    let dst = MatMut::from_row_major_slice_mut(out, m, n);
+    matmul(
+        dst,
+        Accum::Replace,
+        MatRef::from_row_major_slice(a, m, k),
+        MatRef::from_row_major_slice(b, k, n),
+        1.0f32,
+        Par::Seq,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_nonpositive;
+
+    #[test]
+    fn exp_within_three_ulp_on_the_softmax_range() {
+        let mut worst = 0f64;
+        let mut x = 0f32;
+        while x > -87.0 {
+            let want = (x as f64).exp();
+            let got = exp_nonpositive(x) as f64;
+            worst = worst.max(((got - want) / want).abs());
+            x -= 0.001_37;
+        }
+        assert!(worst < 3.0 * f32::EPSILON as f64, "worst relative error {worst:e}");
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert!(exp_nonpositive(f32::NAN).is_nan());
+        assert!(exp_nonpositive(-1e30) < 2e-38);
+    }
+}
