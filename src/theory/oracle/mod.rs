@@ -135,9 +135,10 @@ pub struct Refinement {
     pub loss_after: f64,
 }
 
-/// Verdict at one parameter point (the map symbols of spec §3).
+/// Theorem 1's verdict at one parameter point (the map symbols of spec §3). Named apart from
+/// the ledger's claim verdict (`analysis::verdict::Verdict`), which it feeds through T1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Verdict {
+pub enum PointVerdict {
     /// `+`: no restart beats `F_1` and the vertex is KKT: concentration is optimal.
     Holds,
     /// `k`: the vertex fails KKT (a head hedges), so it is beaten.
@@ -146,19 +147,19 @@ pub enum Verdict {
     Beaten,
 }
 
-impl Verdict {
+impl PointVerdict {
     /// The map symbol: `+`, `k` or `g`.
     pub fn symbol(&self) -> char {
         match self {
-            Verdict::Holds => '+',
-            Verdict::NotKkt => 'k',
-            Verdict::Beaten => 'g',
+            PointVerdict::Holds => '+',
+            PointVerdict::NotKkt => 'k',
+            PointVerdict::Beaten => 'g',
         }
     }
 
-    /// The verdict of a map symbol (the inverse of [`Verdict::symbol`]).
+    /// The verdict of a map symbol (the inverse of [`PointVerdict::symbol`]).
     pub fn from_symbol(c: char) -> Option<Self> {
-        [Verdict::Holds, Verdict::NotKkt, Verdict::Beaten].into_iter().find(|v| v.symbol() == c)
+        [PointVerdict::Holds, PointVerdict::NotKkt, PointVerdict::Beaten].into_iter().find(|v| v.symbol() == c)
     }
 }
 
@@ -185,8 +186,8 @@ pub struct Theorem1Report {
     /// The best chunk-uniform one-hot configuration (always computed; an `Option` for the
     /// JSON of older runs).
     pub best_one_hot: Option<BestOneHot>,
-    /// Verdict.
-    pub verdict: Verdict,
+    /// PointVerdict.
+    pub verdict: PointVerdict,
     /// Number of restarts that went below `F_1 - BEATEN_TOL`.
     pub restarts_below_f1: usize,
     /// Restarts by label.
@@ -288,11 +289,11 @@ pub fn theorem1(p: &TaskParams, opts: &OracleOptions, mut progress: impl FnMut()
     let best_classification = classify_point(p, &best_gates).ok();
     let restarts_below_f1 = restarts.iter().filter(|r| r.loss < f1 - BEATEN_TOL).count();
     let verdict = if !kkt.holds {
-        Verdict::NotKkt
+        PointVerdict::NotKkt
     } else if best_loss < f1 - BEATEN_TOL {
-        Verdict::Beaten
+        PointVerdict::Beaten
     } else {
-        Verdict::Holds
+        PointVerdict::Holds
     };
     Ok(Theorem1Report {
         params: *p,
