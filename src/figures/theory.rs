@@ -6,7 +6,7 @@ use super::plot::{category_grid, line_panels, scatter, CategoryGrid, Panel, Seri
 use crate::theory::critical::PointLabel;
 use crate::theory::diagram::{DiagramMap, PhaseDiagram};
 use crate::theory::flow::{FlowRun, FlowSummary, Integrator, Trajectory};
-use crate::theory::oracle::{Theorem1Report, PointVerdict};
+use crate::theory::oracle::{PointVerdict, Theorem1Report};
 use crate::theory::profile::PhaseProfile;
 use crate::theory::task::TaskParams;
 use crate::Result;

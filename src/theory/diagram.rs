@@ -2,7 +2,7 @@
 //! grid point, [`super::oracle::theorem1`] decides `+` (concentration optimal), `k` (vertex not
 //! KKT) or `g` (vertex KKT but beaten). Points run in parallel (rayon).
 
-use super::oracle::{theorem1, LabelCounts, OracleOptions, Structure, PointVerdict};
+use super::oracle::{theorem1, LabelCounts, OracleOptions, PointVerdict, Structure};
 use super::task::TaskParams;
 use crate::{Error, Result};
 use rayon::prelude::*;

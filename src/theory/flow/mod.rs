@@ -144,4 +144,3 @@ impl FlowConfig {
         Ok(())
     }
 }
-
