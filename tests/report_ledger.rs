@@ -161,7 +161,7 @@ fn fixture(out: &Path) -> Plan {
     write(
         &out.join("theory/theory.json"),
         &TheoryResult {
-            t1_verdict: phasekv::theory::oracle::Verdict::Holds,
+            t1_verdict: phasekv::theory::oracle::PointVerdict::Holds,
             t1_f1: 3.3,
             t1_best_loss: 3.3,
             t1_restarts: 10,
@@ -262,7 +262,7 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
 
     let mut t: TheoryResult = phasekv::lab::read_json(&dir.join("theory/theory.json")).unwrap();
     t.t2.converged_fraction = 0.5;
-    t.t1_verdict = phasekv::theory::oracle::Verdict::Beaten;
+    t.t1_verdict = phasekv::theory::oracle::PointVerdict::Beaten;
     write(&dir.join("theory/theory.json"), &t);
     let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
     assert_eq!((verdict(&c, "T1"), verdict(&c, "T2")), (Verdict::NotReproduced, Verdict::NotReproduced));

@@ -34,7 +34,7 @@ proptest! {
     #[test]
     fn theorem1_holds_in_the_default_regime(p in default_regime_params(), seed in any::<u64>()) {
         let r = theorem1(&p, &opts(seed), || {}).unwrap();
-        prop_assert_eq!(r.verdict, Verdict::Holds, "{:?}: best {} F_1 {}", p, r.best_loss, r.f1);
+        prop_assert_eq!(r.verdict, PointVerdict::Holds, "{:?}: best {} F_1 {}", p, r.best_loss, r.f1);
         prop_assert_eq!(r.restarts_below_f1, 0);
         prop_assert!(r.restarts.iter().all(|x| x.loss >= r.f1 - BELOW));
         prop_assert!((r.best_loss - r.f1).abs() < 1e-8, "best {} vs F_1 {}", r.best_loss, r.f1);
@@ -85,7 +85,7 @@ fn restarts_end_at_f1_or_strictly_above_at_primary_defaults() {
     use phasekv::theory::critical::PointLabel;
     let p = TaskParams::default();
     let r = theorem1(&p, &opts(7), || {}).unwrap();
-    assert_eq!(r.verdict, Verdict::Holds);
+    assert_eq!(r.verdict, PointVerdict::Holds);
     assert!(r.labels.local_min > 0);
     for x in &r.restarts {
         let s = &x.structure;
@@ -113,7 +113,7 @@ fn large_beta_split_head_beats_the_vertex() {
     let p = TaskParams { beta: 16.0, gamma: 2.0, ..TaskParams::default() };
     let r = theorem1(&p, &opts(1), || {}).unwrap();
     assert!(r.kkt.holds, "vertex should be KKT: {:?}", r.kkt);
-    assert_eq!(r.verdict, Verdict::Beaten);
+    assert_eq!(r.verdict, PointVerdict::Beaten);
     // The best one-hot configuration is still the distinct vertex at F_1; a non-vertex wins.
     let b = r.best_one_hot.as_ref().unwrap();
     assert!((b.loss - r.f1).abs() < 1e-12 && b.kkt.holds);
@@ -133,7 +133,7 @@ fn large_gamma_vertex_fails_kkt_and_heads_hedge() {
         assert!(!kkt.holds && kkt.min_margin < -1e-3, "beta={beta} gamma={gamma}: {kkt:?}");
         assert!(kkt.worst_move.contains("value mass"), "first failing move: {}", kkt.worst_move);
         let r = theorem1(&p, &opts(2), || {}).unwrap();
-        assert_eq!(r.verdict, Verdict::NotKkt);
+        assert_eq!(r.verdict, PointVerdict::NotKkt);
         assert!(r.best_loss < r.f1 - 1e-4, "best {} F_1 {}", r.best_loss, r.f1);
         assert!(r.best_structure.min_peak < 0.99, "hedging keeps mass off the vertex: {:?}", r.best_structure);
     }
@@ -156,7 +156,7 @@ fn kkt_margin_crosses_zero_near_gamma_c() {
 fn two_chunks_break_concentration_at_defaults() {
     let p = TaskParams { chunks: 2, vocab: 8, ..TaskParams::default() };
     let r = theorem1(&p, &opts(3), || {}).unwrap();
-    assert_ne!(r.verdict, Verdict::Holds);
+    assert_ne!(r.verdict, PointVerdict::Holds);
     assert!(r.best_loss < r.f1 - 1e-4);
 }
 
@@ -254,7 +254,7 @@ mod search_and_classification {
             ..OracleOptions::default()
         };
         let r = theorem1(&p, &o, || {}).unwrap();
-        assert_eq!(r.verdict, Verdict::Beaten);
+        assert_eq!(r.verdict, PointVerdict::Beaten);
         assert!(r.best_loss - r.f1 <= -5.0e-2, "best - F_1 = {:e}", r.best_loss - r.f1);
         assert!(r.refinement.loss_after <= r.refinement.loss_before);
         // Every restart carries its end point and a label; the counts add up.

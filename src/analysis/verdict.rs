@@ -29,7 +29,12 @@ pub const E7_MIN_DRIFT_OFFSETS: f64 = 1.0;
 /// this, in percentage points, in every cell of both protocols' knockout maps.
 pub const DEAD_HEAD_MAX_DROP_PP: f64 = 0.0;
 
-/// A claim's verdict.
+/// A claim's verdict: the one verdict type of the ledger (`report::ledger` re-exports it).
+/// The ledger's claims use [`Verdict::Reproduced`], [`Verdict::NotReproduced`] and
+/// [`Verdict::NotRun`]; the ceiling rule of [`verdict`] adds the other two. Distinct from
+/// `theory::oracle::PointVerdict` (Theorem 1's verdict at one parameter point) and
+/// `conformance::harness::Verdict` (one invariant check on one kernel case; a rename to
+/// `CheckVerdict` is left to the owner of `conformance/`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
@@ -43,6 +48,8 @@ pub enum Verdict {
     NotReproduced,
     /// Every model the claim rests on is at the ceiling ([`at_ceiling`]).
     NotTestableCeiling,
+    /// Some data the claim needs are missing.
+    NotRun,
 }
 
 impl Verdict {
@@ -53,6 +60,7 @@ impl Verdict {
             Verdict::ReproducedSmaller => "reproduced qualitatively (smaller)",
             Verdict::NotReproduced => "not reproduced",
             Verdict::NotTestableCeiling => "not testable (ceiling)",
+            Verdict::NotRun => "not run",
         }
     }
 }

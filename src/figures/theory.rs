@@ -6,7 +6,7 @@ use super::plot::{category_grid, line_panels, scatter, CategoryGrid, Panel, Seri
 use crate::theory::critical::PointLabel;
 use crate::theory::diagram::{DiagramMap, PhaseDiagram};
 use crate::theory::flow::{FlowRun, FlowSummary, Integrator, Trajectory};
-use crate::theory::oracle::{Theorem1Report, Verdict};
+use crate::theory::oracle::{PointVerdict, Theorem1Report};
 use crate::theory::profile::PhaseProfile;
 use crate::theory::task::TaskParams;
 use crate::Result;
@@ -58,11 +58,11 @@ pub fn t1_restarts(stem: &Path, p: &TaskParams, report: &Theorem1Report) -> Resu
 }
 
 /// The category of a verdict in [`phase_diagram_map`].
-fn verdict_category(v: Verdict) -> usize {
+fn verdict_category(v: PointVerdict) -> usize {
     match v {
-        Verdict::Holds => 0,
-        Verdict::NotKkt => 1,
-        Verdict::Beaten => 2,
+        PointVerdict::Holds => 0,
+        PointVerdict::NotKkt => 1,
+        PointVerdict::Beaten => 2,
     }
 }
 

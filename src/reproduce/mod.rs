@@ -27,7 +27,7 @@ use crate::model::train::Observer;
 use crate::run_dir::write_json_atomic;
 use crate::theory::diagram::{compare_with_reference, phase_diagram, spec_grid};
 use crate::theory::flow::{run_seeds, summarise, FlowConfig, FlowSummary};
-use crate::theory::oracle::{theorem1, OracleOptions, Verdict};
+use crate::theory::oracle::{theorem1, OracleOptions, PointVerdict};
 use crate::theory::task::TaskParams;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -54,32 +54,7 @@ pub struct InvariantRow {
     pub failure: Option<String>,
 }
 
-/// The outcome of one invariant for one (preset, implementation), as `kernels.json` writes it
-/// (`pass`, `fail`, `n/a`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum InvariantStatus {
-    /// Every case that applied held.
-    #[serde(rename = "pass")]
-    Pass,
-    /// Some case failed.
-    #[serde(rename = "fail")]
-    Fail,
-    /// No case applied.
-    #[serde(rename = "n/a")]
-    NotApplicable,
-}
-
-impl InvariantStatus {
-    /// The status of the kernel harness's report (`pass`, `fail`, `n/a`).
-    pub fn from_harness(s: &str) -> Result<Self> {
-        match s {
-            "pass" => Ok(InvariantStatus::Pass),
-            "fail" => Ok(InvariantStatus::Fail),
-            "n/a" => Ok(InvariantStatus::NotApplicable),
-            other => Err(crate::Error::invalid("invariant status", format!("{other:?} is not pass, fail or n/a"))),
-        }
-    }
-}
+pub use crate::conformance::harness::InvariantStatus;
 
 /// `kernels/kernels.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -97,7 +72,7 @@ pub struct KernelsResult {
 pub struct TheoryResult {
     /// Theorem 1 at the defaults (written as its symbol: `+` holds, `k`, `g`).
     #[serde(with = "verdict_symbol")]
-    pub t1_verdict: Verdict,
+    pub t1_verdict: PointVerdict,
     /// `F_1` and the best loss found.
     pub t1_f1: f64,
     /// Best loss over restarts.
@@ -200,7 +175,7 @@ fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<b
                     preset: name.to_string(),
                     implementation: imp.to_string(),
                     invariant: r.invariant.id().to_string(),
-                    status: InvariantStatus::from_harness(r.status)?,
+                    status: r.status,
                     cases_passed: r.cases_passed,
                     failure: r.failure,
                 });
@@ -307,16 +282,16 @@ fn run_model(out: &Path, unit: &ModelUnit, lab_settings: &LabSettings, progress:
 /// A Theorem 1 verdict serialized as its map symbol (`"+"`, `"k"`, `"g"`), as `theory.json`
 /// has always written it.
 mod verdict_symbol {
-    use crate::theory::oracle::Verdict;
+    use crate::theory::oracle::PointVerdict;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &Verdict, s: S) -> std::result::Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(v: &PointVerdict, s: S) -> std::result::Result<S::Ok, S::Error> {
         s.serialize_char(v.symbol())
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Verdict, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<PointVerdict, D::Error> {
         let c = char::deserialize(d)?;
-        Verdict::from_symbol(c)
+        PointVerdict::from_symbol(c)
             .ok_or_else(|| serde::de::Error::custom(format!("t1_verdict {c:?} is not one of '+', 'k', 'g'")))
     }
 }

@@ -2,7 +2,7 @@
 //! grid point, [`super::oracle::theorem1`] decides `+` (concentration optimal), `k` (vertex not
 //! KKT) or `g` (vertex KKT but beaten). Points run in parallel (rayon).
 
-use super::oracle::{theorem1, LabelCounts, OracleOptions, Structure, Verdict};
+use super::oracle::{theorem1, LabelCounts, OracleOptions, PointVerdict, Structure};
 use super::task::TaskParams;
 use crate::{Error, Result};
 use rayon::prelude::*;
@@ -15,8 +15,8 @@ pub struct DiagramPoint {
     pub beta: f64,
     /// `gamma`.
     pub gamma: f64,
-    /// Verdict.
-    pub verdict: Verdict,
+    /// PointVerdict.
+    pub verdict: PointVerdict,
     /// `F_1`.
     pub f1: f64,
     /// Best loss found: an upper bound on the minimum (restarts, split starts over every
@@ -76,7 +76,7 @@ pub struct DiagramMap {
     /// Column labels (gamma), as written.
     pub gammas: Vec<String>,
     /// Row-major verdicts.
-    pub verdicts: Vec<Vec<Verdict>>,
+    pub verdicts: Vec<Vec<PointVerdict>>,
 }
 
 impl DiagramMap {
@@ -94,10 +94,10 @@ impl DiagramMap {
         for line in lines {
             let mut f = line.split_whitespace();
             let beta = f.next().ok_or_else(|| bad("empty row".into()))?;
-            let row: Vec<Verdict> = f
+            let row: Vec<PointVerdict> = f
                 .map(|s| {
                     let mut ch = s.chars();
-                    match (ch.next().and_then(Verdict::from_symbol), ch.next()) {
+                    match (ch.next().and_then(PointVerdict::from_symbol), ch.next()) {
                         (Some(v), None) => Ok(v),
                         _ => Err(bad(format!("cell {s:?} in row {beta} is not one of + k g"))),
                     }

@@ -8,7 +8,7 @@ use phasekv::conformance::harness::external::ExternalKernel;
 use phasekv::conformance::harness::fast_subject::FastSubject;
 use phasekv::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
 use phasekv::conformance::harness::{
-    checkable, run_catalogue, seeded_runner, seeded_runner_shrinking, InvariantReport, KernelUnderTest,
+    checkable, run_catalogue, seeded_runner, seeded_runner_shrinking, InvariantReport, InvariantStatus, KernelUnderTest,
 };
 use phasekv::conformance::mutants::Mutant;
 use phasekv::kernel::KernelSpec;
@@ -71,7 +71,7 @@ pub fn run(
         println!("\n== {} ==", subject.label());
         print_header();
         let reports = run_catalogue(subject.as_ref(), &|| seeded_runner(opts.cases, opts.seed), &mut print_row);
-        all_ok &= reports.iter().all(|r| r.status != "fail");
+        all_ok &= reports.iter().all(|r| r.status != InvariantStatus::Fail);
     }
     Ok(verdict(all_ok))
 }
@@ -134,10 +134,10 @@ fn print_header() {
 fn print_row(r: &InvariantReport, secs: f64) {
     let note = match &r.failure {
         Some(f) => f.clone(),
-        None if r.status == "n/a" => "not applicable to this kernel".to_string(),
+        None if r.status == InvariantStatus::NotApplicable => "not applicable to this kernel".to_string(),
         None => format!("{secs:.2}s"),
     };
-    let (inv, status) = (r.invariant, r.status.to_uppercase());
+    let (inv, status) = (r.invariant, r.status.word().to_uppercase());
     println!(
         "{:<4} {:<20} {:<5} {:>7} {:>5} {:>11.3e} {:>11.3e}  {note}",
         inv.id(),

@@ -23,7 +23,7 @@ use phasekv::theory::diagram::check_grid;
 use phasekv::theory::diagram::{compare_with_reference, phase_diagram, spec_grid};
 use phasekv::theory::flow::{run_seeds, summarise, ContentOptions, FlowConfig, Integrator};
 use phasekv::theory::limits;
-use phasekv::theory::oracle::{plan_len, planned_steps, theorem1, OracleOptions};
+use phasekv::theory::oracle::{iteration_log_jsonl, plan_len, planned_steps, theorem1_logged, OracleOptions};
 use phasekv::theory::task::TaskParams;
 use phasekv::theory::theorem2::{self, T2Results};
 use serde::Serialize;

@@ -60,12 +60,13 @@ pub(super) fn t1(a: T1Args) -> Result<ExitCode> {
     let dir = RunDir::create(a.task.out_dir("t1"), a.task.seed, "phasekv theory t1")?;
     dir.write_config(&T1Config { params: p, options: opts.clone() })?;
     let pb = bar(planned_steps(&p, &opts) as u64, "restarts");
-    let report = theorem1(&p, &opts, || {
+    let (report, log) = theorem1_logged(&p, &opts, || {
         pb.inc(1);
         stop_if_interrupted();
     })?;
     pb.finish();
     dir.write_json("theorem1.json", &report)?;
+    dir.write_bytes("iterations.jsonl", &iteration_log_jsonl(&log)?)?;
     figures::t1_restarts(&dir.file("t1-restarts"), &p, &report)?;
     let noisy = match a.eps {
         Some(eps) => {

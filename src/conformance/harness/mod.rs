@@ -21,7 +21,7 @@ use crate::Result;
 use candle_core::DType;
 use ndarray::{Array2, ArrayView2};
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRng, TestRunner};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 
 pub use strategies::Case;
@@ -172,13 +172,39 @@ impl Verdict {
     }
 }
 
+/// The status of one invariant over many cases, serialized `pass`, `fail` or `n/a` (the
+/// kernel-invariant table of `kernels.json` stores it too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InvariantStatus {
+    /// Every case that applied held (and at least one applied).
+    #[serde(rename = "pass")]
+    Pass,
+    /// Some case failed.
+    #[serde(rename = "fail")]
+    Fail,
+    /// No case applied.
+    #[serde(rename = "n/a")]
+    NotApplicable,
+}
+
+impl InvariantStatus {
+    /// As printed: `pass`, `fail` or `n/a`.
+    pub fn word(self) -> &'static str {
+        match self {
+            InvariantStatus::Pass => "pass",
+            InvariantStatus::Fail => "fail",
+            InvariantStatus::NotApplicable => "n/a",
+        }
+    }
+}
+
 /// The summary of one invariant over many cases.
 #[derive(Clone, Debug, Serialize)]
 pub struct InvariantReport {
     /// The invariant.
     pub invariant: Invariant,
-    /// `pass`, `fail`, or `n/a` (not applicable to any case).
-    pub status: &'static str,
+    /// Pass, fail, or not applicable to any case.
+    pub status: InvariantStatus,
     /// Cases on which the invariant applied and held.
     pub cases_passed: usize,
     /// Cases on which it did not apply.
@@ -237,9 +263,9 @@ pub fn run_invariant(subject: &dyn KernelUnderTest, invariant: Invariant, runner
         Err(TestError::Abort(msg)) => (Some(format!("aborted: {msg}")), None),
     };
     let status = match (&failure, passed) {
-        (Some(_), _) => "fail",
-        (None, 0) => "n/a",
-        (None, _) => "pass",
+        (Some(_), _) => InvariantStatus::Fail,
+        (None, 0) => InvariantStatus::NotApplicable,
+        (None, _) => InvariantStatus::Pass,
     };
     InvariantReport {
         invariant,

@@ -77,6 +77,37 @@ pub struct Minimised {
     /// Why the run stopped early (a non-finite cost or gradient, or a solver error); `theta`
     /// is then the best finite point evaluated (or `init`).
     pub error: Option<String>,
+    /// Every iteration as argmin's observer saw it (empty unless asked for, see
+    /// [`minimise_logged`]).
+    pub log: Vec<IterationRecord>,
+}
+
+/// One L-BFGS iteration as argmin's observer sees it after the iteration: the accepted point's
+/// cost and gradient norm. The More-Thuente line search accepts a step only under the strong
+/// Wolfe conditions, whose sufficient-decrease part makes the cost non-increasing along a run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct IterationRecord {
+    /// argmin's iteration counter.
+    pub iteration: u64,
+    /// Cost at the accepted point.
+    pub cost: f64,
+    /// Euclidean norm of the gradient there (`NaN` if argmin reports none).
+    pub grad_norm: f64,
+}
+
+/// The solver state argmin's L-BFGS hands to observers.
+type LbfgsState = IterState<Vec<f64>, Vec<f64>, (), (), (), f64>;
+
+/// An argmin observer that appends every iteration to a shared log.
+struct Recorder(Arc<Mutex<Vec<IterationRecord>>>);
+
+impl Observe<LbfgsState> for Recorder {
+    fn observe_iter(&mut self, state: &LbfgsState, _kv: &KV) -> std::result::Result<(), argmin::core::Error> {
+        let grad_norm = state.get_gradient().map_or(f64::NAN, |g| g.iter().map(|x| x * x).sum::<f64>().sqrt());
+        let record = IterationRecord { iteration: state.get_iter(), cost: state.get_cost(), grad_norm };
+        self.0.lock().map_err(|_| argmin::core::Error::msg("iteration log lock poisoned"))?.push(record);
+        Ok(())
+    }
 }
 
 /// The best finite `(cost, parameters)` seen so far, shared with the solver's copy of the problem.
@@ -127,12 +158,25 @@ pub fn minimise<P>(problem: &P, init: Vec<f64>, max_iters: u64) -> Minimised
 where
     P: CostFunction<Param = Vec<f64>, Output = f64> + Gradient<Param = Vec<f64>, Gradient = Vec<f64>> + Clone,
 {
+    minimise_logged(problem, init, max_iters, false)
+}
+
+/// [`minimise`], and with `log` also record every iteration through an argmin observer into
+/// [`Minimised::log`]. The observer only reads the solver state, so the result is the same.
+pub fn minimise_logged<P>(problem: &P, init: Vec<f64>, max_iters: u64, log: bool) -> Minimised
+where
+    P: CostFunction<Param = Vec<f64>, Output = f64> + Gradient<Param = Vec<f64>, Gradient = Vec<f64>> + Clone,
+{
+    let records = Arc::new(Mutex::new(Vec::new()));
+    let take_log = |records: &Arc<Mutex<Vec<IterationRecord>>>| {
+        records.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default()
+    };
     let tracked = Tracked { inner: problem.clone(), best: Arc::new(Mutex::new(None)) };
     let best = tracked.best.clone();
     let fallback = |error: String| {
         let seen = best.lock().ok().and_then(|b| b.clone());
         let (loss, theta) = seen.unwrap_or_else(|| (f64::NAN, init.clone()));
-        Minimised { theta, loss, iters: 0, error: Some(error) }
+        Minimised { theta, loss, iters: 0, error: Some(error), log: take_log(&records) }
     };
     let solver = match LBFGS::new(MoreThuenteLineSearch::new(), 10)
         .with_tolerance_grad(1e-11)
@@ -141,14 +185,20 @@ where
         Ok(s) => s,
         Err(e) => return fallback(e.to_string()),
     };
-    let res = match Executor::new(tracked, solver).configure(|s| s.param(init.clone()).max_iters(max_iters)).run() {
+    let mut executor = Executor::new(tracked, solver).configure(|s| s.param(init.clone()).max_iters(max_iters));
+    if log {
+        executor = executor.add_observer(Recorder(records.clone()), ObserverMode::Always);
+    }
+    let res = match executor.run() {
         Ok(r) => r,
         Err(e) => return fallback(e.to_string()),
     };
     let state = res.state();
     let cost = state.get_best_cost();
     match state.get_best_param() {
-        Some(b) if cost.is_finite() => Minimised { theta: b.clone(), loss: cost, iters: state.get_iter(), error: None },
+        Some(b) if cost.is_finite() => {
+            Minimised { theta: b.clone(), loss: cost, iters: state.get_iter(), error: None, log: take_log(&records) }
+        }
         _ => fallback("no finite parameter returned".into()),
     }
 }

@@ -10,7 +10,8 @@ use super::task::{
     StaticWorkspace, TaskParams,
 };
 use crate::{Error, Result};
-use argmin::core::{CostFunction, Executor, Gradient, State};
+use argmin::core::observers::{Observe, ObserverMode};
+use argmin::core::{CostFunction, Executor, Gradient, IterState, State, KV};
 use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
 use ndarray_rand::rand_distr::{Distribution, StandardNormal};
@@ -135,9 +136,10 @@ pub struct Refinement {
     pub loss_after: f64,
 }
 
-/// Verdict at one parameter point (the map symbols of spec §3).
+/// Theorem 1's verdict at one parameter point (the map symbols of spec §3). Named apart from
+/// the ledger's claim verdict (`analysis::verdict::Verdict`), which it feeds through T1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Verdict {
+pub enum PointVerdict {
     /// `+`: no restart beats `F_1` and the vertex is KKT: concentration is optimal.
     Holds,
     /// `k`: the vertex fails KKT (a head hedges), so it is beaten.
@@ -146,19 +148,19 @@ pub enum Verdict {
     Beaten,
 }
 
-impl Verdict {
+impl PointVerdict {
     /// The map symbol: `+`, `k` or `g`.
     pub fn symbol(&self) -> char {
         match self {
-            Verdict::Holds => '+',
-            Verdict::NotKkt => 'k',
-            Verdict::Beaten => 'g',
+            PointVerdict::Holds => '+',
+            PointVerdict::NotKkt => 'k',
+            PointVerdict::Beaten => 'g',
         }
     }
 
-    /// The verdict of a map symbol (the inverse of [`Verdict::symbol`]).
+    /// The verdict of a map symbol (the inverse of [`PointVerdict::symbol`]).
     pub fn from_symbol(c: char) -> Option<Self> {
-        [Verdict::Holds, Verdict::NotKkt, Verdict::Beaten].into_iter().find(|v| v.symbol() == c)
+        [PointVerdict::Holds, PointVerdict::NotKkt, PointVerdict::Beaten].into_iter().find(|v| v.symbol() == c)
     }
 }
 
@@ -185,8 +187,8 @@ pub struct Theorem1Report {
     /// The best chunk-uniform one-hot configuration (always computed; an `Option` for the
     /// JSON of older runs).
     pub best_one_hot: Option<BestOneHot>,
-    /// Verdict.
-    pub verdict: Verdict,
+    /// PointVerdict.
+    pub verdict: PointVerdict,
     /// Number of restarts that went below `F_1 - BEATEN_TOL`.
     pub restarts_below_f1: usize,
     /// Restarts by label.
@@ -204,7 +206,59 @@ fn label_of(class: &Result<PointClass>, error: &Option<String>) -> PointLabel {
 
 /// Check Theorem 1 at one parameter point (eps = 0). `progress` is called after every restart
 /// and every refinement kick ([`planned_steps`] in all).
-pub fn theorem1(p: &TaskParams, opts: &OracleOptions, mut progress: impl FnMut()) -> Result<Theorem1Report> {
+pub fn theorem1(p: &TaskParams, opts: &OracleOptions, progress: impl FnMut()) -> Result<Theorem1Report> {
+    theorem1_impl(p, opts, false, progress).map(|(report, _)| report)
+}
+
+/// One line of Theorem 1's iteration log (`iterations.jsonl` of `phasekv theory t1`): one
+/// iteration of one L-BFGS run. The runs are keyed by `(refine, restart, run)`; the cost is
+/// non-increasing along each run (see [`IterationRecord`]), not across runs, since every kick
+/// starts from a perturbed point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct IterationLine {
+    /// Whether the run is a kick of the final local refinement (else part of a restart).
+    pub refine: bool,
+    /// Index of the restart in the plan, or of the refinement kick when `refine`.
+    pub restart: usize,
+    /// Within a restart: 0 for the minimisation from its start, `k` for its `k`-th
+    /// saddle-escape kick (always 0 for a refinement kick).
+    pub run: usize,
+    /// The iteration, as argmin's observer saw it.
+    #[serde(flatten)]
+    pub record: IterationRecord,
+}
+
+/// [`theorem1`], also returning the iteration log of every L-BFGS run, recorded by an argmin
+/// observer. The report is the one [`theorem1`] returns.
+pub fn theorem1_logged(
+    p: &TaskParams,
+    opts: &OracleOptions,
+    progress: impl FnMut(),
+) -> Result<(Theorem1Report, Vec<IterationLine>)> {
+    theorem1_impl(p, opts, true, progress)
+}
+
+/// The iteration log as JSON Lines, one [`IterationLine`] a line.
+pub fn iteration_log_jsonl(lines: &[IterationLine]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for line in lines {
+        serde_json::to_writer(&mut out, line)
+            .map_err(|e| Error::Numerical { what: "iteration log".into(), reason: format!("cannot serialise: {e}") })?;
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+fn theorem1_impl(
+    p: &TaskParams,
+    opts: &OracleOptions,
+    log: bool,
+    mut progress: impl FnMut(),
+) -> Result<(Theorem1Report, Vec<IterationLine>)> {
+    let mut lines = Vec::new();
+    let mut keep = |refine: bool, restart: usize, run: usize, m: &Minimised| {
+        lines.extend(m.log.iter().map(|&record| IterationLine { refine, restart, run, record }));
+    };
     let problem = OracleProblem::new(*p)?;
     if opts.random_scales.iter().any(|s| !(s.is_finite() && *s >= 0.0)) {
         return Err(Error::invalid("random_scales", "scales must be finite and >= 0"));
@@ -222,16 +276,18 @@ pub fn theorem1(p: &TaskParams, opts: &OracleOptions, mut progress: impl FnMut()
     for (i, kind) in plan.into_iter().enumerate() {
         let mut rng = ChaCha8Rng::seed_from_u64(opts.seed.wrapping_mul(1_000_003).wrapping_add(i as u64));
         let init = start_logits(p, &kind, &mut rng);
-        let m = minimise(&problem, init, opts.max_iters);
+        let m = minimise_logged(&problem, init, opts.max_iters, log);
+        keep(false, i, 0, &m);
         let (mut theta, mut loss, mut iters, error) = (m.theta, m.loss, m.iters, m.error);
         let mut structure = classify(&problem.gates(&theta));
         let mut escapes_used = 0;
-        for _ in 0..opts.saddle_escapes {
+        for escape in 1..=opts.saddle_escapes {
             if structure.one_hot || error.is_some() {
                 break;
             }
             let kicked: Vec<f64> = theta.iter().map(|t| t + 0.3 * gaussian(&mut rng)).collect();
-            let k = minimise(&problem, kicked, opts.max_iters);
+            let k = minimise_logged(&problem, kicked, opts.max_iters, log);
+            keep(false, i, escape, &k);
             iters += k.iters;
             if k.error.is_none() && k.loss < loss - BEATEN_TOL {
                 (theta, loss) = (k.theta, k.loss);
@@ -276,7 +332,8 @@ pub fn theorem1(p: &TaskParams, opts: &OracleOptions, mut progress: impl FnMut()
     for k in 0..opts.refine_kicks {
         let scale = if k % 2 == 0 { 0.3 } else { 1.0 };
         let kicked: Vec<f64> = best_theta.iter().map(|t| t + scale * gaussian(&mut rng)).collect();
-        let m = minimise(&problem, kicked, opts.max_iters);
+        let m = minimise_logged(&problem, kicked, opts.max_iters, log);
+        keep(true, k, 0, &m);
         if m.error.is_none() && m.loss < best_loss - BEATEN_TOL {
             (best_theta, best_loss) = (m.theta, m.loss);
             improved += 1;
@@ -288,13 +345,13 @@ pub fn theorem1(p: &TaskParams, opts: &OracleOptions, mut progress: impl FnMut()
     let best_classification = classify_point(p, &best_gates).ok();
     let restarts_below_f1 = restarts.iter().filter(|r| r.loss < f1 - BEATEN_TOL).count();
     let verdict = if !kkt.holds {
-        Verdict::NotKkt
+        PointVerdict::NotKkt
     } else if best_loss < f1 - BEATEN_TOL {
-        Verdict::Beaten
+        PointVerdict::Beaten
     } else {
-        Verdict::Holds
+        PointVerdict::Holds
     };
-    Ok(Theorem1Report {
+    let report = Theorem1Report {
         params: *p,
         f1,
         best_loss,
@@ -308,5 +365,6 @@ pub fn theorem1(p: &TaskParams, opts: &OracleOptions, mut progress: impl FnMut()
         restarts_below_f1,
         labels,
         restarts,
-    })
+    };
+    Ok((report, lines))
 }

@@ -46,28 +46,8 @@ pub const E7_MAX_STATIC_RATIO: f64 = 0.75;
 /// peak offset plus this.
 pub const E7_VALUE_AFTER_KEY: usize = 1;
 
-/// A claim's verdict, computed from data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verdict {
-    /// The data support the claim by its criterion.
-    Reproduced,
-    /// The data were produced and do not meet the criterion.
-    NotReproduced,
-    /// Some data the claim needs are missing.
-    NotRun,
-}
-
-impl Verdict {
-    /// As written in the ledger.
-    pub fn word(self) -> &'static str {
-        match self {
-            Verdict::Reproduced => "reproduced",
-            Verdict::NotReproduced => "not reproduced",
-            Verdict::NotRun => "not run",
-        }
-    }
-}
+/// A claim's verdict, computed from data (one type for the ledger and the analysis).
+pub use crate::analysis::verdict::Verdict;
 
 /// One line of the ledger.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

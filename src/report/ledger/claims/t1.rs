@@ -1,7 +1,7 @@
 //! Theorem 1 (optimal compression is concentrated): the verdict at the defaults, and the phase diagram as a figure.
 
 use super::*;
-use crate::theory::oracle::Verdict as T1Verdict;
+use crate::theory::oracle::PointVerdict as T1Verdict;
 
 /// The Theorem 1 verdict the claim needs: concentration optimal (`+`).
 const T1_HOLDS: T1Verdict = T1Verdict::Holds;
