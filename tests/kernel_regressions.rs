@@ -6,7 +6,7 @@ use ndarray::{Array1, Array2};
 use phasekv::conformance::harness::checks::check;
 use phasekv::conformance::harness::strategies::params_from_draw;
 use phasekv::conformance::harness::subjects::TensorSubject;
-use phasekv::conformance::harness::{Case, Invariant, Verdict};
+use phasekv::conformance::harness::{Case, CheckVerdict, Invariant};
 use phasekv::kernel::attention::AttentionInputs;
 use phasekv::kernel::{KernelDims, KernelSpec, ParamLayout};
 
@@ -34,8 +34,8 @@ fn case(spec: &KernelSpec, dims: KernelDims, x: Array2<f64>, token: usize, param
     }
 }
 
-fn assert_pass(v: Verdict) {
-    assert!(matches!(v, Verdict::Pass { .. }), "{v:?}");
+fn assert_pass(v: CheckVerdict) {
+    assert!(matches!(v, CheckVerdict::Pass { .. }), "{v:?}");
 }
 
 /// K4 once required a perturbed token to move its entry by more than a reassociation bound.

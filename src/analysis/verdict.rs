@@ -33,8 +33,7 @@ pub const DEAD_HEAD_MAX_DROP_PP: f64 = 0.0;
 /// The ledger's claims use [`Verdict::Reproduced`], [`Verdict::NotReproduced`] and
 /// [`Verdict::NotRun`]; the ceiling rule of [`verdict`] adds the other two. Distinct from
 /// `theory::oracle::PointVerdict` (Theorem 1's verdict at one parameter point) and
-/// `conformance::harness::Verdict` (one invariant check on one kernel case; a rename to
-/// `CheckVerdict` is left to the owner of `conformance/`).
+/// `conformance::harness::CheckVerdict` (one invariant check on one kernel case).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {

@@ -151,7 +151,7 @@ impl Invariant {
 
 /// What one check of one case found.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Verdict {
+pub enum CheckVerdict {
     /// The invariant holds; `error` is the worst measured deviation and `bound` what was allowed.
     Pass {
         /// Worst deviation measured.
@@ -165,10 +165,10 @@ pub enum Verdict {
     Fail(String),
 }
 
-impl Verdict {
+impl CheckVerdict {
     /// A pass with both figures.
     pub fn pass(error: f64, bound: f64) -> Self {
-        Verdict::Pass { error, bound }
+        CheckVerdict::Pass { error, bound }
     }
 }
 
@@ -227,7 +227,7 @@ pub fn run_invariant(subject: &dyn KernelUnderTest, invariant: Invariant, runner
     let result =
         runner.run(&strategies::case_strategy_min_head(&spec, subject.min_d_head()), |case| {
             match checks::check(invariant, subject, &case) {
-                Ok(Verdict::Pass { error, bound }) => {
+                Ok(CheckVerdict::Pass { error, bound }) => {
                     let mut s = stats.borrow_mut();
                     s.0 += 1;
                     if error >= s.2 {
@@ -236,11 +236,11 @@ pub fn run_invariant(subject: &dyn KernelUnderTest, invariant: Invariant, runner
                     }
                     Ok(())
                 }
-                Ok(Verdict::NotApplicable(_)) => {
+                Ok(CheckVerdict::NotApplicable(_)) => {
                     stats.borrow_mut().1 += 1;
                     Ok(())
                 }
-                Ok(Verdict::Fail(msg)) => Err(TestCaseError::fail(msg)),
+                Ok(CheckVerdict::Fail(msg)) => Err(TestCaseError::fail(msg)),
                 Err(e) => Err(TestCaseError::fail(format!("error: {e}"))),
             }
         });
@@ -293,7 +293,7 @@ fn shrink_tokens(subject: &dyn KernelUnderTest, invariant: Invariant, msg: Strin
         c.attention.raw_keys = case.attention.raw_keys.slice(s![..t, ..]).to_owned();
         c.attention.raw_values = case.attention.raw_values.slice(s![..t, ..]).to_owned();
         match checks::check(invariant, subject, &c) {
-            Ok(Verdict::Fail(m)) => return (m, c),
+            Ok(CheckVerdict::Fail(m)) => return (m, c),
             Err(e) => return (format!("error: {e}"), c),
             Ok(_) => {}
         }

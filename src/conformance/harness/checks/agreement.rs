@@ -2,7 +2,7 @@
 //! compressed attention, agreement with the f64 reference under the tolerance rule.
 
 use super::super::tolerance::{self, max_abs, max_abs_diff};
-use super::super::{Case, KernelUnderTest, Verdict};
+use super::super::{Case, CheckVerdict, KernelUnderTest};
 use super::*;
 use crate::geometry::Visibility;
 use crate::kernel::params::KernelParams;
@@ -13,7 +13,7 @@ use crate::Result;
 use candle_core::DType;
 use ndarray::{s, Array2};
 
-pub(super) fn k11_streaming(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k11_streaming(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let t_len = case.x.nrows();
     let one = s.compress(case.dims, &case.params, case.x.view())?;
     let seqs = vec![
@@ -27,14 +27,14 @@ pub(super) fn k11_streaming(s: &dyn KernelUnderTest, case: &Case) -> Result<Verd
     for (label, got) in [("token by token (after a reset)", &streamed[1]), ("in chunks", &streamed[2])] {
         match all_entries_diff(&one, got) {
             None => {
-                return Ok(Verdict::Fail(format!(
+                return Ok(CheckVerdict::Fail(format!(
                     "streaming {label} gave {} entries, one-shot {}",
                     got.len(),
                     one.len()
                 )))
             }
             Some(d) if d > bound => {
-                return Ok(Verdict::Fail(format!(
+                return Ok(CheckVerdict::Fail(format!(
                     "streaming {label} differs from one-shot by {d:.3e} (bound {bound:.1e}), chunks {:?}",
                     case.chunks
                 )))
@@ -44,26 +44,26 @@ pub(super) fn k11_streaming(s: &dyn KernelUnderTest, case: &Case) -> Result<Verd
     }
     let prefix = s.compress(case.dims, &case.params, case.x.slice(s![..case.token, ..]))?;
     if prefix.len() > one.len() {
-        return Ok(Verdict::Fail(format!(
+        return Ok(CheckVerdict::Fail(format!(
             "a prefix of {} tokens gave more entries than the whole sequence",
             case.token
         )));
     }
     match all_entries_diff(&one.take(prefix.len()), &prefix) {
-        Some(d) if d > bound => Ok(Verdict::Fail(format!(
+        Some(d) if d > bound => Ok(CheckVerdict::Fail(format!(
             "not prefix-closed: the entries of the first {} tokens change by {d:.3e} when the rest arrives",
             case.token
         ))),
-        Some(d) => Ok(Verdict::pass(worst.max(d), bound)),
+        Some(d) => Ok(CheckVerdict::pass(worst.max(d), bound)),
         None => unreachable!("take() gives the same length"),
     }
 }
 
-pub(super) fn k12_causality(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k12_causality(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
     let t_len = case.x.nrows();
     if t_len == 0 {
-        return Ok(Verdict::NotApplicable("empty sequence".into()));
+        return Ok(CheckVerdict::NotApplicable("empty sequence".into()));
     }
     let q0 = case.token;
     let a = s.attend(case.dims, &case.params, case.x.view(), &case.attention)?;
@@ -79,7 +79,7 @@ pub(super) fn k12_causality(s: &dyn KernelUnderTest, case: &Case) -> Result<Verd
     let b = s.attend(case.dims, &case.params, x2.view(), &att2)?;
     let d = max_abs_diff(&a.output.slice(s![..=q0, ..]), &b.output.slice(s![..=q0, ..]));
     if d != 0.0 {
-        return Ok(Verdict::Fail(format!(
+        return Ok(CheckVerdict::Fail(format!(
             "changing tokens after {q0} changed the attention output at or before {q0} by {d:.3e}"
         )));
     }
@@ -92,14 +92,14 @@ pub(super) fn k12_causality(s: &dyn KernelUnderTest, case: &Case) -> Result<Verd
             };
             let wgt = a.entry_weights[[q, j]];
             if visible != (wgt > 0.0) {
-                return Ok(Verdict::Fail(format!(
+                return Ok(CheckVerdict::Fail(format!(
                     "query {q} puts weight {wgt:.3e} on entry {j} (last token {end}); visible under {:?}: {visible}",
                     spec.visibility
                 )));
             }
         }
     }
-    Ok(Verdict::pass(0.0, 0.0))
+    Ok(CheckVerdict::pass(0.0, 0.0))
 }
 
 /// K13 in two well-conditioned stages. (1) Pooling and gates: the two-references rule against
@@ -109,9 +109,9 @@ pub(super) fn k12_causality(s: &dyn KernelUnderTest, case: &Case) -> Result<Verd
 /// Comparing post-processed outputs end to end is ill-conditioned: RMSNorm of a short vector
 /// near zero amplifies any pooling difference (by ~1000x for `d_h = 1`), so both references
 /// would differ wildly and the rule would measure noise.
-pub(super) fn k13_reference(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k13_reference(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     if s.is_reference() {
-        return Ok(Verdict::NotApplicable("the f64 reference is what K13 compares implementations with".into()));
+        return Ok(CheckVerdict::NotApplicable("the f64 reference is what K13 compares implementations with".into()));
     }
     let spec = s.spec();
     let dims = case.dims;
@@ -131,10 +131,10 @@ pub(super) fn k13_reference(s: &dyn KernelUnderTest, case: &Case) -> Result<Verd
         let ref64 = reference::compress(spec, dims, &case.params, x.view())?;
         let low = match low_reference(s.dtype(), spec, dims, &case.params, x)? {
             Some(l) => l,
-            None => return Ok(Verdict::NotApplicable(format!("no low-precision reference for {:?}", s.dtype()))),
+            None => return Ok(CheckVerdict::NotApplicable(format!("no low-precision reference for {:?}", s.dtype()))),
         };
         if got.len() != ref64.len() {
-            return Ok(Verdict::Fail(format!("{} entries, the reference has {}", got.len(), ref64.len())));
+            return Ok(CheckVerdict::Fail(format!("{} entries, the reference has {}", got.len(), ref64.len())));
         }
         fold(
             0,
@@ -167,7 +167,7 @@ pub(super) fn k13_reference(s: &dyn KernelUnderTest, case: &Case) -> Result<Verd
     for (name, (err, err_low, mag)) in names.iter().zip(errs) {
         let bound = tolerance::two_reference_bound(err_low, s.dtype(), mag, n_terms);
         if err > bound {
-            return Ok(Verdict::Fail(format!(
+            return Ok(CheckVerdict::Fail(format!(
                 "{name}: max|impl - ref64| = {err:.3e} > 2 * max|low - ref64| ({err_low:.3e}) + floor = {bound:.3e}"
             )));
         }
@@ -176,7 +176,7 @@ pub(super) fn k13_reference(s: &dyn KernelUnderTest, case: &Case) -> Result<Verd
             worst = (ratio, err, bound);
         }
     }
-    Ok(Verdict::pass(worst.1, worst.2))
+    Ok(CheckVerdict::pass(worst.1, worst.2))
 }
 
 /// The reference computed in `dtype` on inputs rounded to it (`None` for unsupported dtypes).

@@ -2,18 +2,18 @@
 //! permutation, tied scalar gates).
 
 use super::super::tolerance::{self, max_abs_diff};
-use super::super::{Case, KernelUnderTest, Verdict};
+use super::super::{Case, CheckVerdict, KernelUnderTest};
 use super::*;
 use crate::kernel::params::{GateParams, KernelParams};
 use crate::kernel::spec::{GateKind, KernelSpec};
 use crate::Result;
 use ndarray::{s, Array1, Array2, Array3, Axis};
 
-pub(super) fn k5_normalisation(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k5_normalisation(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
     let out = s.compress(case.dims, &case.params, case.x.view())?;
     if out.is_empty() {
-        return Ok(Verdict::NotApplicable("no window".into()));
+        return Ok(CheckVerdict::NotApplicable("no window".into()));
     }
     let w = spec.geometry.window();
     let c = spec.gate_width(case.dims.d_head).max(1);
@@ -21,7 +21,7 @@ pub(super) fn k5_normalisation(s: &dyn KernelUnderTest, case: &Case) -> Result<V
     let mut worst = 0.0f64;
     for (name, gate) in [("key", &out.gate_k), ("value", &out.gate_v)] {
         if gate.dim() != (out.len(), w, c) {
-            return Ok(Verdict::Fail(format!(
+            return Ok(CheckVerdict::Fail(format!(
                 "{name} gate has shape {:?}, expected [{}, {w}, {c}]",
                 gate.shape(),
                 out.len()
@@ -34,7 +34,7 @@ pub(super) fn k5_normalisation(s: &dyn KernelUnderTest, case: &Case) -> Result<V
                     let a = gate[[j, i, ch]];
                     let real = window_span(spec, j).0 + i as i64 >= 0;
                     if !real && a != 0.0 {
-                        return Ok(Verdict::Fail(format!(
+                        return Ok(CheckVerdict::Fail(format!(
                             "{name} gate: empty slot {i} of window {j} has weight {a:.3e}, expected exactly 0"
                         )));
                     }
@@ -42,7 +42,7 @@ pub(super) fn k5_normalisation(s: &dyn KernelUnderTest, case: &Case) -> Result<V
                     #[allow(clippy::neg_cmp_op_on_partial_ord)]
                     let not_positive = !(a > 0.0);
                     if real && not_positive {
-                        return Ok(Verdict::Fail(format!(
+                        return Ok(CheckVerdict::Fail(format!(
                             "{name} gate: slot {i} of window {j} has weight {a:.3e}, expected > 0"
                         )));
                     }
@@ -50,7 +50,7 @@ pub(super) fn k5_normalisation(s: &dyn KernelUnderTest, case: &Case) -> Result<V
                 }
                 let d = (sum - 1.0).abs();
                 if d > bound {
-                    return Ok(Verdict::Fail(format!(
+                    return Ok(CheckVerdict::Fail(format!(
                         "{name} gate weights of window {j}, channel {ch} sum to {sum:.6}, expected 1"
                     )));
                 }
@@ -58,7 +58,7 @@ pub(super) fn k5_normalisation(s: &dyn KernelUnderTest, case: &Case) -> Result<V
             }
         }
     }
-    Ok(Verdict::pass(worst, bound))
+    Ok(CheckVerdict::pass(worst, bound))
 }
 
 /// `C_{g(i)} h` for every slot of every window (`None` for empty slots), in f64.
@@ -76,11 +76,11 @@ fn slot_values(spec: &KernelSpec, proj: &Array3<f64>, x: &Array2<f64>, n: usize)
         .collect()
 }
 
-pub(super) fn k6_convexity(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k6_convexity(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
     let out = s.compress(case.dims, &case.params, case.x.view())?;
     if out.is_empty() {
-        return Ok(Verdict::NotApplicable("no window".into()));
+        return Ok(CheckVerdict::NotApplicable("no window".into()));
     }
     let bound = tolerance::reassociation(s.dtype(), terms(s, case), magnitude(&out));
     let mut worst = 0.0f64;
@@ -96,7 +96,7 @@ pub(super) fn k6_convexity(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdi
                 let p = pooled[[j, e]];
                 let excess = (lo - p).max(p - hi).max(0.0);
                 if excess > bound || p.is_nan() {
-                    return Ok(Verdict::Fail(format!(
+                    return Ok(CheckVerdict::Fail(format!(
                         "pooled {name} of window {j}, channel {e} = {p:.6} lies outside [{lo:.6}, {hi:.6}]"
                     )));
                 }
@@ -104,13 +104,13 @@ pub(super) fn k6_convexity(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdi
             }
         }
     }
-    Ok(Verdict::pass(worst, bound))
+    Ok(CheckVerdict::pass(worst, bound))
 }
 
-pub(super) fn k7_uniform_limit(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k7_uniform_limit(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
     if spec.gate == GateKind::Uniform {
-        return Ok(Verdict::NotApplicable("the kernel is already uniform".into()));
+        return Ok(CheckVerdict::NotApplicable("the kernel is already uniform".into()));
     }
     let mut p = case.params.clone();
     p.zero_gate_content();
@@ -121,21 +121,21 @@ pub(super) fn k7_uniform_limit(s: &dyn KernelUnderTest, case: &Case) -> Result<V
     let bound = tolerance::reassociation(s.dtype(), terms(s, case), magnitude(&gated));
     let d = max_abs_diff(&gated.pooled_k, &uniform.pooled_k).max(max_abs_diff(&gated.pooled_v, &uniform.pooled_v));
     if d > bound {
-        return Ok(Verdict::Fail(format!(
+        return Ok(CheckVerdict::Fail(format!(
             "Z = 0 with equal biases differs from the uniform kernel by {d:.3e} (bound {bound:.1e})"
         )));
     }
-    Ok(Verdict::pass(d, bound))
+    Ok(CheckVerdict::pass(d, bound))
 }
 
 /// Bias added at the one-hot offset: large enough that `exp(-BIG)` is 0 in every dtype, small
 /// enough to be exact in f16.
 const ONE_HOT_BIAS: f64 = 1.0e4;
 
-pub(super) fn k8_one_hot_limit(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k8_one_hot_limit(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
     if spec.gate == GateKind::Uniform {
-        return Ok(Verdict::NotApplicable("uniform gates have no bias".into()));
+        return Ok(CheckVerdict::NotApplicable("uniform gates have no bias".into()));
     }
     let w = spec.geometry.window();
     let star = case.token % w;
@@ -145,7 +145,7 @@ pub(super) fn k8_one_hot_limit(s: &dyn KernelUnderTest, case: &Case) -> Result<V
     }
     let out = s.compress(case.dims, &p, case.x.view())?;
     if out.is_empty() {
-        return Ok(Verdict::NotApplicable("no window".into()));
+        return Ok(CheckVerdict::NotApplicable("no window".into()));
     }
     let bound = tolerance::reassociation(s.dtype(), case.dims.d_model, magnitude(&out));
     let proj_v = p.proj_v.as_ref().unwrap_or(&p.proj_k);
@@ -157,7 +157,7 @@ pub(super) fn k8_one_hot_limit(s: &dyn KernelUnderTest, case: &Case) -> Result<V
             if let Some(v) = &slots[star] {
                 let d = max_abs_diff(&pooled.row(j), &v.view());
                 if d > bound {
-                    return Ok(Verdict::Fail(format!(
+                    return Ok(CheckVerdict::Fail(format!(
                         "one-hot bias at offset {star}: pooled {name} of window {j} differs from C h by {d:.3e}"
                     )));
                 }
@@ -167,19 +167,19 @@ pub(super) fn k8_one_hot_limit(s: &dyn KernelUnderTest, case: &Case) -> Result<V
         }
     }
     if checked == 0 {
-        return Ok(Verdict::NotApplicable(format!("offset {star} is empty in every window")));
+        return Ok(CheckVerdict::NotApplicable(format!("offset {star} is empty in every window")));
     }
-    Ok(Verdict::pass(worst, bound))
+    Ok(CheckVerdict::pass(worst, bound))
 }
 
-pub(super) fn k9_permutation(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k9_permutation(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
     let mut p = case.params.clone();
     p.share_groups();
     p.equalize_biases();
     let a = s.compress(case.dims, &p, case.x.view())?;
     if a.is_empty() {
-        return Ok(Verdict::NotApplicable("no window".into()));
+        return Ok(CheckVerdict::NotApplicable("no window".into()));
     }
     let j = case.token % a.len();
     let first = spec.geometry.first_valid_offset(j);
@@ -195,11 +195,11 @@ pub(super) fn k9_permutation(s: &dyn KernelUnderTest, case: &Case) -> Result<Ver
     let d =
         max_abs_diff(&a.pooled_k.row(j), &b.pooled_k.row(j)).max(max_abs_diff(&a.pooled_v.row(j), &b.pooled_v.row(j)));
     if d > bound {
-        return Ok(Verdict::Fail(format!(
+        return Ok(CheckVerdict::Fail(format!(
             "permuting window {j} by {sources:?} changed its entry by {d:.3e} (bound {bound:.1e})"
         )));
     }
-    Ok(Verdict::pass(d, bound))
+    Ok(CheckVerdict::pass(d, bound))
 }
 
 /// Scalar gate parameters from channel 0 of each gate, and their vector twin with every channel
@@ -230,18 +230,18 @@ fn scalar_and_vector(p: &KernelParams<f64>, d_head: usize) -> (KernelParams<f64>
     (scalar, vector)
 }
 
-pub(super) fn k10_tied_scalar(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k10_tied_scalar(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
     if spec.gate == GateKind::Uniform {
-        return Ok(Verdict::NotApplicable("uniform gates".into()));
+        return Ok(CheckVerdict::NotApplicable("uniform gates".into()));
     }
     if spec.tied {
         let out = s.compress(case.dims, &case.params, case.x.view())?;
         let d = max_abs_diff(&out.gate_k, &out.gate_v);
         if d != 0.0 {
-            return Ok(Verdict::Fail(format!("tied gates: key and value weights differ by {d:.3e}")));
+            return Ok(CheckVerdict::Fail(format!("tied gates: key and value weights differ by {d:.3e}")));
         }
-        return Ok(Verdict::pass(0.0, 0.0));
+        return Ok(CheckVerdict::pass(0.0, 0.0));
     }
     let (scalar, vector) = scalar_and_vector(&case.params, case.dims.d_head);
     let vs = s.with_spec(spec.with_gate(GateKind::Vector)).compress(case.dims, &vector, case.x.view())?;
@@ -249,9 +249,9 @@ pub(super) fn k10_tied_scalar(s: &dyn KernelUnderTest, case: &Case) -> Result<Ve
     let bound = tolerance::reassociation(s.dtype(), terms(s, case), magnitude(&vs));
     let d = max_abs_diff(&vs.pooled_k, &ss.pooled_k).max(max_abs_diff(&vs.pooled_v, &ss.pooled_v));
     if d > bound {
-        return Ok(Verdict::Fail(format!(
+        return Ok(CheckVerdict::Fail(format!(
             "vector gate with identical channels differs from the scalar gate by {d:.3e} (bound {bound:.1e})"
         )));
     }
-    Ok(Verdict::pass(d, bound))
+    Ok(CheckVerdict::pass(d, bound))
 }

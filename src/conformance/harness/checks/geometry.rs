@@ -1,13 +1,13 @@
 //! K1-K4: where the windows are (count, locality, stride shift, phase not window).
 
 use super::super::tolerance::{self, max_abs_diff};
-use super::super::{Case, KernelUnderTest, Verdict};
+use super::super::{Case, CheckVerdict, KernelUnderTest};
 use super::*;
 use crate::Result;
 use candle_core::DType;
 use ndarray::{Array2, Axis};
 
-pub(super) fn k1_count(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k1_count(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
     let t = case.x.nrows();
     let out = s.compress(case.dims, &case.params, case.x.view())?;
@@ -19,9 +19,12 @@ pub(super) fn k1_count(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> 
     let shapes_ok =
         out.keys.nrows() == n && out.values.nrows() == n && out.gate_k.dim().0 == n && out.gate_v.dim().0 == n;
     if n != expect || !shapes_ok {
-        return Ok(Verdict::Fail(format!("T={t}: {n} entries (outputs {} rows), expected {expect}", out.keys.nrows())));
+        return Ok(CheckVerdict::Fail(format!(
+            "T={t}: {n} entries (outputs {} rows), expected {expect}",
+            out.keys.nrows()
+        )));
     }
-    Ok(Verdict::pass(0.0, 0.0))
+    Ok(CheckVerdict::pass(0.0, 0.0))
 }
 
 pub(super) fn perturbed(case: &Case) -> Array2<f64> {
@@ -31,9 +34,9 @@ pub(super) fn perturbed(case: &Case) -> Array2<f64> {
     x2
 }
 
-pub(super) fn k2_locality(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k2_locality(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     if case.x.nrows() == 0 {
-        return Ok(Verdict::NotApplicable("empty sequence".into()));
+        return Ok(CheckVerdict::NotApplicable("empty sequence".into()));
     }
     let spec = s.spec();
     let a = s.compress(case.dims, &case.params, case.x.view())?;
@@ -42,7 +45,7 @@ pub(super) fn k2_locality(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdic
         if !in_window(spec, j, case.token) {
             let d = entry_diff(&a, j, &b, j, false);
             if d != 0.0 {
-                return Ok(Verdict::Fail(format!(
+                return Ok(CheckVerdict::Fail(format!(
                     "perturbing token {} (outside window {j} = {:?}) changed entry {j} by {d:.3e}",
                     case.token,
                     window_span(spec, j)
@@ -50,20 +53,24 @@ pub(super) fn k2_locality(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdic
             }
         }
     }
-    Ok(Verdict::pass(0.0, 0.0))
+    Ok(CheckVerdict::pass(0.0, 0.0))
 }
 
-pub(super) fn k3_stride_shift(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k3_stride_shift(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
     let g = spec.geometry;
     let a = s.compress(case.dims, &case.params, case.x.view())?;
     if a.is_empty() {
-        return Ok(Verdict::NotApplicable("no window".into()));
+        return Ok(CheckVerdict::NotApplicable("no window".into()));
     }
     let x2 = ndarray::concatenate(Axis(0), &[case.prefix.view(), case.x.view()]).expect("same width");
     let b = s.compress(case.dims, &case.params, x2.view())?;
     if b.len() != a.len() + 1 {
-        return Ok(Verdict::Fail(format!("prepending S tokens gave {} entries, expected {} + 1", b.len(), a.len())));
+        return Ok(CheckVerdict::Fail(format!(
+            "prepending S tokens gave {} entries, expected {} + 1",
+            b.len(),
+            a.len()
+        )));
     }
     let bound = same_bound(s, true, terms(s, case), magnitude(&a));
     let mut worst = 0.0f64;
@@ -75,20 +82,20 @@ pub(super) fn k3_stride_shift(s: &dyn KernelUnderTest, case: &Case) -> Result<Ve
             .max(max_abs_diff(&b.gate_v.index_axis(Axis(0), j + 1), &a.gate_v.index_axis(Axis(0), j)));
         if g.valid_slots(j) == g.window() {
             if d > bound {
-                return Ok(Verdict::Fail(format!(
+                return Ok(CheckVerdict::Fail(format!(
                     "new entry {} differs from old entry {j} by {d:.3e} (bound {bound:.1e})",
                     j + 1
                 )));
             }
             worst = worst.max(d);
         } else if d <= bound {
-            return Ok(Verdict::Fail(format!(
+            return Ok(CheckVerdict::Fail(format!(
                 "old entry {j} had empty slots; after prepending S real tokens new entry {} should change, but differs by only {d:.3e}",
                 j + 1
             )));
         }
     }
-    Ok(Verdict::pass(worst, bound))
+    Ok(CheckVerdict::pass(worst, bound))
 }
 
 /// Proper divisors `p < S` of `S`.
@@ -96,11 +103,11 @@ fn proper_divisors(n: usize) -> Vec<usize> {
     (1..n).filter(|p| n.is_multiple_of(*p)).collect()
 }
 
-pub(super) fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub(super) fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
     let t_len = case.x.nrows();
     if t_len == 0 {
-        return Ok(Verdict::NotApplicable("empty sequence".into()));
+        return Ok(CheckVerdict::NotApplicable("empty sequence".into()));
     }
     // (a) The support of dB_j/dh_t is exactly the windows holding t (any parameters).
     // Entries outside the window are bit-for-bit unchanged (K2 holds exactly for every
@@ -111,14 +118,17 @@ pub(super) fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Resul
         let d = entry_diff(&a, j, &b, j, true);
         let inside = in_window(spec, j, case.token);
         if inside && d == 0.0 {
-            return Ok(Verdict::Fail(format!(
+            return Ok(CheckVerdict::Fail(format!(
                 "token {} lies in window {j} = {:?} but perturbing it moved entry {j} by only {d:.3e}",
                 case.token,
                 window_span(spec, j)
             )));
         }
         if !inside && d != 0.0 {
-            return Ok(Verdict::Fail(format!("token {} lies outside window {j} but moved it by {d:.3e}", case.token)));
+            return Ok(CheckVerdict::Fail(format!(
+                "token {} lies outside window {j} but moved it by {d:.3e}",
+                case.token
+            )));
         }
     }
     // (b) Content-free gates: the retention profile of interior tokens has period S, and no
@@ -163,7 +173,7 @@ pub(super) fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Resul
         if interior[t] && interior[t + st] {
             let d = (profile[t] - profile[t + st]).abs();
             if d > tol {
-                return Ok(Verdict::Fail(format!(
+                return Ok(CheckVerdict::Fail(format!(
                     "content-free retention differs between interior tokens {t} and {} (same phase): {:.6} vs {:.6}",
                     t + st,
                     profile[t],
@@ -181,11 +191,11 @@ pub(super) fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Resul
         }
         let distinct = pairs.iter().any(|&(u, v)| (profile[u] - profile[v]).abs() > 10.0 * tol + 1e-9);
         if !distinct {
-            return Ok(Verdict::Fail(format!(
+            return Ok(CheckVerdict::Fail(format!(
                 "content-free retention has period {p}, smaller than the stride {st}: profile {:?}",
                 &profile[..profile.len().min(2 * st + g.window())]
             )));
         }
     }
-    Ok(Verdict::pass(worst, tol))
+    Ok(CheckVerdict::pass(worst, tol))
 }

@@ -1,5 +1,5 @@
 //! One function per invariant of the catalogue (`theory/kernels.md`, "The catalogue and the tests"). Each takes a kernel under test and a
-//! drawn [`Case`] and returns a [`Verdict`] with the measured deviation and the allowed bound.
+//! drawn [`Case`] and returns a [`CheckVerdict`] with the measured deviation and the allowed bound.
 //!
 //! Where an invariant is exact ("bit for bit"), the bound is 0. Where two computations of the
 //! same quantity may reassociate a sum, the bound is [`tolerance::reassociation`], and the f64
@@ -15,7 +15,7 @@ use gates::{k10_tied_scalar, k5_normalisation, k6_convexity, k7_uniform_limit, k
 use geometry::{k1_count, k2_locality, k3_stride_shift, k4_phase_not_window, perturbed};
 
 use super::tolerance::{self, max_abs, max_abs_diff};
-use super::{Case, Invariant, KernelUnderTest, Verdict};
+use super::{Case, CheckVerdict, Invariant, KernelUnderTest};
 use crate::geometry::Alignment;
 use crate::kernel::spec::KernelSpec;
 use crate::kernel::Compressed;
@@ -24,7 +24,7 @@ use candle_core::DType;
 use ndarray::{Array2, Axis};
 
 /// Runs one invariant on one case.
-pub fn check(inv: Invariant, s: &dyn KernelUnderTest, case: &Case) -> Result<Verdict> {
+pub fn check(inv: Invariant, s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     match inv {
         Invariant::K1Count => k1_count(s, case),
         Invariant::K2Locality => k2_locality(s, case),
