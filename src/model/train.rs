@@ -278,11 +278,26 @@ pub fn train(
         engine: Some(tc.engine.name().into()),
     };
     // Learning curve as CSV next to the log, for plots.
-    let mut csv = String::from("step,eval_loss,eval_accuracy,eval_token_accuracy\n");
-    for e in &metrics.evals {
-        csv.push_str(&format!("{},{:.6},{:.6},{:.6}\n", e.step, e.loss, e.accuracy, e.token_accuracy));
-    }
-    write_atomic(&run.file("curve.csv"), csv.as_bytes())?;
-    run.finish(&metrics)?;
+    let curve: Vec<CurveCsvRow> = metrics
+        .evals
+        .iter()
+        .map(|e| CurveCsvRow {
+            step: e.step,
+            eval_loss: format!("{:.6}", e.loss),
+            eval_accuracy: format!("{:.6}", e.accuracy),
+            eval_token_accuracy: format!("{:.6}", e.token_accuracy),
+        })
+        .collect();
+    crate::run_dir::write_csv_atomic(&run.file("curve.csv"), &curve)?;
+    run.finish_with_metrics(&metrics)?;
     Ok(Outcome::Finished(metrics))
+}
+
+/// One row of a run's `curve.csv` (floats with six decimals, as the committed runs have them).
+#[derive(Serialize, Default)]
+struct CurveCsvRow {
+    step: usize,
+    eval_loss: String,
+    eval_accuracy: String,
+    eval_token_accuracy: String,
 }
