@@ -15,10 +15,10 @@ use crate::analysis::eval::{self, KnockoutMap};
 use crate::analysis::gates::{self, GateSnapshot};
 use crate::analysis::phase::{self, PhaseProfile};
 use crate::analysis::protocol::{self, Balance, Protocol};
+use crate::analysis::stats::GroupAccuracy;
 use crate::figures::lab as figures;
 use crate::kernel::spec::KernelSpec;
 use crate::model::train::{list_snapshots, load_run, verify_run, EVAL_STREAM};
-use crate::analysis::stats::GroupAccuracy;
 use crate::run_dir::{atomic_write, write_csv_atomic, write_json_atomic, DirLock};
 use crate::{Error, Result};
 use serde::de::DeserializeOwned;
@@ -258,20 +258,7 @@ pub fn knockout_run(
     let prompts = protocol::generate(&config.task, protocol, per_group, seed)?;
     let map = eval::knockout(&model.decoder, &config.task, &prompts, reference, seed, progress)?;
     let result = KnockoutResult { preset: config.model.preset.clone(), protocol, per_group, seed, map, run_id: id };
-    let mut csv = Vec::new();
-    for r in &result.map.rows {
-        for (g, k) in r.groups.iter().enumerate() {
-            csv.push(KnockoutCsvRow {
-                layer: r.layer,
-                head: r.head,
-                group: g,
-                clean_accuracy: f6(result.map.clean[g].accuracy),
-                knocked_accuracy: f6(k.accuracy),
-                drop_pp: format!("{:.3}", r.drop_pp[g]),
-            });
-        }
-    }
-    write_csv_atomic(&run.join("knockout.csv"), &csv)?;
+    write_csv_atomic(&run.join("knockout.csv"), &knockout_rows(&result))?;
     figures::knockout_map(
         &run.join("knockout"),
         &format!("{}: accuracy drop (pp) when one KV head is mean-replaced", result.preset),
@@ -327,22 +314,7 @@ pub fn gates_run(
     let window = KernelSpec::preset(&config.model.preset)?.geometry.window();
     let result = GatesResult { preset: config.model.preset.clone(), window, samples, seed, snapshots, run_id: id };
     figures::gate_figures(&run.join("gates"), &result.preset, &result.snapshots, window)?;
-    let mut csv = Vec::new();
-    for snap in &result.snapshots {
-        for g in &snap.gates {
-            let profile: Vec<String> = g.profile.iter().map(|&a| f6(a)).collect();
-            csv.push(GatesCsvRow {
-                step: snap.step,
-                layer: g.layer,
-                head: g.head,
-                branch: format!("{:?}", g.branch),
-                static_concentration: f6(g.static_concentration),
-                input_concentration: f6(g.input_concentration),
-                profile: profile.join(" "),
-            });
-        }
-    }
-    write_csv_atomic(&run.join("gates.csv"), &csv)?;
+    write_csv_atomic(&run.join("gates.csv"), &gates_rows(&result))?;
     write_json_atomic(&json, &result)?;
     Ok(Some(result))
 }
@@ -472,4 +444,83 @@ struct GatesCsvRow {
     static_concentration: String,
     input_concentration: String,
     profile: String,
+}
+
+fn knockout_rows(result: &KnockoutResult) -> Vec<KnockoutCsvRow> {
+    let mut csv = Vec::new();
+    for r in &result.map.rows {
+        for (g, k) in r.groups.iter().enumerate() {
+            csv.push(KnockoutCsvRow {
+                layer: r.layer,
+                head: r.head,
+                group: g,
+                clean_accuracy: f6(result.map.clean[g].accuracy),
+                knocked_accuracy: f6(k.accuracy),
+                drop_pp: format!("{:.3}", r.drop_pp[g]),
+            });
+        }
+    }
+    csv
+}
+
+fn gates_rows(result: &GatesResult) -> Vec<GatesCsvRow> {
+    let mut csv = Vec::new();
+    for snap in &result.snapshots {
+        for g in &snap.gates {
+            let profile: Vec<String> = g.profile.iter().map(|&a| f6(a)).collect();
+            csv.push(GatesCsvRow {
+                step: snap.step,
+                layer: g.layer,
+                head: g.head,
+                branch: format!("{:?}", g.branch),
+                static_concentration: f6(g.static_concentration),
+                input_concentration: f6(g.input_concentration),
+                profile: profile.join(" "),
+            });
+        }
+    }
+    csv
+}
+
+#[cfg(test)]
+mod csv_tests {
+    use super::*;
+    use crate::run_dir::csv_bytes;
+
+    /// The committed run directories' CSVs are exactly what the CSV rows of this module make
+    /// of the committed JSON next to them (so the `csv` crate changed no byte). Runs where only
+    /// the JSON is committed are skipped.
+    #[test]
+    fn committed_run_csvs_are_reproduced_byte_for_byte() {
+        let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/runs");
+        let mut checked = 0;
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        for entry in std::fs::read_dir(&runs).unwrap() {
+            let run = entry.unwrap().path();
+            for p in Protocol::ALL {
+                let json = run.join(format!("eval-{}.json", p.name()));
+                if json.is_file() && json.with_extension("csv").is_file() {
+                    let r: EvalResult = serde_json::from_str(&read(&json)).unwrap();
+                    let want = read(&json.with_extension("csv"));
+                    assert_eq!(csv_bytes(&group_rows(&r.profile.groups)).unwrap(), want.as_bytes(), "{json:?}");
+                    checked += 1;
+                }
+            }
+            if run.join("knockout.json").is_file() && run.join("knockout.csv").is_file() {
+                let r: KnockoutResult = serde_json::from_str(&read(&run.join("knockout.json"))).unwrap();
+                assert_eq!(
+                    csv_bytes(&knockout_rows(&r)).unwrap(),
+                    read(&run.join("knockout.csv")).as_bytes(),
+                    "{run:?}"
+                );
+                checked += 1;
+            }
+            if run.join("gates.json").is_file() && run.join("gates.csv").is_file() {
+                let r: GatesResult = serde_json::from_str(&read(&run.join("gates.json"))).unwrap();
+                assert_eq!(csv_bytes(&gates_rows(&r)).unwrap(), read(&run.join("gates.csv")).as_bytes(), "{run:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 18, "only {checked} committed CSVs found under {runs:?}");
+    }
 }
