@@ -15,10 +15,11 @@ use crate::analysis::eval::{self, KnockoutMap};
 use crate::analysis::gates::{self, GateSnapshot};
 use crate::analysis::phase::{self, PhaseProfile};
 use crate::analysis::protocol::{self, Balance, Protocol};
+use crate::analysis::stats::GroupAccuracy;
 use crate::figures::lab as figures;
 use crate::kernel::spec::KernelSpec;
 use crate::model::train::{list_snapshots, load_run, verify_run, EVAL_STREAM};
-use crate::run_dir::{atomic_write, write_json_atomic, DirLock};
+use crate::run_dir::{atomic_write, write_csv_atomic, write_json_atomic, DirLock};
 use crate::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -215,7 +216,7 @@ pub fn eval_run(
         lines.push('\n');
     }
     let stem = run.join(format!("eval-{}", protocol.name()));
-    atomic_write(&stem.with_extension("csv"), phase::groups_csv(&result.profile.groups).as_bytes())?;
+    write_csv_atomic(&stem.with_extension("csv"), &group_rows(&result.profile.groups))?;
     atomic_write(&run.join(format!("eval-{}-outcomes.jsonl", protocol.name())), lines.as_bytes())?;
     figures::phase_profile(
         &stem,
@@ -257,16 +258,7 @@ pub fn knockout_run(
     let prompts = protocol::generate(&config.task, protocol, per_group, seed)?;
     let map = eval::knockout(&model.decoder, &config.task, &prompts, reference, seed, progress)?;
     let result = KnockoutResult { preset: config.model.preset.clone(), protocol, per_group, seed, map, run_id: id };
-    let mut csv = String::from("layer,head,group,clean_accuracy,knocked_accuracy,drop_pp\n");
-    for r in &result.map.rows {
-        for (g, k) in r.groups.iter().enumerate() {
-            csv.push_str(&format!(
-                "{},{},{},{:.6},{:.6},{:.3}\n",
-                r.layer, r.head, g, result.map.clean[g].accuracy, k.accuracy, r.drop_pp[g]
-            ));
-        }
-    }
-    atomic_write(&run.join("knockout.csv"), csv.as_bytes())?;
+    write_csv_atomic(&run.join("knockout.csv"), &knockout_rows(&result))?;
     figures::knockout_map(
         &run.join("knockout"),
         &format!("{}: accuracy drop (pp) when one KV head is mean-replaced", result.preset),
@@ -322,23 +314,7 @@ pub fn gates_run(
     let window = KernelSpec::preset(&config.model.preset)?.geometry.window();
     let result = GatesResult { preset: config.model.preset.clone(), window, samples, seed, snapshots, run_id: id };
     figures::gate_figures(&run.join("gates"), &result.preset, &result.snapshots, window)?;
-    let mut csv = String::from("step,layer,head,branch,static_concentration,input_concentration,profile\n");
-    for snap in &result.snapshots {
-        for g in &snap.gates {
-            let profile: Vec<String> = g.profile.iter().map(|a| format!("{a:.6}")).collect();
-            csv.push_str(&format!(
-                "{},{},{},{:?},{:.6},{:.6},{}\n",
-                snap.step,
-                g.layer,
-                g.head,
-                g.branch,
-                g.static_concentration,
-                g.input_concentration,
-                profile.join(" ")
-            ));
-        }
-    }
-    atomic_write(&run.join("gates.csv"), csv.as_bytes())?;
+    write_csv_atomic(&run.join("gates.csv"), &gates_rows(&result))?;
     write_json_atomic(&json, &result)?;
     Ok(Some(result))
 }
@@ -400,7 +376,7 @@ pub fn audit_analyze(
     if let Some(st) = &statistics {
         write_json_atomic(&out.join("statistics.json"), st)?;
     }
-    atomic_write(&out.join("groups.csv"), phase::groups_csv(&profile.groups).as_bytes())?;
+    write_csv_atomic(&out.join("groups.csv"), &group_rows(&profile.groups))?;
     let name = results.file_name().and_then(|n| n.to_str()).unwrap_or("results");
     figures::phase_profile(&out.join("phase"), &format!("audit of {name}"), &profile, stride)?;
     Ok(AuditAnalysis { profile, statistics })
@@ -415,4 +391,136 @@ pub struct AuditAnalysis {
     pub profile: PhaseProfile,
     /// [`phase::statistics`] from the export's positions (`None` without `--export`).
     pub statistics: Option<phase::PhaseStatistics>,
+}
+
+/// A float as the committed tables print it (six decimals).
+fn f6(x: f64) -> String {
+    format!("{x:.6}")
+}
+
+/// One row of `eval-<protocol>.csv` and of an audit's `groups.csv`.
+#[derive(Serialize, Default)]
+struct GroupCsvRow {
+    group: usize,
+    n: usize,
+    correct: usize,
+    accuracy: String,
+    wilson_lo: String,
+    wilson_hi: String,
+}
+
+fn group_rows(groups: &[GroupAccuracy]) -> Vec<GroupCsvRow> {
+    groups
+        .iter()
+        .map(|g| GroupCsvRow {
+            group: g.group,
+            n: g.n,
+            correct: g.correct,
+            accuracy: f6(g.accuracy),
+            wilson_lo: f6(g.wilson_lo),
+            wilson_hi: f6(g.wilson_hi),
+        })
+        .collect()
+}
+
+/// One row of `knockout.csv`.
+#[derive(Serialize, Default)]
+struct KnockoutCsvRow {
+    layer: usize,
+    head: usize,
+    group: usize,
+    clean_accuracy: String,
+    knocked_accuracy: String,
+    drop_pp: String,
+}
+
+/// One row of `gates.csv`.
+#[derive(Serialize, Default)]
+struct GatesCsvRow {
+    step: usize,
+    layer: usize,
+    head: usize,
+    branch: String,
+    static_concentration: String,
+    input_concentration: String,
+    profile: String,
+}
+
+fn knockout_rows(result: &KnockoutResult) -> Vec<KnockoutCsvRow> {
+    let mut csv = Vec::new();
+    for r in &result.map.rows {
+        for (g, k) in r.groups.iter().enumerate() {
+            csv.push(KnockoutCsvRow {
+                layer: r.layer,
+                head: r.head,
+                group: g,
+                clean_accuracy: f6(result.map.clean[g].accuracy),
+                knocked_accuracy: f6(k.accuracy),
+                drop_pp: format!("{:.3}", r.drop_pp[g]),
+            });
+        }
+    }
+    csv
+}
+
+fn gates_rows(result: &GatesResult) -> Vec<GatesCsvRow> {
+    let mut csv = Vec::new();
+    for snap in &result.snapshots {
+        for g in &snap.gates {
+            let profile: Vec<String> = g.profile.iter().map(|&a| f6(a)).collect();
+            csv.push(GatesCsvRow {
+                step: snap.step,
+                layer: g.layer,
+                head: g.head,
+                branch: format!("{:?}", g.branch),
+                static_concentration: f6(g.static_concentration),
+                input_concentration: f6(g.input_concentration),
+                profile: profile.join(" "),
+            });
+        }
+    }
+    csv
+}
+
+#[cfg(test)]
+mod csv_tests {
+    use super::*;
+    use crate::run_dir::csv_bytes;
+
+    /// The committed run directories' CSVs are exactly what the CSV rows of this module make
+    /// of the committed JSON next to them (so the `csv` crate changed no byte). Runs where only
+    /// the JSON is committed are skipped.
+    #[test]
+    fn committed_run_csvs_are_reproduced_byte_for_byte() {
+        let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/runs");
+        let mut checked = 0;
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        for entry in std::fs::read_dir(&runs).unwrap() {
+            let run = entry.unwrap().path();
+            for p in Protocol::ALL {
+                let json = run.join(format!("eval-{}.json", p.name()));
+                if json.is_file() && json.with_extension("csv").is_file() {
+                    let r: EvalResult = serde_json::from_str(&read(&json)).unwrap();
+                    let want = read(&json.with_extension("csv"));
+                    assert_eq!(csv_bytes(&group_rows(&r.profile.groups)).unwrap(), want.as_bytes(), "{json:?}");
+                    checked += 1;
+                }
+            }
+            if run.join("knockout.json").is_file() && run.join("knockout.csv").is_file() {
+                let r: KnockoutResult = serde_json::from_str(&read(&run.join("knockout.json"))).unwrap();
+                assert_eq!(
+                    csv_bytes(&knockout_rows(&r)).unwrap(),
+                    read(&run.join("knockout.csv")).as_bytes(),
+                    "{run:?}"
+                );
+                checked += 1;
+            }
+            if run.join("gates.json").is_file() && run.join("gates.csv").is_file() {
+                let r: GatesResult = serde_json::from_str(&read(&run.join("gates.json"))).unwrap();
+                assert_eq!(csv_bytes(&gates_rows(&r)).unwrap(), read(&run.join("gates.csv")).as_bytes(), "{run:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 18, "only {checked} committed CSVs found under {runs:?}");
+    }
 }

@@ -1,25 +1,49 @@
-//! Run directories, reusable by every experiment: one directory per run holding
-//! `config.json`, result files, `environment.json` (git hash, crate version, seed, timestamp)
-//! and, once finished, a `DONE` marker. Every write goes to a temporary file that is then
-//! renamed, so an interrupted run never leaves a half-written file. A finished run is never
-//! overwritten: opening it again returns [`Error::FinishedRun`].
+//! Run directories, the one run-directory protocol of the crate: one directory per run holding
+//! `config.json`, result files, `environment.json` (git hash, crate version, seed, timestamp),
+//! for training runs the log `log.jsonl` and checkpoints, and, once finished, `metrics.json`.
+//! Every write goes to a temporary file that is then renamed, so an interrupted run never
+//! leaves a half-written file. A finished run is never overwritten: opening it again returns
+//! [`Error::FinishedRun`]. Tables are written with [`write_csv_atomic`].
 
 use crate::{Error, Result};
 use serde::Serialize;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Name of the marker file of a finished run.
-pub const DONE_MARKER: &str = "DONE";
+/// File whose presence marks a finished run: `metrics.json`. This is the marker because every
+/// committed run directory (`reports/runs/*`, `theory/training-runs/*`) is a finished training
+/// run that holds a `metrics.json` and none holds a `DONE` file, so with this marker every one
+/// of them still reads as finished (and stays protected from being overwritten). Runs with no
+/// training metrics (theory runs) finish with a small [`Finished`] record under this name.
+pub const METRICS_FILE: &str = "metrics.json";
+/// The run's configuration.
+pub const CONFIG_FILE: &str = "config.json";
+/// Environment: git hash, seed, versions.
+pub const ENVIRONMENT_FILE: &str = "environment.json";
+/// Training log, one JSON object per line.
+pub const LOG_FILE: &str = "log.jsonl";
 
-/// An open (unfinished) run directory, holding its lock ([`DirLock`]) while any clone lives.
+/// How [`RunDir::open`] found the directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStart {
+    /// A new run (the directory was created or was empty of a run).
+    Fresh,
+    /// An unfinished run with the same configuration: resume it.
+    Resume,
+}
+
+/// A run directory (the only run-directory type; `model::run::RunDir` is this type). One
+/// opened for writing ([`RunDir::create`], [`RunDir::open`]) holds the directory's lock
+/// ([`DirLock`]) for as long as any clone of it lives; one from [`RunDir::open_existing`] only
+/// reads. The run is finished once [`METRICS_FILE`] exists.
 #[derive(Debug, Clone)]
 pub struct RunDir {
     path: PathBuf,
-    _lock: std::sync::Arc<DirLock>,
+    _lock: Option<std::sync::Arc<DirLock>>,
 }
 
-/// What `environment.json` records.
+/// What `environment.json` records for runs opened with [`RunDir::create`].
 #[derive(Debug, Clone, Serialize)]
 pub struct Environment {
     /// `git rev-parse HEAD`, or `"unknown"`.
@@ -32,6 +56,19 @@ pub struct Environment {
     pub timestamp_unix: u64,
     /// The command line or other description supplied by the caller.
     pub command: String,
+}
+
+/// What [`RunDir::finish`] writes to [`METRICS_FILE`] for a run without training metrics.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finished {
+    /// Always `true`.
+    pub finished: bool,
+    /// Seconds since the Unix epoch when the run finished.
+    pub finished_unix_s: u64,
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 /// The git commit of the working directory, or `"unknown"` (with `-dirty` when there are
@@ -59,28 +96,86 @@ pub fn git_hash() -> String {
 }
 
 impl RunDir {
+    /// Takes the lock of `path` for writing, refusing a finished run (checked before and again
+    /// under the lock: another writer may have finished it meanwhile).
+    fn lock_unfinished(path: &Path) -> Result<RunDir> {
+        if path.join(METRICS_FILE).exists() {
+            return Err(Error::FinishedRun { path: path.to_path_buf() });
+        }
+        let lock = DirLock::shared(path)?;
+        let dir = RunDir { path: path.to_path_buf(), _lock: Some(lock) };
+        if dir.is_finished() {
+            return Err(Error::FinishedRun { path: path.to_path_buf() });
+        }
+        Ok(dir)
+    }
+
     /// Create (or reopen an unfinished) run directory and write `environment.json`.
     /// Errors with [`Error::FinishedRun`] if the directory holds a finished run, and with
     /// [`Error::Busy`] if another process has it open.
     pub fn create(path: impl AsRef<Path>, seed: u64, command: &str) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        if path.join(DONE_MARKER).exists() {
-            return Err(Error::FinishedRun { path });
-        }
-        let lock = DirLock::shared(&path)?;
-        if path.join(DONE_MARKER).exists() {
-            return Err(Error::FinishedRun { path });
-        }
-        let dir = RunDir { path, _lock: lock };
+        let dir = RunDir::lock_unfinished(path.as_ref())?;
         let env = Environment {
             git_hash: git_hash(),
             crate_version: env!("CARGO_PKG_VERSION").to_string(),
             seed,
-            timestamp_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            timestamp_unix: unix_now(),
             command: command.to_string(),
         };
-        dir.write_json("environment.json", &env)?;
+        dir.write_json(ENVIRONMENT_FILE, &env)?;
         Ok(dir)
+    }
+
+    /// Opens `path` for a run with `config` (any serialisable value, compared as JSON):
+    /// a finished run is [`Error::FinishedRun`]; an unfinished run with an equal config is
+    /// resumed; with a different config it is an error naming `--out`; otherwise the directory
+    /// is created and `config.json` and `environment.json` (with `environment` merged in) are
+    /// written.
+    ///
+    /// A second process opening the same directory while the first holds it gets
+    /// [`Error::Busy`] naming the first one's pid.
+    pub fn open<C: Serialize>(path: &Path, config: &C, environment: serde_json::Value) -> Result<(RunDir, RunStart)> {
+        let dir = RunDir::lock_unfinished(path)?;
+        let want = serde_json::to_value(config).map_err(|e| Error::invalid("config", e.to_string()))?;
+        let cfg_path = dir.file(CONFIG_FILE);
+        if cfg_path.exists() {
+            let text = crate::limits::read_text(&cfg_path, crate::limits::MAX_JSON_BYTES)?;
+            let have: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| Error::File { path: cfg_path.clone(), reason: format!("not valid JSON: {e}") })?;
+            if have != want {
+                return Err(Error::invalid(
+                    "--out",
+                    format!(
+                        "{} holds an unfinished run with a different config; resume it with the \
+                         same config or choose another directory",
+                        path.display()
+                    ),
+                ));
+            }
+            return Ok((dir, RunStart::Resume));
+        }
+        std::fs::create_dir_all(path).map_err(|e| Error::io(path, e))?;
+        let mut env = serde_json::json!({
+            "git_hash": git_hash(),
+            "phasekv_version": env!("CARGO_PKG_VERSION"),
+            "os": std::env::consts::OS,
+            "arch": std::env::consts::ARCH,
+            "rayon_num_threads": std::env::var("RAYON_NUM_THREADS").ok(),
+            "candle_num_threads": std::env::var("CANDLE_NUM_THREADS").ok(),
+            "created_unix_s": unix_now(),
+        });
+        if let (Some(obj), serde_json::Value::Object(extra)) = (env.as_object_mut(), environment) {
+            obj.extend(extra);
+        }
+        write_json_atomic(&dir.file(ENVIRONMENT_FILE), &env)?;
+        // config.json last: its presence is what marks a started run.
+        write_json_atomic(&cfg_path, &want)?;
+        Ok((dir, RunStart::Fresh))
+    }
+
+    /// A handle on an existing directory (reading logs and metrics; no lock, no checks).
+    pub fn open_existing(path: &Path) -> RunDir {
+        RunDir { path: path.to_path_buf(), _lock: None }
     }
 
     /// The directory.
@@ -93,9 +188,14 @@ impl RunDir {
         self.path.join(name)
     }
 
+    /// Whether the run is finished ([`METRICS_FILE`] exists).
+    pub fn is_finished(&self) -> bool {
+        self.file(METRICS_FILE).exists()
+    }
+
     /// Write `config.json`.
     pub fn write_config<T: Serialize>(&self, config: &T) -> Result<()> {
-        self.write_json("config.json", config)
+        self.write_json(CONFIG_FILE, config)
     }
 
     /// Write `name` as pretty JSON (temporary file, then rename).
@@ -110,11 +210,84 @@ impl RunDir {
         atomic_write(&self.file(name), bytes)
     }
 
-    /// Mark the run finished (`DONE`); afterwards [`RunDir::create`] refuses the directory.
+    /// Marks a run without training metrics finished (a [`Finished`] record in
+    /// [`METRICS_FILE`]); afterwards [`RunDir::create`] and [`RunDir::open`] refuse the
+    /// directory.
     pub fn finish(self) -> Result<PathBuf> {
-        self.write_bytes(DONE_MARKER, b"finished\n")?;
+        self.finish_with_metrics(&Finished { finished: true, finished_unix_s: unix_now() })?;
         Ok(self.path)
     }
+
+    /// Writes `metrics` to [`METRICS_FILE`] (atomically); the run is finished from then on.
+    pub fn finish_with_metrics<T: Serialize>(&self, metrics: &T) -> Result<()> {
+        write_json_atomic(&self.file(METRICS_FILE), metrics)
+    }
+
+    /// Appends one JSON object as a line of `log.jsonl`.
+    pub fn append_log<T: Serialize>(&self, line: &T) -> Result<()> {
+        let path = self.file(LOG_FILE);
+        let text =
+            serde_json::to_string(line).map_err(|e| Error::File { path: path.clone(), reason: e.to_string() })?;
+        let mut f =
+            std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| Error::io(&path, e))?;
+        writeln!(f, "{text}").map_err(|e| Error::io(&path, e))
+    }
+
+    /// Keeps only the log lines whose `"step"` is at most `step` (after a resume, the lines
+    /// written after the last checkpoint belong to steps that will be redone).
+    pub fn truncate_log(&self, step: usize) -> Result<()> {
+        let path = self.file(LOG_FILE);
+        if !path.exists() {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let mut kept = String::new();
+        for line in text.lines() {
+            let v: serde_json::Value = match serde_json::from_str(line) {
+                Ok(v) => v,
+                Err(_) => continue, // a line cut by a crash
+            };
+            if v.get("step").and_then(|s| s.as_u64()).unwrap_or(0) as usize <= step {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+        }
+        atomic_write(&path, kept.as_bytes())
+    }
+
+    /// The parsed lines of `log.jsonl` (empty when there is none).
+    pub fn read_log(&self) -> Result<Vec<serde_json::Value>> {
+        let path = self.file(LOG_FILE);
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+    }
+}
+
+/// A table as CSV (the `csv` crate, one serde row per record, the header from the row type's
+/// field names, also when there are no rows), written with [`atomic_write`]. The one CSV
+/// writer of the crate; fields that need a fixed float format are `String`s in the row type.
+pub fn write_csv_atomic<R: Serialize + Default>(path: &Path, rows: &[R]) -> Result<()> {
+    atomic_write(path, &csv_bytes(rows).map_err(|reason| Error::File { path: path.to_path_buf(), reason })?)
+}
+
+/// The bytes [`write_csv_atomic`] writes.
+pub fn csv_bytes<R: Serialize + Default>(rows: &[R]) -> std::result::Result<Vec<u8>, String> {
+    let fail = |e: csv::Error| format!("cannot write CSV: {e}");
+    let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
+    if rows.is_empty() {
+        // The header alone: serialise a default row and keep only its first line.
+        w.serialize(R::default()).map_err(fail)?;
+        let bytes = w.into_inner().map_err(|e| format!("cannot write CSV: {e}"))?;
+        let end = bytes.iter().position(|&b| b == b'\n').map_or(bytes.len(), |i| i + 1);
+        return Ok(bytes[..end].to_vec());
+    }
+    for r in rows {
+        w.serialize(r).map_err(fail)?;
+    }
+    w.into_inner().map_err(|e| format!("cannot write CSV: {e}"))
 }
 
 /// Pretty JSON of `value` (and a final newline), written with [`atomic_write`].
@@ -270,6 +443,52 @@ mod tests {
         let e = write_new(&f, b"second").unwrap_err().to_string();
         assert!(e.contains("out.jsonl") && e.contains("exists"), "{e}");
         assert_eq!(std::fs::read(&f).unwrap(), b"first");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "temporary file left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn both_ways_of_opening_share_one_finished_marker() {
+        let dir = std::env::temp_dir().join(format!("phasekv-one-marker-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let run = RunDir::create(&dir, 7, "test").unwrap();
+        assert!(!run.is_finished());
+        let path = run.finish().unwrap();
+        assert!(path.join(METRICS_FILE).is_file() && !path.join("DONE").exists());
+        let cfg = serde_json::json!({ "a": 1 });
+        assert!(matches!(RunDir::open(&dir, &cfg, serde_json::json!({})), Err(Error::FinishedRun { .. })));
+        assert!(matches!(RunDir::create(&dir, 7, "again"), Err(Error::FinishedRun { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let (run, start) = RunDir::open(&dir, &cfg, serde_json::json!({})).unwrap();
+        assert_eq!(start, RunStart::Fresh);
+        run.finish_with_metrics(&serde_json::json!({ "loss": 0.5 })).unwrap();
+        assert!(matches!(RunDir::create(&dir, 7, "again"), Err(Error::FinishedRun { .. })));
+        assert!(RunDir::open_existing(&dir).is_finished());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[derive(Serialize, Default)]
+    struct Row {
+        name: String,
+        n: usize,
+        x: String,
+    }
+
+    #[test]
+    fn csv_rows_have_a_header_quote_when_needed_and_end_in_newlines() {
+        let rows = [
+            Row { name: "w8s4".into(), n: 3, x: format!("{:.6}", 0.5) },
+            Row { name: "a,b".into(), n: 0, x: "1 2".into() },
+        ];
+        let text = String::from_utf8(csv_bytes(&rows).unwrap()).unwrap();
+        assert_eq!(text, "name,n,x\nw8s4,3,0.500000\n\"a,b\",0,1 2\n");
+        assert_eq!(csv_bytes::<Row>(&[]).unwrap(), b"name,n,x\n");
+        let dir = std::env::temp_dir().join(format!("phasekv-csv-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        write_csv_atomic(&dir.join("t.csv"), &rows).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("t.csv")).unwrap(), text);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "temporary file left behind");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -1,5 +1,6 @@
 //! The three theory commands run on their defaults and write config, JSON, figures and the
-//! DONE marker; a finished run directory is refused; bad input is one clear error line.
+//! finished marker (`metrics.json`, the one marker of `run_dir::RunDir`); a finished run
+//! directory is refused; bad input is one clear error line.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -24,7 +25,7 @@ fn theory_commands_write_runs_on_defaults() {
         let dir = out_dir(cmd);
         let out = run(&["theory", cmd, "--out", dir.to_str().unwrap()]);
         assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
-        for f in ["config.json", "environment.json", "DONE", json] {
+        for f in ["config.json", "environment.json", "metrics.json", json] {
             assert!(dir.join(f).is_file(), "{cmd}: missing {f}");
         }
         let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(json)).unwrap()).unwrap();
@@ -54,7 +55,7 @@ fn bad_input_is_one_clear_line() {
     assert!(err.contains("heads") && err.contains("H < S"), "{err}");
     let out = run(&["theory", "t1", "--vocab", "10", "--out", dir.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("vocab"));
-    assert!(!dir.join("DONE").exists());
+    assert!(!dir.join("metrics.json").exists());
 }
 
 /// Runs `args` with a wall-clock limit; a command that hangs fails the test instead of the
@@ -196,7 +197,7 @@ fn sigterm_stops_a_long_theory_command() {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(!dir.join("DONE").exists());
+    assert!(!dir.join("metrics.json").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

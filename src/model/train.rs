@@ -278,11 +278,54 @@ pub fn train(
         engine: Some(tc.engine.name().into()),
     };
     // Learning curve as CSV next to the log, for plots.
-    let mut csv = String::from("step,eval_loss,eval_accuracy,eval_token_accuracy\n");
-    for e in &metrics.evals {
-        csv.push_str(&format!("{},{:.6},{:.6},{:.6}\n", e.step, e.loss, e.accuracy, e.token_accuracy));
-    }
-    write_atomic(&run.file("curve.csv"), csv.as_bytes())?;
-    run.finish(&metrics)?;
+    crate::run_dir::write_csv_atomic(&run.file("curve.csv"), &curve_rows(&metrics))?;
+    run.finish_with_metrics(&metrics)?;
     Ok(Outcome::Finished(metrics))
+}
+
+/// One row of a run's `curve.csv` (floats with six decimals, as the committed runs have them).
+#[derive(Serialize, Default)]
+struct CurveCsvRow {
+    step: usize,
+    eval_loss: String,
+    eval_accuracy: String,
+    eval_token_accuracy: String,
+}
+
+fn curve_rows(metrics: &Metrics) -> Vec<CurveCsvRow> {
+    metrics
+        .evals
+        .iter()
+        .map(|e| CurveCsvRow {
+            step: e.step,
+            eval_loss: format!("{:.6}", e.loss),
+            eval_accuracy: format!("{:.6}", e.accuracy),
+            eval_token_accuracy: format!("{:.6}", e.token_accuracy),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod curve_csv_tests {
+    /// Every committed run's `curve.csv` is what [`super::curve_rows`] makes of its
+    /// `metrics.json` (the `csv` crate changed no byte).
+    #[test]
+    fn committed_curves_are_reproduced_byte_for_byte() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut checked = 0;
+        for base in ["reports/runs", "theory/training-runs"] {
+            for entry in std::fs::read_dir(root.join(base)).unwrap() {
+                let run = entry.unwrap().path();
+                let (m, c) = (run.join("metrics.json"), run.join("curve.csv"));
+                if !(m.is_file() && c.is_file()) {
+                    continue;
+                }
+                let metrics: super::Metrics = serde_json::from_str(&std::fs::read_to_string(&m).unwrap()).unwrap();
+                let bytes = crate::run_dir::csv_bytes(&super::curve_rows(&metrics)).unwrap();
+                assert_eq!(bytes, std::fs::read(&c).unwrap(), "{c:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked >= 6, "only {checked} committed curves found");
+    }
 }

@@ -3,14 +3,53 @@
 //! [`crate::figures`]; figures that belong to one claim are drawn by that claim.
 
 use super::collect::{Collected, RunData};
-use super::{write, write_json};
+use super::write_json;
 use crate::analysis::protocol::Protocol;
 use crate::figures::lab as figures;
 use crate::figures::plot::{self, Panel, Series};
 use crate::lab::EvalResult;
+use crate::run_dir::write_csv_atomic;
 use crate::{Error, Result};
-use std::fmt::Write as _;
+use serde::Serialize;
 use std::path::Path;
+
+/// A float as the committed tables print it (six decimals).
+fn f6(x: f64) -> String {
+    format!("{x:.6}")
+}
+
+/// One row of `figures/phase-<protocol>.csv`.
+#[derive(Serialize, Default)]
+struct GroupRow {
+    preset: String,
+    group: usize,
+    n: usize,
+    correct: usize,
+    accuracy: String,
+    wilson_lo: String,
+    wilson_hi: String,
+}
+
+/// One row of `figures/folded-<protocol>.csv`.
+#[derive(Serialize, Default)]
+struct FoldedRow {
+    preset: String,
+    stride: usize,
+    phase: usize,
+    n: usize,
+    correct: usize,
+    accuracy: String,
+    wilson_lo: String,
+    wilson_hi: String,
+}
+
+/// One row of `figures/learning-curves.csv`.
+#[derive(Serialize, Default)]
+struct CurveRow {
+    preset: String,
+    step: usize,
+    eval_accuracy: String,
+}
 
 /// Panels in (at most) two columns, each `cell` pixels, under one title.
 fn two_column_panels(stem: &Path, title: &str, panels: &[Panel], cell: (u32, u32)) -> Result<()> {
@@ -31,26 +70,35 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
         if runs.is_empty() {
             continue;
         }
-        let mut csv = String::from("preset,group,n,correct,accuracy,wilson_lo,wilson_hi\n");
-        let mut folded = String::from("preset,stride,phase,n,correct,accuracy,wilson_lo,wilson_hi\n");
+        let mut csv = Vec::new();
+        let mut folded = Vec::new();
         let mut panels = Vec::new();
         let mut fpanels = Vec::new();
         for (i, (r, e)) in runs.iter().enumerate() {
             for g in &e.profile.groups {
-                let _ = writeln!(
-                    csv,
-                    "{},{},{},{},{:.6},{:.6},{:.6}",
-                    r.label, g.group, g.n, g.correct, g.accuracy, g.wilson_lo, g.wilson_hi
-                );
+                csv.push(GroupRow {
+                    preset: r.label.clone(),
+                    group: g.group,
+                    n: g.n,
+                    correct: g.correct,
+                    accuracy: f6(g.accuracy),
+                    wilson_lo: f6(g.wilson_lo),
+                    wilson_hi: f6(g.wilson_hi),
+                });
             }
             panels.push(figures::phase_panel(&r.label, &e.profile, e.stride, i));
             if let Some(f) = &e.profile.folded {
                 for g in &f.phases {
-                    let _ = writeln!(
-                        folded,
-                        "{},{},{},{},{},{:.6},{:.6},{:.6}",
-                        r.label, f.stride, g.group, g.n, g.correct, g.accuracy, g.wilson_lo, g.wilson_hi
-                    );
+                    folded.push(FoldedRow {
+                        preset: r.label.clone(),
+                        stride: f.stride,
+                        phase: g.group,
+                        n: g.n,
+                        correct: g.correct,
+                        accuracy: f6(g.accuracy),
+                        wilson_lo: f6(g.wilson_lo),
+                        wilson_hi: f6(g.wilson_hi),
+                    });
                 }
                 fpanels.push(Panel {
                     title: format!("{} (S = {}): phase gap {:.1} pp", r.label, f.stride, f.gap_pp),
@@ -68,7 +116,7 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
             &panels,
             (760, 380),
         )?;
-        write(out, &format!("figures/{name}.csv"), &csv)?;
+        write_csv_atomic(&out.join(format!("figures/{name}.csv")), &csv)?;
         caps.push((
             format!("figures/{name}.png"),
             format!("Per-group exact-match accuracy with Wilson 95 % bands under {} padding; dashed grey lines mark multiples of the stride.", p.name()),
@@ -81,7 +129,7 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
                 &fpanels,
                 (700, 340),
             )?;
-            write(out, &format!("figures/{name}.csv"), &folded)?;
+            write_csv_atomic(&out.join(format!("figures/{name}.csv")), &folded)?;
             caps.push((
                 format!("figures/{name}.png"),
                 format!("Accuracy folded by each kernel's phase under {} padding.", p.name()),
@@ -121,12 +169,12 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
     }
     // Learning curves.
     let mut series = Vec::new();
-    let mut csv = String::from("preset,step,eval_accuracy\n");
+    let mut csv = Vec::new();
     for (i, r) in c.runs.iter().enumerate() {
         if let Some(m) = &r.metrics {
             let pts: Vec<(f64, f64)> = m.evals.iter().map(|e| (e.step as f64, e.accuracy)).collect();
             for e in &m.evals {
-                let _ = writeln!(csv, "{},{},{:.6}", r.label, e.step, e.accuracy);
+                csv.push(CurveRow { preset: r.label.clone(), step: e.step, eval_accuracy: f6(e.accuracy) });
             }
             series.push(Series { markers: true, ..Series::line(r.label.clone(), pts, i) });
         }
@@ -142,7 +190,7 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
                 series,
             },
         )?;
-        write(out, "figures/learning-curves.csv", &csv)?;
+        write_csv_atomic(&out.join("figures/learning-curves.csv"), &csv)?;
         caps.insert(
             0,
             (
