@@ -114,7 +114,7 @@ pub struct GatesResult {
 
 /// The kernel's stride for phase folding (`None` for `full`).
 pub fn stride_of(preset: &str) -> Result<Option<usize>> {
-    if preset == "full" {
+    if crate::kernel::spec::presets::is_baseline(preset) {
         return Ok(None);
     }
     Ok(Some(KernelSpec::preset(preset)?.geometry.stride()))

@@ -192,15 +192,3 @@ pub fn statistics(records: &[PhaseRecord], m: usize, stride: Option<usize>, seed
     };
     Ok(PhaseStatistics { phase_test, period_scan, period_stability, gap, folded_gap })
 }
-
-/// Per-group accuracies as CSV (`group,n,correct,accuracy,wilson_lo,wilson_hi`).
-pub fn groups_csv(groups: &[GroupAccuracy]) -> String {
-    let mut s = String::from("group,n,correct,accuracy,wilson_lo,wilson_hi\n");
-    for g in groups {
-        s.push_str(&format!(
-            "{},{},{},{:.6},{:.6},{:.6}\n",
-            g.group, g.n, g.correct, g.accuracy, g.wilson_lo, g.wilson_hi
-        ));
-    }
-    s
-}

@@ -53,7 +53,7 @@ impl Default for ModelConfig {
 impl ModelConfig {
     /// Whether this is the plain causal-attention baseline.
     pub fn is_full(&self) -> bool {
-        self.preset == "full"
+        crate::kernel::spec::presets::is_baseline(&self.preset)
     }
 
     /// Checks every field (and that the preset exists).

@@ -265,6 +265,12 @@ pub fn by_name(name: &str) -> Option<&'static Preset> {
     ALL.iter().find(|p| p.name == name)
 }
 
+/// Whether `name` is the uncompressed baseline (full attention): the one place that says so,
+/// from the registry's family, not from the spelling of a name.
+pub fn is_baseline(name: &str) -> bool {
+    by_name(name).is_some_and(|p| p.family == Family::Baseline)
+}
+
 /// The listed names, in table order.
 pub fn names() -> Vec<&'static str> {
     ALL.iter().map(|p| p.name).collect()
