@@ -142,8 +142,13 @@ pub fn faer_sgemm_flops(seconds: f64) -> Result<f64> {
     Ok(best)
 }
 
-/// Times the chosen implementations at every length; each row goes to `on_row` as soon as it
-/// is measured. `sgemm` is [`Sgemm::measure`]'s result.
+/// Times the chosen implementations at every length, then measures the sgemm rates
+/// ([`Sgemm::measure`]) and hands every row to `on_row`; returns the rates.
+///
+/// The sgemm rates are measured *after* the kernels on purpose: measured first, faer's sgemm
+/// left candle's CPU forward about 10x slower on one thread for the rest of the process
+/// (w8s4, T = 4096: 25 ms before, 250-290 ms after; measured 2026-12-01 on this machine), so
+/// the yardstick would have bent the measurement.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     spec: &KernelSpec,
@@ -151,9 +156,9 @@ pub fn run(
     tokens: &[usize],
     which: Which,
     seconds: f64,
-    sgemm: Sgemm,
     on_row: &mut dyn FnMut(&BenchRow),
-) -> Result<()> {
+) -> Result<Sgemm> {
+    let mut measured: Vec<(usize, f64, &'static str, f64)> = Vec::new();
     let params = KernelParams::random(spec, dims, 0);
     let dev = Device::Cpu;
     let threads = rayon::current_num_threads();
@@ -179,7 +184,11 @@ pub fn run(
             let secs = time_median(seconds, || kernel.compress(&tp, &xt).map(|_| ()))?;
             timed.push(("fast-f32", secs));
         }
-        for (implementation, secs) in timed {
+        measured.extend(timed.into_iter().map(|(name, secs)| (t, flops, name, secs)));
+    }
+    let sgemm = Sgemm::measure(seconds)?;
+    for (t, flops, implementation, secs) in measured {
+        {
             on_row(&BenchRow {
                 implementation,
                 preset: spec.name.clone(),
@@ -197,5 +206,5 @@ pub fn run(
             });
         }
     }
-    Ok(())
+    Ok(sgemm)
 }
