@@ -1,5 +1,7 @@
 //! Run directories never overwrite a finished run; plot helpers write both SVG and PNG.
 
+mod common;
+
 use phasekv::figures::plot::{category_grid, line_chart, scatter, CategoryGrid, Panel, Series};
 use phasekv::run_dir::RunDir;
 use phasekv::Error;
@@ -10,7 +12,7 @@ fn tmp(name: &str, salt: u64) -> std::path::PathBuf {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+    #![proptest_config(common::macro_config("run-dir", 4, "proptest-regressions/run_dir_and_plots.txt"))]
 
     /// config/results/environment are written; after `finish` the directory is refused.
     #[test]

@@ -24,7 +24,7 @@ prop_compose! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+    #![proptest_config(common::macro_config("theorem1", 8, "proptest-regressions/theorem1.txt"))]
 
     /// Theorem 1 holds at beta = gamma = 2 for several (S, H, L, N): no restart goes below
     /// F_1, the best minimiser is one-hot, value = key + 1, distinct heads, it attains F_1,
@@ -192,7 +192,7 @@ mod eps_positive {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+        #![proptest_config(crate::common::macro_config("theorem1-context", 16, "proptest-regressions/theorem1.txt"))]
 
         /// The per-context loss (T-12) equals the literal vector model at eps > 0, and its
         /// gradient (T-12g) matches central finite differences.
@@ -217,7 +217,7 @@ mod eps_positive {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 2, ..ProptestConfig::default() })]
+        #![proptest_config(crate::common::macro_config("theorem1-slow", 2, "proptest-regressions/theorem1.txt"))]
 
         /// At small eps (~0.05) the per-context minimiser is a distinct one-hot vertex with
         /// value = key + 1 in every sampled context, and nothing beats the best distinct vertex.

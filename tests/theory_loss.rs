@@ -85,7 +85,7 @@ fn task_params_reject_impossible_requests() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(macro_config("theory-loss", 24, "proptest-regressions/theory_loss.txt"))]
 
     /// Random vocabularies report the eps they achieve, and the same seed gives the same
     /// vocabulary.
@@ -181,7 +181,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+    #![proptest_config(macro_config("theory-loss-content", 6, "proptest-regressions/theory_loss.txt"))]
 
     /// Content term (T-11): at w = 0 the sample gradient in w vanishes (the population's
     /// does) and the theta part equals the static gradient; at w != 0 it matches finite

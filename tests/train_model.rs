@@ -28,7 +28,7 @@ fn tokens_of(cfg: &RunConfig, seed: u64) -> Vec<u32> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+    #![proptest_config(common::macro_config("train-model", 12, "proptest-regressions/train_model.txt"))]
 
     /// Changing a token at position `p` never changes the logits at any position before `p`
     /// (and does change something at or after `p`, so the test can fail).

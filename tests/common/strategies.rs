@@ -9,7 +9,7 @@
 use phasekv::conformance::harness::{run_invariant, Invariant, InvariantReport, KernelUnderTest};
 use phasekv::kernel::spec::preset_names;
 use phasekv::kernel::KernelSpec;
-use proptest::test_runner::{Config, FileFailurePersistence, RngAlgorithm, TestRng, TestRunner};
+use proptest::test_runner::{Config, FileFailurePersistence, RngAlgorithm, RngSeed, TestRng, TestRunner};
 
 pub use phasekv::conformance::harness::strategies::*;
 
@@ -37,6 +37,20 @@ pub fn runner(label: &str, cases: u32, regressions: Option<&'static str>) -> Tes
         ..Config::default()
     };
     TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed_for(label)))
+}
+
+/// The config for a `proptest!` block: the same seed as [`runner`] (fixed, or from
+/// `PHASEKV_TEST_SEED`, mixed with `label`), `cases` cases, failures saved in `regressions`.
+/// Blocks written with the macro use this, so no property test draws a fresh random seed.
+pub fn macro_config(label: &str, cases: u32, regressions: &'static str) -> Config {
+    let seed = seed_for(label);
+    Config {
+        cases,
+        rng_seed: RngSeed::Fixed(u64::from_le_bytes(seed[..8].try_into().expect("8 bytes"))),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(regressions))),
+        max_shrink_iters: 512,
+        ..Config::default()
+    }
 }
 
 /// Every preset, as specs.
