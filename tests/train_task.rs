@@ -140,8 +140,7 @@ fn invalid_task_configs_name_the_field() {
     c.n_queries = c.n_records + 1;
     let e = c.validate().unwrap_err().to_string();
     assert!(e.contains("task.n_queries"), "{e}");
-    let mut c = TaskConfig::default();
-    c.n_key = 3;
+    let c = TaskConfig { n_key: 3, ..TaskConfig::default() };
     let e = c.validate().unwrap_err().to_string();
     assert!(e.contains("task.n_records") && e.contains("distinct keys"), "{e}");
 }
