@@ -188,23 +188,21 @@ pub fn run(
     }
     let sgemm = Sgemm::measure(seconds)?;
     for (t, flops, implementation, secs) in measured {
-        {
-            on_row(&BenchRow {
-                implementation,
-                preset: spec.name.clone(),
-                tokens: t,
-                d_model: dims.d_model,
-                d_head: dims.d_head,
-                seconds: secs,
-                tokens_per_s: t as f64 / secs,
-                gflops: flops / secs / 1e9,
-                flops,
-                sgemm_gflops: sgemm.best() / 1e9,
-                candle_sgemm_gflops: sgemm.candle / 1e9,
-                faer_sgemm_gflops: sgemm.faer / 1e9,
-                threads,
-            });
-        }
+        on_row(&BenchRow {
+            implementation,
+            preset: spec.name.clone(),
+            tokens: t,
+            d_model: dims.d_model,
+            d_head: dims.d_head,
+            seconds: secs,
+            tokens_per_s: t as f64 / secs,
+            gflops: flops / secs / 1e9,
+            flops,
+            sgemm_gflops: sgemm.best() / 1e9,
+            candle_sgemm_gflops: sgemm.candle / 1e9,
+            faer_sgemm_gflops: sgemm.faer / 1e9,
+            threads,
+        });
     }
     Ok(sgemm)
 }
