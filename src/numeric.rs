@@ -1,7 +1,7 @@
 //! The scalar formulas every layer shares, written once: softmax and log-sum-exp over a slice.
 //!
 //! This is the bottom layer: it imports nothing from the crate. The kernel reference
-//! ([`crate::kernel::reference`], [`crate::kernel::attention`]), the fused CPU forward and the
+//! ([`crate::kernel::reference`], [`crate::kernel::attention`]) and the
 //! theory ([`crate::theory::task`]) all call these; the tensor twins (softmax over a tensor
 //! axis, RMSNorm) live in [`crate::kernel::tensor::ops`].
 //!

@@ -1,4 +1,4 @@
-//! The fast CPU kernel (`phasekv::kernel::fast`): the invariant catalogue K1-K13 on every
+//! The fast CPU kernel (`phasekv::kernel::tensor::fast`): the invariant catalogue K1-K13 on every
 //! preset, long sequences that span several chunks (against the f64 reference with the
 //! two-references rule, and against the candle kernel with several sequences and heads),
 //! thread-count independence, refusals, and `phasekv kernel check --impl fast` from the CLI.
@@ -10,8 +10,8 @@ use common::strategies::check_every_preset;
 use phasekv::conformance::harness::fast_subject::FastSubject;
 use phasekv::conformance::harness::tolerance::{max_abs, max_abs_diff, reassociation, two_reference_bound};
 use phasekv::conformance::harness::{Invariant, KernelUnderTest};
-use phasekv::kernel::fast::{chunk_windows, FastKernel};
 use phasekv::kernel::spec::preset_names;
+use phasekv::kernel::tensor::fast::{chunk_windows, FastKernel};
 use phasekv::kernel::tensor::{TensorKernel, TensorParams};
 use phasekv::kernel::{random_input, reference, Compressed, KernelDims, KernelParams, KernelSpec};
 use std::process::Command;

@@ -2,12 +2,14 @@
 //! kernel timed side by side, with this machine's sgemm throughput (candle's and faer's) measured
 //! in the same run (so that the kernel's FLOP rate reads as a fraction of what the machine does).
 
-use crate::kernel::fast::FastKernel;
+use crate::kernel::tensor::fast::FastKernel;
 use crate::kernel::tensor::{TensorKernel, TensorParams};
 use crate::kernel::{forward_flops, random_input, reference, KernelDims, KernelParams, KernelSpec};
 use crate::limits::{check_range, MAX_BENCH_SECONDS, MAX_BENCH_TOKENS, MAX_BENCH_WIDTH};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
+use faer::linalg::matmul::matmul;
+use faer::{Accum, MatMut, MatRef, Par};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -48,9 +50,9 @@ pub struct BenchRow {
 pub struct Which {
     /// The f64 reference.
     pub reference: bool,
-    /// The candle f32 kernel (fused CPU path).
+    /// The candle f32 kernel's primitive-op path (candle's own ops, what training runs).
     pub candle: bool,
-    /// The fast CPU f32 kernel ([`crate::kernel::fast`]).
+    /// The fast CPU f32 kernel ([`crate::kernel::tensor::fast`]).
     pub fast: bool,
 }
 
@@ -134,7 +136,7 @@ pub fn faer_sgemm_flops(seconds: f64) -> Result<f64> {
         let b: Vec<f32> = (0..k * n).map(|i| ((i % 13) as f32 - 6.0) / 6.0).collect();
         let mut out = vec![0f32; m * n];
         let secs = time_median(seconds / 2.0, || {
-            crate::kernel::fast::sgemm(&a, &b, &mut out, m, k, n);
+            sgemm(&a, &b, &mut out, m, k, n);
             Ok(())
         })?;
         best = best.max(2.0 * (m * k * n) as f64 / secs);
@@ -171,7 +173,7 @@ pub fn run(
             timed.push(("reference-f64", secs));
         }
         if which.candle {
-            let kernel = TensorKernel::new(spec, dims, 1, &dev, DType::F32)?;
+            let kernel = TensorKernel::new(spec, dims, 1, &dev, DType::F32)?.with_fast(false);
             let tp = TensorParams::from_heads(spec, dims, std::slice::from_ref(&params), &dev, DType::F32)?;
             let xt = Tensor::from_vec(x.iter().map(|&v| v as f32).collect::<Vec<_>>(), (1, t, dims.d_model), &dev)?;
             let secs = time_median(seconds, || kernel.compress(&tp, &xt).map(|_| ()))?;
@@ -205,4 +207,18 @@ pub fn run(
         });
     }
     Ok(sgemm)
+}
+
+/// `out = a b` for row-major `a: [m, k]`, `b: [k, n]` with faer's sgemm on one thread (the
+/// bench's yardstick for "achieved FLOP/s").
+fn sgemm(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
+    let dst = MatMut::from_row_major_slice_mut(out, m, n);
+    matmul(
+        dst,
+        Accum::Replace,
+        MatRef::from_row_major_slice(a, m, k),
+        MatRef::from_row_major_slice(b, k, n),
+        1.0f32,
+        Par::Seq,
+    );
 }

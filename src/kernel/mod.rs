@@ -10,11 +10,9 @@
 //! | [`reference`] | the f64 (any float) reference: plain loops, one-shot and streaming |
 //! | [`post`] | RMSNorm and partial RoPE of entries (the angle formula) |
 //! | [`attention`] | compressed attention (local raw window + visible entries), reference |
-//! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; its formulas (`ops`), parameter layout (`params`) and a fused CPU f32 forward when no gradient is needed |
-//! | [`fast`] | a fast CPU f32 forward (faer's AVX-512 sgemm, one-exponential softmax-pool, rayon over chunks), forward only |
+//! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; its formulas (`ops`), parameter layout (`params`) and its one fast CPU f32 forward when no gradient is needed (`fast`: faer's AVX-512 sgemm, one-exponential softmax-pool, rayon over chunks) |
 
 pub mod attention;
-pub mod fast;
 pub mod params;
 pub mod post;
 pub mod reference;

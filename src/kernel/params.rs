@@ -7,8 +7,9 @@
 
 use super::spec::{KernelDims, KernelSpec};
 use crate::{Error, Result};
-use ndarray::{Array1, Array2, Array3};
+use ndarray::{Array1, Array2, Array3, ArrayD, ArrayViewD, Ix1, Ix2, Ix3, IxDyn};
 use num_traits::Float;
+use std::collections::HashMap;
 
 /// Gate parameters of one branch: logits `s_{j,i} = Z_{g(i)} h_{j,i} + b_i`.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,75 +90,52 @@ impl<F: Float> KernelParams<F> {
             ));
         }
         let mut at = 0;
-        let mut take = |shape: &[usize]| -> Vec<F> {
-            let n: usize = shape.iter().product();
-            let v = flat[at..at + n].to_vec();
-            at += n;
-            v
-        };
-        let mut gate_k = None;
-        let mut gate_v = None;
-        let mut proj_k = None;
-        let mut proj_v = None;
-        let mut gamma = None;
-        let mut pending_z: Option<Array3<F>> = None;
+        let mut pieces: HashMap<&str, ArrayD<F>> = HashMap::new();
         for (name, shape) in &layout.pieces {
-            let v = take(shape);
-            match *name {
-                "gate_k.z" | "gate_v.z" => pending_z = Some(to3(shape, v)),
-                "gate_k.b" | "gate_v.b" => {
-                    let gp = GateParams { z: pending_z.take().expect("z precedes b"), b: to2(shape, v) };
-                    if *name == "gate_k.b" {
-                        gate_k = Some(gp);
-                    } else {
-                        gate_v = Some(gp);
-                    }
-                }
-                "proj_k" => proj_k = Some(to3(shape, v)),
-                "proj_v" => proj_v = Some(to3(shape, v)),
-                "gamma" => gamma = Some(Array1::from_vec(v)),
-                _ => unreachable!("layout names are fixed"),
+            let n: usize = shape.iter().product();
+            let a = ArrayD::from_shape_vec(IxDyn(shape), flat[at..at + n].to_vec()).expect("layout shape");
+            pieces.insert(name, a);
+            at += n;
+        }
+        let mut take = |name: &str| pieces.remove(name);
+        let dim3 = |a: ArrayD<F>| a.into_dimensionality::<Ix3>().expect("layout shape");
+        let mut gate = |z: &str, b: &str| {
+            let z = take(z)?;
+            Some(GateParams { z: dim3(z), b: take(b)?.into_dimensionality::<Ix2>().expect("layout shape") })
+        };
+        let (gate_k, gate_v) = (gate("gate_k.z", "gate_k.b"), gate("gate_v.z", "gate_v.b"));
+        Ok(KernelParams {
+            gate_k,
+            gate_v,
+            proj_k: dim3(take("proj_k").expect("proj_k is always present")),
+            proj_v: take("proj_v").map(dim3),
+            gamma: take("gamma").map(|a| a.into_dimensionality::<Ix1>().expect("layout shape")),
+        })
+    }
+
+    /// Every piece present, in [`ParamLayout`] order: its name and values.
+    fn pieces(&self) -> Vec<(&'static str, ArrayViewD<'_, F>)> {
+        let mut out = Vec::new();
+        for (g, z, b) in [(&self.gate_k, "gate_k.z", "gate_k.b"), (&self.gate_v, "gate_v.z", "gate_v.b")] {
+            if let Some(g) = g {
+                out.extend([(z, g.z.view().into_dyn()), (b, g.b.view().into_dyn())]);
             }
         }
-        Ok(KernelParams { gate_k, gate_v, proj_k: proj_k.expect("proj_k is always present"), proj_v, gamma })
+        out.push(("proj_k", self.proj_k.view().into_dyn()));
+        out.extend(self.proj_v.as_ref().map(|p| ("proj_v", p.view().into_dyn())));
+        out.extend(self.gamma.as_ref().map(|g| ("gamma", g.view().into_dyn())));
+        out
     }
 
     /// The flat vector in [`ParamLayout`] order.
     pub fn to_flat(&self) -> Vec<F> {
-        let mut out = Vec::new();
-        for g in [&self.gate_k, &self.gate_v].into_iter().flatten() {
-            out.extend(g.z.iter().copied());
-            out.extend(g.b.iter().copied());
-        }
-        out.extend(self.proj_k.iter().copied());
-        if let Some(p) = &self.proj_v {
-            out.extend(p.iter().copied());
-        }
-        if let Some(g) = &self.gamma {
-            out.extend(g.iter().copied());
-        }
-        out
+        self.pieces().iter().flat_map(|(_, a)| a.iter().copied()).collect()
     }
 
     /// Checks every shape against the spec and dims, and that every value is finite.
     pub fn validate(&self, spec: &KernelSpec, dims: KernelDims) -> Result<()> {
         let layout = ParamLayout::of(spec, dims);
-        let mut got: Vec<(&str, Vec<usize>)> = Vec::new();
-        let mut push_gate = |name_z: &'static str, name_b: &'static str, g: &Option<GateParams<F>>| {
-            if let Some(g) = g {
-                got.push((name_z, g.z.shape().to_vec()));
-                got.push((name_b, g.b.shape().to_vec()));
-            }
-        };
-        push_gate("gate_k.z", "gate_k.b", &self.gate_k);
-        push_gate("gate_v.z", "gate_v.b", &self.gate_v);
-        got.push(("proj_k", self.proj_k.shape().to_vec()));
-        if let Some(p) = &self.proj_v {
-            got.push(("proj_v", p.shape().to_vec()));
-        }
-        if let Some(g) = &self.gamma {
-            got.push(("gamma", g.shape().to_vec()));
-        }
+        let got: Vec<(&str, Vec<usize>)> = self.pieces().iter().map(|(n, a)| (*n, a.shape().to_vec())).collect();
         for (want, have) in layout.pieces.iter().zip(&got) {
             if want.0 != have.0 {
                 return Err(Error::shape(
@@ -242,14 +220,6 @@ impl<F: Float> KernelParams<F> {
             share(p);
         }
     }
-}
-
-fn to3<F: Float>(shape: &[usize], v: Vec<F>) -> Array3<F> {
-    Array3::from_shape_vec((shape[0], shape[1], shape[2]), v).expect("layout shape")
-}
-
-fn to2<F: Float>(shape: &[usize], v: Vec<F>) -> Array2<F> {
-    Array2::from_shape_vec((shape[0], shape[1]), v).expect("layout shape")
 }
 
 impl KernelParams<f64> {

@@ -106,7 +106,7 @@ pub enum Impl {
     Reference,
     Candle,
     Both,
-    /// The fast CPU f32 forward (`phasekv::kernel::fast`).
+    /// The fast CPU f32 forward (`phasekv::kernel::tensor::fast`).
     Fast,
 }
 

@@ -3,10 +3,10 @@
 use super::subjects::stream_by_prefixes;
 use super::KernelUnderTest;
 use crate::kernel::attention::{AttentionInputs, AttentionOut};
-use crate::kernel::fast::FastKernel;
 use crate::kernel::params::KernelParams;
 use crate::kernel::reference;
 use crate::kernel::spec::{KernelDims, KernelSpec};
+use crate::kernel::tensor::fast::FastKernel;
 use crate::kernel::tensor::{self, TensorParams};
 use crate::kernel::Compressed;
 use crate::Result;

@@ -175,23 +175,23 @@ pub struct TensorSubject {
     spec: KernelSpec,
     dtype: DType,
     device: Device,
-    fused: bool,
+    fast: bool,
 }
 
 impl TensorSubject {
     /// The candle kernel for a spec, in `dtype` on `device`.
     pub fn new(spec: &KernelSpec, dtype: DType, device: &Device) -> Self {
-        TensorSubject { spec: spec.clone(), dtype, device: device.clone(), fused: true }
+        TensorSubject { spec: spec.clone(), dtype, device: device.clone(), fast: true }
     }
 
-    /// The same subject with the fused CPU f32 path disabled (primitive ops only).
+    /// The same subject with the fast CPU f32 path disabled (primitive ops only).
     pub fn primitive(mut self) -> Self {
-        self.fused = false;
+        self.fast = false;
         self
     }
 
     fn kernel(&self, dims: KernelDims, params: &KernelParams<f64>) -> Result<(TensorKernel, TensorParams)> {
-        let k = TensorKernel::new(&self.spec, dims, 1, &self.device, self.dtype)?.with_fused(self.fused);
+        let k = TensorKernel::new(&self.spec, dims, 1, &self.device, self.dtype)?.with_fast(self.fast);
         let p = TensorParams::from_heads(&self.spec, dims, std::slice::from_ref(params), &self.device, self.dtype)?;
         Ok((k, p))
     }
@@ -216,10 +216,10 @@ fn tensor_to_array2(t: &Tensor) -> Result<Array2<f64>> {
 
 impl KernelUnderTest for TensorSubject {
     fn label(&self) -> String {
-        let fused = self.fused && self.device.is_cpu() && self.dtype == DType::F32;
+        let fast = self.fast && self.device.is_cpu() && self.dtype == DType::F32;
         let dtype = format!("{:?}", self.dtype).to_lowercase();
         let device = if self.device.is_cpu() { "cpu" } else { "gpu" };
-        format!("candle-{dtype}-{device}{}", if fused { "-fused" } else { "" })
+        format!("candle-{dtype}-{device}{}", if fast { "-fast" } else { "" })
     }
 
     fn spec(&self) -> &KernelSpec {
@@ -231,7 +231,7 @@ impl KernelUnderTest for TensorSubject {
     }
 
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest> {
-        Box::new(TensorSubject { spec, dtype: self.dtype, device: self.device.clone(), fused: self.fused })
+        Box::new(TensorSubject { spec, dtype: self.dtype, device: self.device.clone(), fast: self.fast })
     }
 
     fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>> {

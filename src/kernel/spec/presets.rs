@@ -55,185 +55,67 @@ impl Preset {
     }
 }
 
+/// A row of the table: a preset with every field given.
+const fn row(name: &'static str, family: Family, about: &'static str, build: fn(&str) -> Result<KernelSpec>) -> Preset {
+    Preset { name, family, about, build }
+}
+
+/// A row for a paper geometry `w{W}s{S}`.
+const fn paper(name: &'static str, about: &'static str) -> Preset {
+    row(name, Family::Paper, about, windowed)
+}
+
+/// A row for a paper geometry with one knob changed, `w{W}s{S}-suffix`.
+const fn ablation(name: &'static str, about: &'static str) -> Preset {
+    row(name, Family::Ablation, about, windowed)
+}
+
 /// Every named preset, in a stable order: the paper geometries each followed by its four
 /// ablations (`w16s4`, added later, lists none: its ablations parse as the open-ended
 /// `w{W}s{S}-suffix` family), then DeepSeek-V4's kernels and the uncompressed baseline.
 pub const ALL: &[Preset] = &[
-    Preset {
-        name: "w4s4",
-        family: Family::Paper,
-        about: "paper geometry: window 4, stride 4 (no overlap)",
-        build: windowed,
-    },
-    Preset {
-        name: "w4s4-scalar",
-        family: Family::Ablation,
-        about: "w4s4 ablation: one gate logit per slot instead of per channel",
-        build: windowed,
-    },
-    Preset {
-        name: "w4s4-uniform",
-        family: Family::Ablation,
-        about: "w4s4 ablation: no learned gate: mean pooling",
-        build: windowed,
-    },
-    Preset {
-        name: "w4s4-tied",
-        family: Family::Ablation,
-        about: "w4s4 ablation: value gate tied to the key gate",
-        build: windowed,
-    },
-    Preset {
-        name: "w4s4-norope",
-        family: Family::Ablation,
-        about: "w4s4 ablation: no RoPE on entries, and a NoPE model",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s4",
-        family: Family::Paper,
-        about: "paper geometry: window 8, stride 4 (overlap 2)",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s4-scalar",
-        family: Family::Ablation,
-        about: "w8s4 ablation: one gate logit per slot instead of per channel",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s4-uniform",
-        family: Family::Ablation,
-        about: "w8s4 ablation: no learned gate: mean pooling",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s4-tied",
-        family: Family::Ablation,
-        about: "w8s4 ablation: value gate tied to the key gate",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s4-norope",
-        family: Family::Ablation,
-        about: "w8s4 ablation: no RoPE on entries, and a NoPE model",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s6",
-        family: Family::Paper,
-        about: "paper geometry: window 8, stride 6 (uneven overlap)",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s6-scalar",
-        family: Family::Ablation,
-        about: "w8s6 ablation: one gate logit per slot instead of per channel",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s6-uniform",
-        family: Family::Ablation,
-        about: "w8s6 ablation: no learned gate: mean pooling",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s6-tied",
-        family: Family::Ablation,
-        about: "w8s6 ablation: value gate tied to the key gate",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s6-norope",
-        family: Family::Ablation,
-        about: "w8s6 ablation: no RoPE on entries, and a NoPE model",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s8",
-        family: Family::Paper,
-        about: "paper geometry: window 8, stride 8 (no overlap)",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s8-scalar",
-        family: Family::Ablation,
-        about: "w8s8 ablation: one gate logit per slot instead of per channel",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s8-uniform",
-        family: Family::Ablation,
-        about: "w8s8 ablation: no learned gate: mean pooling",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s8-tied",
-        family: Family::Ablation,
-        about: "w8s8 ablation: value gate tied to the key gate",
-        build: windowed,
-    },
-    Preset {
-        name: "w8s8-norope",
-        family: Family::Ablation,
-        about: "w8s8 ablation: no RoPE on entries, and a NoPE model",
-        build: windowed,
-    },
-    Preset {
-        name: "w16s4",
-        family: Family::Paper,
-        about:
-            "window 16, stride 4 (overlap 4): does the period follow the stride when every token sits in four windows?",
-        build: windowed,
-    },
-    Preset {
-        name: "w12s12",
-        family: Family::Paper,
-        about: "paper geometry: window 12, stride 12 (no overlap)",
-        build: windowed,
-    },
-    Preset {
-        name: "w12s12-scalar",
-        family: Family::Ablation,
-        about: "w12s12 ablation: one gate logit per slot instead of per channel",
-        build: windowed,
-    },
-    Preset {
-        name: "w12s12-uniform",
-        family: Family::Ablation,
-        about: "w12s12 ablation: no learned gate: mean pooling",
-        build: windowed,
-    },
-    Preset {
-        name: "w12s12-tied",
-        family: Family::Ablation,
-        about: "w12s12 ablation: value gate tied to the key gate",
-        build: windowed,
-    },
-    Preset {
-        name: "w12s12-norope",
-        family: Family::Ablation,
-        about: "w12s12 ablation: no RoPE on entries, and a NoPE model",
-        build: windowed,
-    },
-    Preset {
-        name: "dsv4-csa",
-        family: Family::DeepSeekV4,
-        about: "DeepSeek-V4 CSA: W=8 S=4 pad-left, two groups, shared K/V, RMSNorm, partial YaRN RoPE",
-        build: dsv4_csa,
-    },
-    Preset {
-        name: "dsv4-hca",
-        family: Family::DeepSeekV4,
-        about: "DeepSeek-V4 HCA: W=S=128, shared K/V, RMSNorm, partial YaRN RoPE (dsv4-hca{m}: rate m)",
-        build: dsv4_hca,
-    },
-    Preset {
-        name: "full",
-        family: Family::Baseline,
-        about: "no compression: every token is its own entry (W=S=1, uniform)",
-        build: full,
-    },
+    paper("w4s4", "paper geometry: window 4, stride 4 (no overlap)"),
+    ablation("w4s4-scalar", "w4s4 ablation: one gate logit per slot, not per channel"),
+    ablation("w4s4-uniform", "w4s4 ablation: no learned gate: mean pooling"),
+    ablation("w4s4-tied", "w4s4 ablation: value gate tied to the key gate"),
+    ablation("w4s4-norope", "w4s4 ablation: no RoPE on entries, and a NoPE model"),
+    paper("w8s4", "paper geometry: window 8, stride 4 (overlap 2)"),
+    ablation("w8s4-scalar", "w8s4 ablation: one gate logit per slot, not per channel"),
+    ablation("w8s4-uniform", "w8s4 ablation: no learned gate: mean pooling"),
+    ablation("w8s4-tied", "w8s4 ablation: value gate tied to the key gate"),
+    ablation("w8s4-norope", "w8s4 ablation: no RoPE on entries, and a NoPE model"),
+    paper("w8s6", "paper geometry: window 8, stride 6 (uneven overlap)"),
+    ablation("w8s6-scalar", "w8s6 ablation: one gate logit per slot, not per channel"),
+    ablation("w8s6-uniform", "w8s6 ablation: no learned gate: mean pooling"),
+    ablation("w8s6-tied", "w8s6 ablation: value gate tied to the key gate"),
+    ablation("w8s6-norope", "w8s6 ablation: no RoPE on entries, and a NoPE model"),
+    paper("w8s8", "paper geometry: window 8, stride 8 (no overlap)"),
+    ablation("w8s8-scalar", "w8s8 ablation: one gate logit per slot, not per channel"),
+    ablation("w8s8-uniform", "w8s8 ablation: no learned gate: mean pooling"),
+    ablation("w8s8-tied", "w8s8 ablation: value gate tied to the key gate"),
+    ablation("w8s8-norope", "w8s8 ablation: no RoPE on entries, and a NoPE model"),
+    paper(
+        "w16s4",
+        "window 16, stride 4 (overlap 4): does the period follow the stride when every token sits in four windows?",
+    ),
+    paper("w12s12", "paper geometry: window 12, stride 12 (no overlap)"),
+    ablation("w12s12-scalar", "w12s12 ablation: one gate logit per slot, not per channel"),
+    ablation("w12s12-uniform", "w12s12 ablation: no learned gate: mean pooling"),
+    ablation("w12s12-tied", "w12s12 ablation: value gate tied to the key gate"),
+    ablation("w12s12-norope", "w12s12 ablation: no RoPE on entries, and a NoPE model"),
+    row(
+        "dsv4-csa",
+        Family::DeepSeekV4,
+        "DeepSeek-V4 CSA: W=8 S=4 pad-left, two groups, shared K/V, RMSNorm, partial YaRN RoPE",
+        dsv4_csa,
+    ),
+    row(
+        "dsv4-hca",
+        Family::DeepSeekV4,
+        "DeepSeek-V4 HCA: W=S=128, shared K/V, RMSNorm, partial YaRN RoPE (dsv4-hca{m}: rate m)",
+        dsv4_hca,
+    ),
+    row("full", Family::Baseline, "no compression: every token is its own entry (W=S=1, uniform)", full),
 ];
 
 /// One ablation: the `-suffix` and the knob it changes.
@@ -356,18 +238,13 @@ fn full(name: &str) -> Result<KernelSpec> {
 
 /// DeepSeek-V4's CSA compressor.
 fn dsv4_csa(name: &str) -> Result<KernelSpec> {
+    let spec = KernelSpec::generic(name, Geometry::new(8, 4, Alignment::PadLeft)?);
     Ok(KernelSpec {
-        name: name.into(),
-        geometry: Geometry::new(8, 4, Alignment::PadLeft)?,
-        gate: GateKind::Vector,
         groups: ParamGroups::Map(vec![0, 0, 0, 0, 1, 1, 1, 1]),
-        tied: false,
         shared_kv: true,
         rms_norm: true,
-        rms_norm_eps: RMS_NORM_EPS,
         rope: Some(dsv4_rope(EntryPosition::StrideStart)),
-        visibility: Visibility::Inclusive,
-        nope_model: false,
+        ..spec
     })
 }
 
@@ -376,18 +253,13 @@ fn dsv4_csa(name: &str) -> Result<KernelSpec> {
 fn dsv4_hca(name: &str) -> Result<KernelSpec> {
     let rate = name.strip_prefix("dsv4-hca").ok_or_else(|| unknown(name))?;
     let m = if rate.is_empty() { DSV4_HCA_RATE } else { rate.parse().map_err(|_| unknown(name))? };
+    let spec = KernelSpec::generic(name, Geometry::new(m, m, Alignment::Start)?);
     Ok(KernelSpec {
-        name: name.into(),
-        geometry: Geometry::new(m, m, Alignment::Start)?,
-        gate: GateKind::Vector,
         groups: ParamGroups::Shared,
-        tied: false,
         shared_kv: true,
         rms_norm: true,
-        rms_norm_eps: RMS_NORM_EPS,
         rope: Some(dsv4_rope(EntryPosition::First)),
-        visibility: Visibility::Inclusive,
-        nope_model: false,
+        ..spec
     })
 }
 

@@ -13,7 +13,7 @@
 //! Streaming ([`TensorStream`]) carries the last `W` input rows and runs the same code on the
 //! windows each chunk completes.
 
-mod fused;
+pub mod fast;
 pub mod ops;
 pub mod params;
 
@@ -23,6 +23,7 @@ pub use params::{TensorCompressed, TensorGate, TensorParams};
 use crate::kernel::spec::{GateKind, KernelDims, KernelSpec};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
+use fast::FastKernel;
 
 /// A kernel spec bound to dims, a head count, a device and a dtype.
 #[derive(Clone, Debug)]
@@ -33,7 +34,7 @@ pub struct TensorKernel {
     device: Device,
     dtype: DType,
     group_index: Tensor,
-    fused: bool,
+    fast: bool,
 }
 
 impl TensorKernel {
@@ -49,19 +50,19 @@ impl TensorKernel {
         let w = spec.geometry.window();
         let gi: Vec<u32> = (0..w).map(|i| spec.group_of(i) as u32).collect();
         let group_index = Tensor::from_vec(gi, w, device)?;
-        Ok(TensorKernel { spec: spec.clone(), dims, heads, device: device.clone(), dtype, group_index, fused: true })
+        Ok(TensorKernel { spec: spec.clone(), dims, heads, device: device.clone(), dtype, group_index, fast: true })
     }
 
-    /// Enables or disables the fused CPU forward ([`fused`]), used by default for f32
-    /// on the CPU when nothing requires a gradient. Disabling it forces the primitive-op path.
-    pub fn with_fused(mut self, fused: bool) -> Self {
-        self.fused = fused;
+    /// Enables or disables the fast CPU forward ([`fast`]), used by default for
+    /// f32 on the CPU when nothing requires a gradient. Disabling it forces the primitive-op path.
+    pub fn with_fast(mut self, fast: bool) -> Self {
+        self.fast = fast;
         self
     }
 
-    /// Whether a call with these inputs takes the fused CPU path.
-    pub fn uses_fused(&self, params: &TensorParams, x: &Tensor) -> bool {
-        self.fused && self.device.is_cpu() && self.dtype == DType::F32 && !x.track_op() && !params.requires_grad()
+    /// Whether a call with these inputs takes the fast CPU path.
+    pub fn uses_fast(&self, params: &TensorParams, x: &Tensor) -> bool {
+        self.fast && self.device.is_cpu() && self.dtype == DType::F32 && !x.track_op() && !params.requires_grad()
     }
 
     /// The spec.
@@ -83,12 +84,12 @@ impl TensorKernel {
     pub fn compress(&self, params: &TensorParams, x: &Tensor) -> Result<TensorCompressed> {
         let (_, t_len, _) = self.check_x(x)?;
         let g = &self.spec.geometry;
+        if self.uses_fast(params, x) {
+            return FastKernel::new(&self.spec, self.dims, self.heads)?.compress(params, x);
+        }
         let n = g.num_windows(t_len);
         let slots = g.slot_tokens(t_len);
         let positions = (0..n).map(|j| self.spec.entry_position(j)).collect();
-        if self.uses_fused(params, x) {
-            return fused::compress(&self.spec, self.heads, self.dims.d_head, params, x, positions);
-        }
         self.compress_slots(params, x, &slots, positions)
     }
 
@@ -146,24 +147,10 @@ impl TensorKernel {
             d,
         ))?;
         // Validity per (slot, window), replicated over the batch: [W, B*n, 1].
-        let mut valid = vec![0f32; w * b * n];
-        let mut counts = vec![0f32; n];
-        for j in 0..n {
-            for i in 0..w {
-                if slots[j * w + i].is_some() {
-                    counts[j] += 1.0;
-                }
-            }
-        }
-        for i in 0..w {
-            for bb in 0..b {
-                for j in 0..n {
-                    if slots[j * w + i].is_some() {
-                        valid[(i * b + bb) * n + j] = 1.0;
-                    }
-                }
-            }
-        }
+        // Row `k = (i B + b) n + j` is slot `i` of window `j` of sequence `b`.
+        let valid: Vec<f32> =
+            (0..w * b * n).map(|k| f32::from(u8::from(slots[k % n * w + k / (b * n)].is_some()))).collect();
+        let counts: Vec<f32> = slots.chunks(w).map(|win| win.iter().flatten().count() as f32).collect();
         let valid_t = Tensor::from_vec(valid.clone(), (w, b * n, 1), dev)?;
         // 2-3. gates
         let uniform = || -> Result<Tensor> {

@@ -1,6 +1,6 @@
 //! Parameters and outputs of the tensor kernel in the tensor layout (heads stacked on the last
-//! axis), shared by the primitive-op path ([`super`]) and the fused CPU forward
-//! ([`super::fused`]).
+//! axis), shared by the primitive-op path ([`super`]) and the fast CPU forward
+//! ([`super::fast`]).
 
 use crate::kernel::params::{GateParams, KernelParams};
 use crate::kernel::spec::{KernelDims, KernelSpec};

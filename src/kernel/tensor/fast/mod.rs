@@ -15,7 +15,7 @@
 //!    the sum and the weighted sum of the projected values, and a division finishes both. No
 //!    score tensor beyond the chunk is materialised ([`pool`] says why this form rather than the
 //!    running-rescale one);
-//! 3. post-processing ([`super::post::apply_with`], the code the reference runs, with each
+//! 3. post-processing ([`crate::kernel::post::apply_with`], the code the reference runs, with each
 //!    entry's RoPE table computed once for its keys and values).
 //!
 //! Chunks are fixed by the shapes alone, and each chunk's arithmetic is sequential, so the
@@ -31,9 +31,9 @@ mod windows;
 pub use windows::exp_nonpositive;
 use windows::{run_chunk, Isa};
 
-use super::post;
-use super::spec::{GateKind, KernelDims, KernelSpec};
-use super::tensor::{TensorCompressed, TensorParams};
+use super::params::{TensorCompressed, TensorParams};
+use crate::kernel::post;
+use crate::kernel::spec::{GateKind, KernelDims, KernelSpec};
 use crate::{Error, Result};
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use faer::linalg::matmul::matmul;
@@ -148,7 +148,7 @@ impl FastKernel {
     }
 
     /// Compresses `x: [B, T, d]` (f32 on the CPU) one-shot; the same output as
-    /// [`super::tensor::TensorKernel::compress`]. Refuses inputs or parameters that take part in
+    /// [`super::TensorKernel::compress`] (its primitive-op path). Refuses inputs or parameters that take part in
     /// automatic differentiation (this path has no backward).
     pub fn compress(&self, params: &TensorParams, x: &Tensor) -> Result<TensorCompressed> {
         let (b, t_len, d) =
@@ -325,20 +325,6 @@ impl FastKernel {
         let inv_freq = spec.rope.as_ref().map(|rs| rs.inv_frequencies(rs.rotated_channels(dh)));
         Ok(Prepared { wcat, blocks: Blocks { zk, cv, zv, width }, bias_k, bias_v, gamma, inv_freq })
     }
-}
-
-/// `out = a b` for row-major `a: [m, k]`, `b: [k, n]` with faer's sgemm on one thread (the
-/// bench's yardstick for "achieved FLOP/s").
-pub fn sgemm(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
-    let dst = MatMut::from_row_major_slice_mut(out, m, n);
-    matmul(
-        dst,
-        Accum::Replace,
-        MatRef::from_row_major_slice(a, m, k),
-        MatRef::from_row_major_slice(b, k, n),
-        1.0f32,
-        Par::Seq,
-    );
 }
 
 #[cfg(test)]
