@@ -20,6 +20,7 @@ use crate::figures::lab as figures;
 use crate::kernel::spec::KernelSpec;
 use crate::model::train::{list_snapshots, load_run, verify_run, EVAL_STREAM};
 use crate::run_dir::{atomic_write, write_csv_atomic, write_json_atomic, DirLock};
+use crate::task::{layout, Sample};
 use crate::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -70,6 +71,15 @@ pub struct EvalResult {
     pub balance: Balance,
     /// Every phase statistic.
     pub profile: PhaseProfile,
+    /// The pre-registered statistics (`theory/phase-lab.md` §7.2-7.3): the depth-controlled
+    /// phase test at the stride, the corrected period scan, gaps with their noise floors.
+    /// `None` in results written before they were computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statistics: Option<phase::PhaseStatistics>,
+    /// Accuracy of an elimination-only reader on these prompts ([`layout::elimination_baseline`]):
+    /// chance (`1 / n_records`) when the first query is scored. `None` in older results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elimination_baseline: Option<f64>,
     /// Identity of the run evaluated (`<config hash>/<weights hash>`); a cached result is
     /// reused only for the same identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -200,6 +210,9 @@ pub fn eval_run(
     let outcomes = eval::evaluate(&model.decoder, &prompts, progress)?;
     let stride = stride_of(&config.model.preset)?;
     let profile = phase::profile(&outcomes, task.residue_modulus, stride, seed)?;
+    let records = phase::records(&prompts, &outcomes)?;
+    let statistics = Some(phase::statistics(&records, task.residue_modulus, stride, seed)?);
+    let samples: Vec<Sample> = prompts.iter().map(|p| p.sample.clone()).collect();
     let result = EvalResult {
         preset: config.model.preset.clone(),
         protocol,
@@ -208,6 +221,8 @@ pub fn eval_run(
         stride,
         balance,
         profile,
+        statistics,
+        elimination_baseline: Some(layout::elimination_baseline(task, &samples)),
         run_id: id,
     };
     let mut lines = String::new();

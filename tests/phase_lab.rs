@@ -405,3 +405,55 @@ fn audit_applies_the_depth_controlled_phase_test_with_positions_from_the_export(
     assert!(p_phase < 1e-3, "a planted 25 pp phase effect must be found: p = {p_phase}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The evaluation protocols on issue 17's task (query block after the records, first query
+/// scored) are phase families: every group the same size, the scored query the target, the
+/// depth distributions equal (largest CDF difference 0, so the balance agrees), the
+/// elimination-only reader at chance, every layout a training layout, and a knockout's
+/// reference set has exactly the prompt's layout. On the default task the same depth check
+/// is computed (and reported by `eval`) for the moment-matched protocols.
+#[test]
+fn the_protocols_on_the_phase_family_task_have_equal_depth_distributions() {
+    use phasekv::task::{layout, QueryPlacement, ScoredQuery};
+    let task = TaskConfig {
+        query_placement: QueryPlacement::AfterRecords,
+        max_tail: 8,
+        scored_query: ScoredQuery::First,
+        ..TaskConfig::default()
+    };
+    let m = task.residue_modulus;
+    for proto in Protocol::ALL {
+        let prompts = protocol::generate(&task, proto, 30, 3).unwrap();
+        assert_eq!(prompts, protocol::generate(&task, proto, 30, 3).unwrap(), "same seed, same prompts");
+        assert_eq!(prompts.len(), 30 * m);
+        let balance = protocol::balance(&prompts, m);
+        assert_eq!(balance.depth_cdf_gap, Some(0.0), "{proto:?}");
+        assert!(balance.agrees());
+        assert!(balance.groups.iter().all(|g| g.n == 30));
+        let samples: Vec<_> = prompts.iter().map(|p| p.sample.clone()).collect();
+        assert_eq!(layout::max_depth_cdf_gap(&task, &samples), 0.0);
+        assert_eq!(layout::elimination_baseline(&task, &samples), task.chance_in_context());
+        for (i, p) in prompts.iter().enumerate() {
+            assert_eq!(p.id, i);
+            assert_eq!(p.target_pos % m, p.group);
+            assert_eq!(p.target().source_key_pos, p.target_pos);
+            assert_eq!(p.scored, 0, "the first query is scored");
+            assert!(task.layout_probability(&p.sample) > 0.0, "prompt {i} is not a training layout");
+        }
+        let p = &prompts[7 * 30 + 4];
+        for s in protocol::same_layout(&task, p, 3, 9).unwrap() {
+            assert_eq!(s.record_positions, p.sample.record_positions);
+            assert_eq!(s.queries.iter().map(|q| q.query_pos).min(), p.sample.queries.iter().map(|q| q.query_pos).min());
+        }
+    }
+    // The first run's moment-matched protocols: the same check, recorded, and far from 0.
+    let old = TaskConfig::default();
+    for proto in Protocol::ALL {
+        let prompts = protocol::generate(&old, proto, 30, 3).unwrap();
+        let gap = protocol::balance(&prompts, old.residue_modulus).depth_cdf_gap.unwrap();
+        let samples: Vec<_> = prompts.iter().map(|p| p.sample.clone()).collect();
+        assert_eq!(gap, layout::max_depth_cdf_gap(&old, &samples));
+        eprintln!("default task, {}: largest depth-CDF difference {gap:.3}", proto.name());
+        assert!(gap > 0.1, "{proto:?}: {gap}");
+    }
+}

@@ -208,6 +208,8 @@ fn statistics_from_protocol_prompts_and_outcomes() {
             group: p.group,
             correct: p.id % 10 < if p.target_pos % 4 == 1 { 5 } else { 9 },
             prob: None,
+            position: None,
+            depth: None,
         })
         .collect();
     let rec = phase_records(&prompts, &outcomes).unwrap();

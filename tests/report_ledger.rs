@@ -36,7 +36,7 @@ fn outcomes(acc: impl Fn(usize) -> f64) -> Vec<Outcome> {
     for g in 0..M {
         let k = (acc(g) * N as f64).round() as usize;
         for i in 0..N {
-            out.push(Outcome { id: out.len(), group: g, correct: i < k, prob: None });
+            out.push(Outcome { id: out.len(), group: g, correct: i < k, prob: None, position: None, depth: None });
         }
     }
     out

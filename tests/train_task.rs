@@ -274,3 +274,37 @@ fn phase_families_refuse_a_task_that_cannot_build_them() {
     let e = bad_tail.validate().unwrap_err().to_string();
     assert!(e.contains("task.max_tail") && e.contains("must be 0"), "{e}");
 }
+
+/// In-sequence phase families: the prefix and the gaps before the target are redrawn per
+/// member from their training ranges, so the records before the target move independently of
+/// it; the target lands in every group, and the scored query's depth and every layout's
+/// training probability are the family's.
+#[test]
+fn in_sequence_families_redraw_the_layout_before_the_target_only() {
+    let strategy = (family_task(), any::<u64>());
+    common::runner("task-phase-family-in-sequence", 64, Some("proptest-regressions/train_task.txt"))
+        .run(&strategy, |(cfg, seed)| {
+            use rand::SeedableRng;
+            cfg.validate().unwrap();
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let family = cfg.family(&mut rng, None, layout::FamilyShift::BeforeTarget).unwrap();
+            prop_assert_eq!(family.len(), cfg.residue_modulus);
+            let i = layout::scored(&cfg, &family[0]).unwrap();
+            let (d0, r0, p0) =
+                (depth(&family[0].queries[i]), family[0].queries[i].record_index, cfg.layout_probability(&family[0]));
+            let rec = cfg.key_len + cfg.val_len;
+            for (g, s) in family.iter().enumerate() {
+                let q = &s.queries[i];
+                prop_assert_eq!(s.tokens.len(), cfg.seq_len());
+                prop_assert_eq!(q.residue_group, g);
+                prop_assert_eq!(q.record_index, r0);
+                prop_assert_eq!(depth(q), d0);
+                prop_assert!(s.prefix <= cfg.max_prefix);
+                prop_assert!(s.record_positions.windows(2).all(|w| w[1] - w[0] - rec <= cfg.max_gap));
+                prop_assert_eq!(cfg.layout_probability(s), p0);
+                prop_assert!(p0 > 0.0);
+            }
+            Ok(())
+        })
+        .unwrap();
+}

@@ -1,7 +1,8 @@
 //! Evaluating a trained decoder on protocol prompts, and knockouts by mean replacement
 //! (`theory/phase-lab.md` §1 and §4).
 //!
-//! **Scoring.** The scored query is the last one of each prompt; with teacher forcing, greedy
+//! **Scoring.** The scored query is each prompt's [`Prompt::target`] (the last query, or the
+//! first under `task.scored_query = "first"`); with teacher forcing, greedy
 //! exact match of all answer tokens is every answer token being the argmax (one forward pass),
 //! and the answer probability is the product of the answer tokens' probabilities.
 //!
@@ -31,7 +32,7 @@ fn tokens(samples: &[&Sample], device: &Device) -> Result<Tensor> {
     Ok(Tensor::from_vec(flat, (samples.len(), t), device)?)
 }
 
-/// Scores the last query of each prompt given a probe (intervention) for the batch.
+/// Scores the scored query of each prompt given a probe (intervention) for the batch.
 fn score(model: &Decoder, prompts: &[&Prompt], probe: &Probe, device: &Device) -> Result<Vec<Outcome>> {
     let samples: Vec<&Sample> = prompts.iter().map(|p| &p.sample).collect();
     let toks = tokens(&samples, device)?;
@@ -59,7 +60,14 @@ fn score(model: &Decoder, prompts: &[&Prompt], probe: &Probe, device: &Device) -
             let rows = b * per..(b + 1) * per;
             let correct = rows.clone().all(|r| pred[r] == targets[r]);
             let lp: f64 = rows.map(|r| logp[r][targets[r] as usize] as f64).sum();
-            Outcome { id: p.id, group: p.group, correct, prob: Some(lp.exp()) }
+            Outcome {
+                id: p.id,
+                group: p.group,
+                correct,
+                prob: Some(lp.exp()),
+                position: Some(p.target_pos),
+                depth: Some(p.depth()),
+            }
         })
         .collect())
 }

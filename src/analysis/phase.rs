@@ -28,6 +28,12 @@ pub struct Outcome {
     /// Probability of the answer (product over answer tokens), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prob: Option<f64>,
+    /// Source-key position of the target (its phase is `position mod S`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<usize>,
+    /// Depth of the scored query (its position minus the target key's), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<usize>,
 }
 
 /// The chi-square test of independence between group and correctness.
@@ -165,8 +171,7 @@ pub fn records(prompts: &[Prompt], outcomes: &[Outcome]) -> Result<Vec<PhaseReco
                     format!("prompt {} is in group {}, its outcome says {}", o.id, p.group, o.group),
                 ));
             }
-            let q = p.target().query_pos;
-            Ok(PhaseRecord { position: p.target_pos, depth: q.saturating_sub(p.target_pos), correct: o.correct })
+            Ok(PhaseRecord { position: p.target_pos, depth: p.depth(), correct: o.correct })
         })
         .collect()
 }

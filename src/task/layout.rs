@@ -19,6 +19,18 @@ use crate::{Error, Result};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
+/// How the members of a phase family differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FamilyShift {
+    /// Filler inserted after `BOS`: every record moves with the target (prefix padding).
+    Prefix,
+    /// The prefix and the gaps before the target redrawn from their training ranges, so that
+    /// the target lands in each group while the records before it move independently
+    /// (in-sequence padding). The gaps from the target on, the tail and so the depth are the
+    /// family's; the tokens are drawn afresh for each member.
+    BeforeTarget,
+}
+
 /// The scored query of an evaluation prompt built by this task's config.
 pub fn scored(task: &TaskConfig, s: &Sample) -> Option<usize> {
     match task.scored_query {
@@ -56,6 +68,11 @@ impl TaskConfig {
     /// residue group `g`, otherwise identical up to the shift. `target` picks the scored
     /// record (`None`: uniform).
     pub fn phase_family(&self, rng: &mut ChaCha8Rng, target: Option<usize>) -> Result<Vec<Sample>> {
+        self.family(rng, target, FamilyShift::Prefix)
+    }
+
+    /// A phase family whose members move by `shift` ([`FamilyShift`]).
+    pub fn family(&self, rng: &mut ChaCha8Rng, target: Option<usize>, shift: FamilyShift) -> Result<Vec<Sample>> {
         self.check_phase_family()?;
         let m = self.residue_modulus;
         let prefix0 = rng.random_range(0..=self.max_prefix + 1 - m);
@@ -65,6 +82,19 @@ impl TaskConfig {
             Some(t) => t,
             None => rng.random_range(0..self.n_records),
         };
+        if shift == FamilyShift::BeforeTarget {
+            let rec = self.key_len + self.val_len;
+            return (0..m)
+                .map(|g| {
+                    let mut own = gaps.clone();
+                    own[..target].iter_mut().for_each(|x| *x = rng.random_range(0..=self.max_gap));
+                    let at = 1 + target * rec + own[..target].iter().sum::<usize>();
+                    let first = (g + m - at % m) % m;
+                    let prefix = first + m * rng.random_range(0..=(self.max_prefix - first) / m);
+                    self.sample_prompt_with_tail(rng, prefix, &own, tail, target)
+                })
+                .collect();
+        }
         let base = self.sample_prompt_with_tail(rng, prefix0, &gaps, tail, target)?;
         let pad: Vec<u32> = (0..m).map(|_| 2 + rng.random_range(0..self.n_filler) as u32).collect();
         let i = scored(self, &base).expect("a prompt has queries");
@@ -131,15 +161,22 @@ fn shifted(base: &Sample, delta: usize, pad: &[u32], m: usize) -> Sample {
 /// CDF and the pooled one (a two-sample Kolmogorov-Smirnov distance against the pool), for
 /// each prompt's scored query. 0 when every group has the same depth distribution.
 pub fn max_depth_cdf_gap(task: &TaskConfig, prompts: &[Sample]) -> f64 {
-    let m = task.residue_modulus;
+    let pairs: Vec<(usize, usize)> = prompts
+        .iter()
+        .filter_map(|s| scored(task, s).map(|i| (s.queries[i].residue_group, depth(&s.queries[i]))))
+        .collect();
+    max_cdf_gap(&pairs, task.residue_modulus)
+}
+
+/// The largest difference between any group's empirical CDF and the pooled one, over
+/// `(group, value)` pairs with groups taken mod `m` (what [`max_depth_cdf_gap`] computes).
+pub fn max_cdf_gap(pairs: &[(usize, usize)], m: usize) -> f64 {
+    let m = m.max(1);
     let mut by_group: Vec<Vec<usize>> = vec![Vec::new(); m];
-    let mut pooled = Vec::new();
-    for s in prompts {
-        if let Some(i) = scored(task, s) {
-            let q = &s.queries[i];
-            by_group[q.residue_group % m].push(depth(q));
-            pooled.push(depth(q));
-        }
+    let mut pooled = Vec::with_capacity(pairs.len());
+    for &(g, d) in pairs {
+        by_group[g % m].push(d);
+        pooled.push(d);
     }
     pooled.sort_unstable();
     let cdf = |xs: &[usize], d: usize| xs.partition_point(|&x| x <= d) as f64 / xs.len().max(1) as f64;

@@ -92,15 +92,11 @@ pub fn audit(cmd: AuditCmd) -> anyhow::Result<ExitCode> {
             let out = out.unwrap_or_else(|| results.with_extension("audit"));
             let a = lab::audit_analyze(&results, modulus, stride, seed, &out, export.as_deref())?;
             print_profile(&format!("audit of {}", results.display()), None, &a.profile);
-            match a.statistics.as_ref().and_then(|st| st.phase_test.as_ref()) {
-                Some(t) => println!(
-                    "  depth-controlled phase test (pre-registered, S = {}): p = {} ({:?}), depth-adjusted phase gap {:.1} pp",
-                    t.stride, t.p, t.method, t.adjusted_gap_pp
-                ),
-                None if export.is_none() => {
+            match &a.statistics {
+                Some(st) => print_statistics(st),
+                None => {
                     println!("  (give --export and --stride for the depth-controlled phase test: positions come from the export)")
                 }
-                None => {}
             }
             let extra = if a.statistics.is_some() { ",statistics.json" } else { "" };
             println!("  written: {}/{{profile.json{extra},groups.csv,phase.svg,phase.png}}", out.display());

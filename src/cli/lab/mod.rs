@@ -8,8 +8,9 @@ pub use audit::{audit, AuditCmd};
 
 use super::progress::Progress;
 use clap::{Args, Subcommand, ValueEnum};
-use phasekv::analysis::phase::PhaseProfile;
+use phasekv::analysis::phase::{PhaseProfile, PhaseStatistics};
 use phasekv::analysis::protocol::{self, Balance, Protocol};
+use phasekv::analysis::stats::GapSummary;
 use phasekv::lab::{self, LabSettings};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -126,6 +127,33 @@ pub fn print_profile(title: &str, balance: Option<&Balance>, p: &PhaseProfile) {
     );
 }
 
+/// Prints the pre-registered statistics (`theory/phase-lab.md` §7.2-7.3).
+pub fn print_statistics(st: &PhaseStatistics) {
+    if let Some(t) = &st.phase_test {
+        println!(
+            "  depth-controlled phase test (pre-registered, S = {}): p = {} ({:?}), depth-adjusted phase gap {:.1} pp",
+            t.stride, t.p, t.method, t.adjusted_gap_pp
+        );
+    }
+    let gap = |g: &GapSummary| {
+        format!(
+            "{:.1} pp (95 % CI {:.1}..{:.1}, null 95th percentile {:.1})",
+            g.gap_pp, g.ci_lo_pp, g.ci_hi_pp, g.noise_floor_pp
+        )
+    };
+    println!("  max gap over groups {}", gap(&st.gap));
+    if let Some(f) = &st.folded_gap {
+        println!("  max gap over phases {}", gap(f));
+    }
+    let period = st.period_scan.period.map_or("none".to_string(), |p| p.to_string());
+    println!(
+        "  period scan (exploratory, corrected): {period}, corrected p = {}; best {} in {:.0} % of resamples",
+        st.period_scan.corrected_p,
+        st.period_scan.best,
+        100.0 * st.period_stability
+    );
+}
+
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let protocol = Protocol::from(args.protocol);
     let r = lab::eval_run(&args.run, protocol, args.samples, args.seed, &mut bar("eval"))?;
@@ -134,6 +162,15 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
         Some(&r.balance),
         &r.profile,
     );
+    if let Some(gap) = r.balance.depth_cdf_gap {
+        println!("  depth distribution: largest CDF difference between a group and the pool {gap:.3}");
+    }
+    if let Some(e) = r.elimination_baseline {
+        println!("  elimination-only baseline {:.1} %", 100.0 * e);
+    }
+    if let Some(st) = &r.statistics {
+        print_statistics(st);
+    }
     println!("  written: {}/eval-{}.{{json,csv,svg,png}}", args.run.display(), protocol.name());
     Ok(ExitCode::SUCCESS)
 }
