@@ -320,9 +320,11 @@ pub fn gates_run(
     if weights.last().map(|w| w.0) != Some(config.train.steps) {
         weights.push((config.train.steps, None));
     }
+    // Every snapshot is loaded (and its hash checked) before any is analysed: a changed one is
+    // refused before any work.
+    let models = weights.iter().map(|(_, path)| Ok(load_run(run, path.as_deref())?.1)).collect::<Result<Vec<_>>>()?;
     let mut snapshots = Vec::with_capacity(weights.len());
-    for (i, (step, path)) in weights.iter().enumerate() {
-        let (_, model) = load_run(run, path.as_deref())?;
+    for (i, ((step, _), model)) in weights.iter().zip(&models).enumerate() {
         snapshots.push(GateSnapshot { step: *step, gates: gates::gate_stats(&model.decoder, &seqs)? });
         progress(i + 1, weights.len());
     }

@@ -226,7 +226,7 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
     let err = lab::eval_run(&dir, Protocol::Prefix, 7, 0, &mut |_, _| {}).unwrap_err().to_string();
     assert!(err.contains("eval-prefix.json") && err.contains("never overwritten"), "{err}");
     let g = lab::gates_run(&dir, 4, 0, &mut |_, _| {}).unwrap().expect("w4s4 has gates");
-    assert_eq!(g.snapshots.iter().map(|s| s.step).collect::<Vec<_>>(), vec![8, 16, 24]);
+    assert_eq!(g.snapshots.iter().map(|s| s.step).collect::<Vec<_>>(), vec![0, 8, 16, 24], "snapshots from step 0 on");
     for s in &g.snapshots {
         assert_eq!(s.gates.len(), 2 * 2, "key and value gate of one head in each of 2 layers");
         for x in &s.gates {
@@ -239,7 +239,7 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
     assert_eq!(k.map.rows.len(), 2);
     assert!(dir.join("knockout.png").exists() && dir.join("gates-trajectory.svg").exists());
     let csv = std::fs::read_to_string(dir.join("gates.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 1 + 3 * 4, "a header and one line per gate and snapshot");
+    assert_eq!(csv.lines().count(), 1 + 4 * 4, "a header and one line per gate and snapshot");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -455,5 +455,43 @@ fn the_protocols_on_the_phase_family_task_have_equal_depth_distributions() {
         assert_eq!(gap, layout::max_depth_cdf_gap(&old, &samples));
         eprintln!("default task, {}: largest depth-CDF difference {gap:.3}", proto.name());
         assert!(gap > 0.1, "{proto:?}: {gap}");
+    }
+}
+
+/// E7's instrument (`analysis::gates::Reads`): what a head reads from each offset is the gate
+/// times the norm of the slot's projection, per channel. Every read profile is a distribution
+/// over the `W` offsets with its effective number in `[1, W]`; an offset whose key projection is
+/// zero is not read by the key branch at all, although its gate weight is not zero.
+#[test]
+fn reads_weigh_the_gate_by_the_projected_norm() {
+    use phasekv::analysis::gates::{gate_stats, Branch};
+    let cfg = tiny("w4s4");
+    let m = Model::new(&cfg, &candle_core::Device::Cpu).unwrap();
+    let samples: Vec<_> = (0..4).flat_map(|s| cfg.task.batch(2, s, 4)).collect();
+    let w = 4;
+    let before = gate_stats(&m.decoder, &samples).unwrap();
+    assert!(!before.is_empty());
+    for g in &before {
+        let r = g.reads.as_ref().expect("reads of a compressed layer");
+        assert_eq!(r.profile.len(), w);
+        assert!((r.profile.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{:?}", r.profile);
+        assert!(r.static_offsets >= 1.0 - 1e-9 && r.static_offsets <= w as f64 + 1e-9);
+        assert!(r.input_offsets >= 1.0 - 1e-9 && r.input_offsets <= r.static_offsets + 1e-9);
+    }
+    // Zero the key projection of offset 0's group (w4s4 has one group per offset) in layer 0.
+    for (name, var) in m.store.vars() {
+        if name == "layer0.attn.kernel.proj_k" {
+            let t = var.as_tensor();
+            let rest = t.narrow(0, 1, t.dim(0).unwrap() - 1).unwrap();
+            let zero = t.narrow(0, 0, 1).unwrap().zeros_like().unwrap();
+            var.set(&candle_core::Tensor::cat(&[&zero, &rest], 0).unwrap()).unwrap();
+        }
+    }
+    let after = gate_stats(&m.decoder, &samples).unwrap();
+    let key0: Vec<_> = after.iter().filter(|g| g.layer == 0 && g.branch == Branch::Key).collect();
+    assert!(!key0.is_empty());
+    for g in key0 {
+        assert!(g.profile[0] > 0.0, "the gate still weighs offset 0");
+        assert_eq!(g.reads.as_ref().unwrap().profile[0], 0.0, "a zero projection is not read");
     }
 }

@@ -54,7 +54,7 @@ fn periodic(s: usize) -> impl Fn(usize) -> f64 {
 fn write_eval(dir: &Path, preset: &str, protocol: Protocol, acc: &dyn Fn(usize) -> f64) {
     let s = stride(preset);
     let profile = phase::profile(&outcomes(acc), M, s, 0).unwrap();
-    let balance = Balance { groups: vec![], mean_spread: 0.0, std_spread: 0.0 };
+    let balance = Balance { groups: vec![], mean_spread: 0.0, std_spread: 0.0, depth_cdf_gap: None };
     let r = EvalResult {
         preset: preset.into(),
         protocol,
@@ -63,6 +63,8 @@ fn write_eval(dir: &Path, preset: &str, protocol: Protocol, acc: &dyn Fn(usize) 
         stride: s,
         balance,
         profile,
+        statistics: None,
+        elimination_baseline: None,
         run_id: None,
     };
     write(&dir.join(format!("eval-{}.json", protocol.name())), &r);
@@ -104,6 +106,7 @@ fn write_gates(dir: &Path, preset: &str, end_static: f64, value_peak: usize) {
         input_concentration: 3.0,
         profile: (0..8).map(|i| if i == peak { 0.6 } else { 0.4 / 7.0 }).collect(),
         windows: 100,
+        reads: None,
     };
     let snaps = vec![
         GateSnapshot { step: 100, gates: vec![gate(7.5, Branch::Key, 2), gate(7.5, Branch::Value, 5)] },

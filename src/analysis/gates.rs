@@ -61,6 +61,27 @@ pub struct GateStats {
     pub profile: Vec<f64>,
     /// Windows averaged over.
     pub windows: usize,
+    /// What the head reads from each offset (E7's instrument); `None` in results written
+    /// before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reads: Option<Reads>,
+}
+
+/// What a head reads from each window offset: per window `j` and channel `e`, the share
+/// `rho_{j,e}(i) = a_{j,i,c(e)} |v_{j,i,e}| / sum_i' a_{j,i',c(e)} |v_{j,i',e}|` of offset `i` in
+/// the pooled entry, where `a` is the gate (channel `c(e) = e` for vector gates, the one channel
+/// otherwise) and `v_{j,i} = C_{g(i)} h_{t(j,i)}` the projected key or value of the slot. Unlike
+/// the gate alone it counts an offset whose projection is near zero as not read
+/// (`theory/phase-lab.md` §7.5, E7). The same summaries as the gate's ([`concentrations`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reads {
+    /// `exp(H(E_j[rho_{j,e}]))`, averaged over channels: the static effective number of read
+    /// offsets.
+    pub static_offsets: f64,
+    /// `E_{j,e}[exp(H(rho_{j,e}))]`.
+    pub input_offsets: f64,
+    /// The average share of each offset `0..W` (over windows and channels).
+    pub profile: Vec<f64>,
 }
 
 /// Static and input-dependent concentration of gate weights `gates: [n_windows][channels][W]`.
@@ -122,6 +143,17 @@ pub fn gate_stats(model: &Decoder, samples: &[Sample]) -> Result<Vec<GateStats>>
                     }
                 }
                 let (s, i, profile) = concentrations(&wins);
+                let reads = match (&cap.input, model.compressor(l)) {
+                    (Some(x), Some(params)) => {
+                        let proj = match (branch, &params.proj_v) {
+                            (Branch::Value, Some(pv)) => pv,
+                            _ => &params.proj_k,
+                        };
+                        let sets = ReadSets { x, proj, gate: &data, dims: (b, h, n, w, c), head };
+                        Some(reads_of(model, &sets, &full_windows)?)
+                    }
+                    _ => None,
+                };
                 out.push(GateStats {
                     layer: l,
                     head,
@@ -130,11 +162,62 @@ pub fn gate_stats(model: &Decoder, samples: &[Sample]) -> Result<Vec<GateStats>>
                     input_concentration: i,
                     profile,
                     windows: wins.len(),
+                    reads,
                 });
             }
         }
     }
     Ok(out)
+}
+
+/// The inputs of [`reads_of`] for one head and branch.
+struct ReadSets<'a> {
+    /// Compressor input `[B, T, d]`.
+    x: &'a Tensor,
+    /// Projection `[G, d, H*d_h]`.
+    proj: &'a Tensor,
+    /// Gate weights `[B, H, n, W, c]`, flattened.
+    gate: &'a [f64],
+    /// `(B, H, n, W, c)`.
+    dims: (usize, usize, usize, usize, usize),
+    head: usize,
+}
+
+/// [`Reads`] of one head and branch over the full windows of the batch.
+fn reads_of(model: &Decoder, r: &ReadSets, full_windows: &[usize]) -> Result<Reads> {
+    let (b, h, n, w, c) = r.dims;
+    let (_, t, d) = r.x.dims3()?;
+    let dh = model.config().d_head;
+    let x: Vec<f64> = r.x.to_dtype(candle_core::DType::F64)?.flatten_all()?.to_vec1()?;
+    let p: Vec<f64> = r.proj.to_dtype(candle_core::DType::F64)?.flatten_all()?.to_vec1()?;
+    let spec = model.spec();
+    let g = &spec.geometry;
+    let mut wins = Vec::with_capacity(b * full_windows.len());
+    let mut v = vec![0f64; w * dh];
+    for bb in 0..b {
+        for &j in full_windows.iter().filter(|&&j| j < n) {
+            for i in 0..w {
+                let Some(tok) = g.token_at(j, i).filter(|&tok| tok < t) else { continue };
+                let (xr, gi) = (&x[(bb * t + tok) * d..(bb * t + tok + 1) * d], spec.group_of(i));
+                for (e, ve) in v[i * dh..(i + 1) * dh].iter_mut().enumerate() {
+                    let col = r.head * dh + e;
+                    *ve = (0..d).map(|k| xr[k] * p[(gi * d + k) * h * dh + col]).sum::<f64>().abs();
+                }
+            }
+            let base = ((bb * h + r.head) * n + j) * w * c;
+            let chans: Vec<Vec<f64>> = (0..dh)
+                .map(|e| {
+                    let ch = if c == dh { e } else { 0 };
+                    let raw: Vec<f64> = (0..w).map(|i| r.gate[base + i * c + ch] * v[i * dh + e]).collect();
+                    let total: f64 = raw.iter().sum();
+                    raw.iter().map(|x| if total > 0.0 { x / total } else { 1.0 / w as f64 }).collect()
+                })
+                .collect();
+            wins.push(chans);
+        }
+    }
+    let (static_offsets, input_offsets, profile) = concentrations(&wins);
+    Ok(Reads { static_offsets, input_offsets, profile })
 }
 
 /// The gate preferences at one training step.

@@ -100,6 +100,9 @@ pub struct LayerCapture {
     pub gate_k: Option<Tensor>,
     /// Value gate weights `[B, H_kv, n, W, c]` of a compressed layer.
     pub gate_v: Option<Tensor>,
+    /// The compressor's input `[B, T, d]` of a compressed layer (what its projections read;
+    /// `None` for `full`).
+    pub input: Option<Tensor>,
 }
 
 /// Mean replacement of one KV head's attended keys and values (`theory/phase-lab.md` §4).
@@ -184,6 +187,11 @@ impl Decoder {
     /// The model config.
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The compressor parameters of layer `layer` (`None` for `full` or a layer out of range).
+    pub fn compressor(&self, layer: usize) -> Option<&TensorParams> {
+        self.blocks.get(layer).and_then(|b| b.attn.kernel.as_ref()).map(|(_, p)| p)
     }
 
     /// The kernel spec of the attention layers.
@@ -296,7 +304,7 @@ impl Decoder {
                     &empty,
                     &empty,
                 )?;
-                let cap = capture.then(|| LayerCapture { keys: k, values: v, gate_k: None, gate_v: None });
+                let cap = capture.then(|| LayerCapture { keys: k, values: v, gate_k: None, gate_v: None, input: None });
                 (out, cap)
             }
             Some((kernel, params)) => {
@@ -323,6 +331,7 @@ impl Decoder {
                     values: ev,
                     gate_k: Some(entries.gate_k),
                     gate_v: Some(entries.gate_v),
+                    input: Some(x.clone()),
                 });
                 (out, cap)
             }

@@ -157,6 +157,18 @@ pub fn train(
     let t0 = Instant::now();
     let elapsed = |t0: &Instant| elapsed_before + t0.elapsed().as_secs_f64();
     let eval_chunk = tc.batch_size.max(1);
+    // Parameter snapshots (gate trajectories) on the checkpoint cadence and at step 0, so that
+    // E7 reads the gates from initialisation on (`theory/phase-lab.md` §7.5).
+    let save_snapshot = |step: usize| -> Result<()> {
+        let snapshots = run.file(SNAPSHOT_DIR);
+        std::fs::create_dir_all(&snapshots).map_err(|e| Error::io(&snapshots, e))?;
+        let snapshot = snapshots.join(snapshot_name(step));
+        let hash = save_tensors(&model.tensors(), &snapshot)?;
+        write_atomic(&snapshot.with_extension(SNAPSHOT_HASH_EXT), hash.as_bytes())
+    };
+    if step == 0 {
+        save_snapshot(0)?;
+    }
     let save_checkpoint =
         |step: usize, elapsed_s: f64, evals: &[EvalReport], opt: &AdamW, initial_loss: Option<f64>| -> Result<()> {
             let mut map = model.tensors();
@@ -167,11 +179,7 @@ pub fn train(
             // run that was interrupted and resumed has the same snapshots (gate trajectories) as
             // one that was not.
             if step.is_multiple_of(tc.checkpoint_every) || step == tc.steps {
-                let snapshots = run.file(SNAPSHOT_DIR);
-                std::fs::create_dir_all(&snapshots).map_err(|e| Error::io(&snapshots, e))?;
-                let snapshot = snapshots.join(snapshot_name(step));
-                let hash = save_tensors(&model.tensors(), &snapshot)?;
-                write_atomic(&snapshot.with_extension(SNAPSHOT_HASH_EXT), hash.as_bytes())?;
+                save_snapshot(step)?;
             }
             let checksum = save_tensors(&map, &run.file(&file))?;
             // The latest checkpoint and the one before it are kept: if the latest is damaged,
