@@ -129,6 +129,7 @@ fn plots_write_svg_and_png() {
         cells: vec![vec![0, 1, 1], vec![1, 1, 1]],
         cell_text: None,
         categories: vec![("zero".into(), (0, 200, 0)), ("one".into(), (200, 0, 0))],
+        note: vec!["a note line".into()],
     };
     written.extend(category_grid(&dir.join("grid"), &grid).unwrap());
     assert_eq!(written.len(), 6);

@@ -6,6 +6,7 @@ use super::plot::{self, CategoryGrid, Panel, Series};
 use crate::analysis::eval::KnockoutMap;
 use crate::analysis::gates::{Branch, GateSnapshot};
 use crate::analysis::phase::PhaseProfile;
+use crate::analysis::phase_test::newcombe_pp;
 use crate::analysis::stats::GroupAccuracy;
 use crate::Result;
 use std::path::{Path, PathBuf};
@@ -18,31 +19,31 @@ fn stride_marks(stride: Option<usize>, m: usize, y0: f64, y1: f64) -> Vec<Series
         .enumerate()
         .map(|(i, x)| {
             let name = if i == 0 { format!("multiples of S = {s}") } else { String::new() };
-            Series {
-                name,
-                points: vec![(x as f64, y0), (x as f64, y1)],
-                color: 6,
-                markers: false,
-                dashed: true,
-                line: true,
-            }
+            Series::reference(name, vec![(x as f64, y0), (x as f64, y1)], 6)
         })
         .collect()
 }
 
-/// Accuracy per group (x = group index) with its Wilson 95 % band as dashed lines.
+/// Accuracy per group (x = group index) with its Wilson 95 % interval as error bars.
 pub fn accuracy_series(groups: &[GroupAccuracy], color: usize) -> Vec<Series> {
-    let pts = |f: &dyn Fn(&GroupAccuracy) -> f64| groups.iter().map(|g| (g.group as f64, f(g))).collect::<Vec<_>>();
-    vec![
-        Series { markers: true, ..Series::line("accuracy", pts(&|g| g.accuracy), color) },
-        Series { dashed: true, ..Series::line("Wilson 95 %", pts(&|g| g.wilson_lo), color) },
-        Series { dashed: true, ..Series::line("", pts(&|g| g.wilson_hi), color) },
-    ]
+    let pts = groups.iter().map(|g| (g.group as f64, g.accuracy)).collect();
+    let errors = groups.iter().map(|g| (g.wilson_lo, g.wilson_hi)).collect();
+    vec![Series { markers: true, errors, ..Series::line("accuracy (bars: Wilson 95 %)", pts, color) }]
 }
 
-/// The panel of one phase profile: accuracy per residue group with its Wilson 95 % band.
+/// The y range that shows every group's Wilson interval, padded, within `[0, 1.02]` (a range
+/// fixed at 0-1 flattens the high-accuracy models).
+pub fn accuracy_range(groups: &[GroupAccuracy]) -> (f64, f64) {
+    let lo = groups.iter().map(|g| g.wilson_lo).fold(1.0, f64::min);
+    let hi = groups.iter().map(|g| g.wilson_hi).fold(0.0, f64::max);
+    let pad = 0.05 * (hi - lo).max(0.02);
+    ((lo - pad).max(0.0), (hi + pad).min(1.02))
+}
+
+/// The panel of one phase profile: accuracy per residue group with its Wilson 95 % interval.
 pub fn phase_panel(title: &str, profile: &PhaseProfile, stride: Option<usize>, color: usize) -> Panel {
-    let mut series = stride_marks(stride, profile.modulus, 0.0, 1.0);
+    let (y0, y1) = accuracy_range(&profile.groups);
+    let mut series = stride_marks(stride, profile.modulus, y0, y1);
     series.extend(accuracy_series(&profile.groups, color));
     let period = match profile.period() {
         Some(p) => format!("period {p}"),
@@ -55,7 +56,7 @@ pub fn phase_panel(title: &str, profile: &PhaseProfile, stride: Option<usize>, c
         ),
         x_label: format!("residue group (source-key position mod {})", profile.modulus),
         y_label: "exact-match accuracy".into(),
-        y_range: Some((0.0, 1.02)),
+        y_range: Some((y0, y1)),
         series,
     }
 }
@@ -65,20 +66,31 @@ pub fn phase_profile(stem: &Path, title: &str, profile: &PhaseProfile, stride: O
     plot::line_chart(stem, &phase_panel(title, profile, stride, 0))
 }
 
-/// Knockout drop bins (percentage points) and their colours.
-const DROP_BINS: [(f64, &str, (u8, u8, u8)); 6] = [
+/// Knockout drop bins (percentage points) and their colours, up to a total loss.
+const DROP_BINS: [(f64, &str, (u8, u8, u8)); 8] = [
     (f64::NEG_INFINITY, "gain (< -2 pp)", (170, 200, 235)),
     (-2.0, "-2..5 pp", (245, 245, 245)),
     (5.0, "5..15 pp", (253, 219, 160)),
     (15.0, "15..30 pp", (250, 170, 100)),
     (30.0, "30..50 pp", (230, 100, 60)),
-    (50.0, ">= 50 pp", (170, 30, 30)),
+    (50.0, "50..75 pp", (190, 45, 40)),
+    (75.0, "75..90 pp", (140, 20, 30)),
+    (90.0, ">= 90 pp", (80, 0, 20)),
 ];
 
 /// The knockout map (rows layer x head, columns residue group) as a binned heatmap with the
-/// drop written in each cell.
+/// drop written in each cell; a drop whose Newcombe 95 % interval contains 0 (not
+/// distinguishable from no effect) is written in brackets.
 pub fn knockout_map(stem: &Path, title: &str, map: &KnockoutMap) -> Result<Vec<PathBuf>> {
     let bin = |d: f64| DROP_BINS.iter().rposition(|b| d >= b.0).unwrap_or(1);
+    let text = |clean: &GroupAccuracy, knocked: &GroupAccuracy, d: f64| {
+        let (lo, hi) = newcombe_pp(clean.correct, clean.n, knocked.correct, knocked.n);
+        if clean.n == 0 || knocked.n == 0 || (lo <= 0.0 && hi >= 0.0) {
+            format!("({d:.0})")
+        } else {
+            format!("{d:.0}")
+        }
+    };
     let grid = CategoryGrid {
         title: title.into(),
         x_label: format!("residue group (mod {})", map.modulus),
@@ -86,17 +98,26 @@ pub fn knockout_map(stem: &Path, title: &str, map: &KnockoutMap) -> Result<Vec<P
         columns: (0..map.modulus).map(|g| g.to_string()).collect(),
         rows: map.rows.iter().map(|r| format!("L{}.H{}", r.layer, r.head)).collect(),
         cells: map.rows.iter().map(|r| r.drop_pp.iter().map(|&d| bin(d)).collect()).collect(),
-        cell_text: Some(map.rows.iter().map(|r| r.drop_pp.iter().map(|d| format!("{d:.0}")).collect()).collect()),
+        cell_text: Some(
+            map.rows
+                .iter()
+                .map(|r| r.groups.iter().zip(&map.clean).zip(&r.drop_pp).map(|((k, c), &d)| text(c, k, d)).collect())
+                .collect(),
+        ),
         categories: DROP_BINS.iter().map(|b| (b.1.to_string(), b.2)).collect(),
+        note: vec!["(d): the drop's Newcombe 95 %".into(), "interval contains 0".into()],
     };
     plot::category_grid(stem, &grid)
 }
 
-/// Palette index of the diagonal (black); gates take the other colours.
+/// Palette index of the diagonal and the 1/W line (black); gates take the other colours.
 const DIAGONAL: usize = 9;
 
+/// Distinct palette colours for gates (no grey, no black).
+const GATE_COLORS: [usize; 10] = [0, 1, 2, 3, 4, 5, 7, 8, 10, 11];
+
 fn gate_color(i: usize) -> usize {
-    i % DIAGONAL
+    GATE_COLORS[i % GATE_COLORS.len()]
 }
 
 fn gate_label(layer: usize, head: usize, branch: Branch) -> String {
@@ -108,12 +129,14 @@ fn gate_label(layer: usize, head: usize, branch: Branch) -> String {
 }
 
 /// Gate preferences at the last snapshot: one point per gate in the (static, input-dependent)
-/// plane, with the diagonal; and trajectories of every gate across snapshots.
+/// plane, with the diagonal; trajectories of every gate across snapshots (a dot at the first
+/// snapshot, so the direction shows; value gates dashed); and per gate the average gate over
+/// offsets beside what the head reads from each offset, with the uniform `1/W` marked.
 pub fn gate_figures(stem: &Path, title: &str, snapshots: &[GateSnapshot], window: usize) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     let Some(last) = snapshots.last() else { return Ok(files) };
     let w = window as f64;
-    let diag = Series { dashed: true, ..Series::line("diagonal", vec![(1.0, 1.0), (w, w)], DIAGONAL) };
+    let diag = Series::reference("diagonal", vec![(1.0, 1.0), (w, w)], DIAGONAL);
     let mut traj = vec![diag.clone()];
     for (i, g) in last.gates.iter().enumerate() {
         let pts: Vec<(f64, f64)> = snapshots
@@ -125,7 +148,10 @@ pub fn gate_figures(stem: &Path, title: &str, snapshots: &[GateSnapshot], window
                     .map(|x| (x.static_concentration, x.input_concentration))
             })
             .collect();
-        traj.push(Series { markers: true, ..Series::line(gate_label(g.layer, g.head, g.branch), pts, gate_color(i)) });
+        let start = pts.first().copied().into_iter().collect();
+        let dashed = g.branch == Branch::Value;
+        traj.push(Series { dashed, ..Series::line(gate_label(g.layer, g.head, g.branch), pts, gate_color(i)) });
+        traj.push(Series::markers("", start, gate_color(i)));
     }
     let mut scatter = vec![diag];
     for (i, g) in last.gates.iter().enumerate() {
@@ -147,20 +173,28 @@ pub fn gate_figures(stem: &Path, title: &str, snapshots: &[GateSnapshot], window
     files.extend(plot::line_chart(&name("scatter"), &axes(format!("{title}: gates at step {}", last.step), scatter))?);
     files.extend(plot::line_chart(
         &name("trajectory"),
-        &axes(format!("{title}: gate trajectories over {} checkpoints (last = end of line)", snapshots.len()), traj),
+        &axes(format!("{title}: gate trajectories over {} snapshots (dot = first)", snapshots.len()), traj),
     )?);
+    let offsets = |v: &[f64]| v.iter().enumerate().map(|(i, &a)| (i as f64, a)).collect::<Vec<_>>();
     let panels: Vec<Panel> = last
         .gates
         .iter()
-        .map(|g| Panel {
-            title: gate_label(g.layer, g.head, g.branch),
-            x_label: "offset in window".into(),
-            y_label: "mean gate weight".into(),
-            y_range: Some((0.0, 1.0)),
-            series: vec![Series {
-                markers: true,
-                ..Series::line("", g.profile.iter().enumerate().map(|(i, &a)| (i as f64, a)).collect(), 0)
-            }],
+        .map(|g| {
+            let mut series = vec![
+                Series::reference("uniform 1/W", vec![(0.0, 1.0 / w), (w - 1.0, 1.0 / w)], DIAGONAL),
+                Series { markers: true, ..Series::line("gate", offsets(&g.profile), 0) },
+            ];
+            if let Some(r) = &g.reads {
+                series.push(Series { markers: true, ..Series::line("read share", offsets(&r.profile), 1) });
+            }
+            let top = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).fold(0.0, f64::max);
+            Panel {
+                title: gate_label(g.layer, g.head, g.branch),
+                x_label: "offset in window".into(),
+                y_label: "mean weight".into(),
+                y_range: Some((0.0, (1.15 * top).min(1.0))),
+                series,
+            }
         })
         .collect();
     if !panels.is_empty() {
@@ -168,10 +202,10 @@ pub fn gate_figures(stem: &Path, title: &str, snapshots: &[GateSnapshot], window
         let rows = panels.len().div_ceil(cols) as u32;
         files.extend(plot::line_panels(
             &name("profile"),
-            &format!("{title}: average gate over offsets (step {})", last.step),
+            &format!("{title}: average gate and read share over offsets (step {})", last.step),
             &panels,
             cols,
-            (300 * cols as u32, 60 + 240 * rows),
+            (360 * cols as u32, 60 + 240 * rows),
         )?);
     }
     Ok(files)

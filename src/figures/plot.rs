@@ -23,8 +23,9 @@ pub fn ensure_font() {
     });
 }
 
-/// A fixed, colour-blind-friendly palette (Okabe-Ito, then Tableau).
-pub const PALETTE: [(u8, u8, u8); 10] = [
+/// A fixed palette: Okabe-Ito's colour-blind-friendly eight (black last), then four more
+/// distinct hues, so that up to eleven series never share a colour.
+pub const PALETTE: [(u8, u8, u8); 12] = [
     (0, 114, 178),
     (213, 94, 0),
     (0, 158, 115),
@@ -32,9 +33,11 @@ pub const PALETTE: [(u8, u8, u8); 10] = [
     (230, 159, 0),
     (86, 180, 233),
     (120, 120, 120),
-    (240, 228, 66),
+    (180, 160, 0),
     (140, 86, 75),
     (0, 0, 0),
+    (106, 61, 154),
+    (31, 120, 60),
 ];
 
 /// The `i`-th palette colour (wrapping).
@@ -58,17 +61,24 @@ pub struct Series {
     pub dashed: bool,
     /// Connect the points with a line (false: markers only).
     pub line: bool,
+    /// An interval `(lo, hi)` per point, drawn as a vertical error bar with caps (empty: none).
+    pub errors: Vec<(f64, f64)>,
 }
 
 impl Series {
     /// Markers only, no connecting line.
     pub fn markers(name: impl Into<String>, points: Vec<(f64, f64)>, color: usize) -> Self {
-        Series { name: name.into(), points, color, markers: true, dashed: false, line: false }
+        Series { name: name.into(), points, color, markers: true, dashed: false, line: false, errors: Vec::new() }
     }
 
     /// A plain line series.
     pub fn line(name: impl Into<String>, points: Vec<(f64, f64)>, color: usize) -> Self {
-        Series { name: name.into(), points, color, markers: false, dashed: false, line: true }
+        Series { name: name.into(), points, color, markers: false, dashed: false, line: true, errors: Vec::new() }
+    }
+
+    /// A dashed reference line.
+    pub fn reference(name: impl Into<String>, points: Vec<(f64, f64)>, color: usize) -> Self {
+        Series { dashed: true, ..Series::line(name, points, color) }
     }
 }
 
@@ -91,10 +101,20 @@ fn plot_err(stem: &Path, e: impl std::fmt::Display) -> Error {
     Error::File { path: stem.to_path_buf(), reason: format!("plotting failed: {e}") }
 }
 
+/// Whether every finite x of the data series (not the dashed references) is an integer: a
+/// discrete axis, labelled at integers only.
+fn integer_x(series: &[Series]) -> bool {
+    let mut xs =
+        series.iter().filter(|s| !s.dashed).flat_map(|s| s.points.iter().map(|p| p.0)).filter(|x| x.is_finite());
+    xs.all(|x| (x - x.round()).abs() < 1e-9) && series.iter().any(|s| !s.dashed && !s.points.is_empty())
+}
+
 fn bounds(series: &[Series], y_range: Option<(f64, f64)>) -> ((f64, f64), (f64, f64)) {
-    let pts = series.iter().flat_map(|s| s.points.iter()).filter(|p| p.0.is_finite() && p.1.is_finite());
+    let bars = series.iter().flat_map(|s| s.points.iter().zip(&s.errors).flat_map(|(p, e)| [(p.0, e.0), (p.0, e.1)]));
+    let pts =
+        series.iter().flat_map(|s| s.points.iter().copied()).chain(bars).filter(|p| p.0.is_finite() && p.1.is_finite());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
-    for &(x, y) in pts {
+    for (x, y) in pts {
         x0 = x0.min(x);
         x1 = x1.max(x);
         y0 = y0.min(y);
@@ -175,64 +195,78 @@ fn draw_panel<DB: DrawingBackend>(
     panel: &Panel,
     scatter: bool,
 ) -> std::result::Result<(), String> {
+    // The legend gets a strip of its own to the right, so it never covers data.
+    let named: Vec<&Series> = panel.series.iter().filter(|s| !s.name.is_empty()).collect();
+    let (w, _) = area.dim_in_pixel();
+    let longest = named.iter().map(|s| s.name.chars().count()).max().unwrap_or(0) as u32;
+    let legend_w = if named.is_empty() { 0 } else { (40 + 7 * longest).clamp(110, w / 3) };
+    let (plot_area, legend) = area.split_horizontally(w - legend_w);
     let ((x0, x1), (y0, y1)) = bounds(&panel.series, panel.y_range);
-    let mut chart = ChartBuilder::on(area)
-        .caption(&panel.title, ("sans-serif", 18))
+    let mut chart = ChartBuilder::on(&plot_area)
+        .caption(&panel.title, ("sans-serif", 16))
         .margin(8)
         .x_label_area_size(38)
         .y_label_area_size(52)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc(panel.x_label.as_str())
+    let discrete = integer_x(&panel.series);
+    let span = (x1 - x0).ceil().max(1.0) as usize;
+    let int_label = |x: &f64| if (x - x.round()).abs() < 1e-9 { format!("{:.0}", x) } else { String::new() };
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(panel.x_label.as_str())
         .y_desc(panel.y_label.as_str())
         .label_style(("sans-serif", 13))
         .axis_desc_style(("sans-serif", 14))
-        .light_line_style(WHITE.mix(0.0))
-        .draw()
-        .map_err(|e| e.to_string())?;
+        .light_line_style(WHITE.mix(0.0));
+    if discrete {
+        mesh.x_labels((span + 1).min(13)).x_label_formatter(&int_label);
+    }
+    mesh.draw().map_err(|e| e.to_string())?;
     for s in &panel.series {
         let color = palette(s.color);
         let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
-        if scatter {
-            let anno =
-                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(|e| e.to_string())?;
-            if !s.name.is_empty() {
-                anno.label(s.name.as_str()).legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
-            }
+        let cap = 0.12 * (x1 - x0) / (pts.len().max(8) as f64);
+        for (&(x, _), &(lo, hi)) in s.points.iter().zip(&s.errors).filter(|(p, e)| p.0.is_finite() && e.0 <= e.1) {
+            let style = color.mix(0.7).stroke_width(1);
+            let bar = [vec![(x, lo), (x, hi)], vec![(x - cap, lo), (x + cap, lo)], vec![(x - cap, hi), (x + cap, hi)]];
+            chart.draw_series(bar.into_iter().map(|v| PathElement::new(v, style))).map_err(|e| e.to_string())?;
+        }
+        if scatter || !s.line {
+            let r = if scatter { 3 } else { 4 };
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, r, color.filled()))).map_err(|e| e.to_string())?;
             continue;
         }
         let style = color.stroke_width(2);
-        if !s.line {
-            let anno =
-                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(|e| e.to_string())?;
-            if !s.name.is_empty() {
-                anno.label(s.name.as_str()).legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
-            }
-            continue;
-        }
-        let anno = if s.dashed {
-            chart.draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style)).map_err(|e| e.to_string())?
+        if s.dashed {
+            chart.draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style)).map_err(|e| e.to_string())?;
         } else {
-            chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(|e| e.to_string())?
-        };
-        if !s.name.is_empty() {
-            anno.label(s.name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+            chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(|e| e.to_string())?;
         }
         if s.markers {
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(|e| e.to_string())?;
         }
     }
-    if panel.series.iter().any(|s| !s.name.is_empty()) {
-        chart
-            .configure_series_labels()
-            .label_font(("sans-serif", 12))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
+    for (i, s) in named.iter().enumerate() {
+        let color = palette(s.color);
+        let y = 40 + 22 * i as i32;
+        if scatter || !s.line {
+            legend.draw(&Circle::new((14, y), 4, color.filled())).map_err(|e| e.to_string())?;
+        } else if s.dashed {
+            for x in [4, 14] {
+                legend
+                    .draw(&PathElement::new(vec![(x, y), (x + 6, y)], color.stroke_width(2)))
+                    .map_err(|e| e.to_string())?;
+            }
+        } else {
+            legend.draw(&PathElement::new(vec![(4, y), (24, y)], color.stroke_width(2))).map_err(|e| e.to_string())?;
+        }
+        if !s.errors.is_empty() {
+            legend
+                .draw(&PathElement::new(vec![(14, y - 6), (14, y + 6)], color.mix(0.7)))
+                .map_err(|e| e.to_string())?;
+        }
+        legend
+            .draw(&Text::new(s.name.clone(), (30, y - 7), ("sans-serif", 12).into_font()))
             .map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -298,6 +332,8 @@ pub struct CategoryGrid {
     pub cell_text: Option<Vec<Vec<String>>>,
     /// Category names and palette colours, for the legend.
     pub categories: Vec<(String, (u8, u8, u8))>,
+    /// Lines written under the legend (how to read the cells); may be empty.
+    pub note: Vec<String>,
 }
 
 fn draw_grid<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &CategoryGrid) -> std::result::Result<(), String> {
@@ -345,6 +381,8 @@ fn draw_grid<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &CategoryGrid
     for (ri, row) in g.cells.iter().enumerate() {
         for (ci, &cat) in row.iter().enumerate() {
             let (r, gg, b) = g.categories.get(cat).map(|c| c.1).unwrap_or((200, 200, 200));
+            // White text on dark cells (relative luminance below one half).
+            let dark = (0.2126 * f64::from(r) + 0.7152 * f64::from(gg) + 0.0722 * f64::from(b)) < 128.0;
             let y = (nr - 1 - ri) as f64;
             let x = ci as f64;
             chart
@@ -358,10 +396,12 @@ fn draw_grid<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &CategoryGrid
                     .draw_series(std::iter::once(Text::new(
                         text.clone(),
                         (x + 0.5, y + 0.5),
-                        ("sans-serif", 14).into_font().color(&BLACK).pos(plotters::style::text_anchor::Pos::new(
-                            plotters::style::text_anchor::HPos::Center,
-                            plotters::style::text_anchor::VPos::Center,
-                        )),
+                        ("sans-serif", 14).into_font().color(if dark { &WHITE } else { &BLACK }).pos(
+                            plotters::style::text_anchor::Pos::new(
+                                plotters::style::text_anchor::HPos::Center,
+                                plotters::style::text_anchor::VPos::Center,
+                            ),
+                        ),
                     )))
                     .map_err(|e| e.to_string())?;
             }
@@ -374,6 +414,12 @@ fn draw_grid<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &CategoryGrid
             .map_err(|e| e.to_string())?;
         legend
             .draw(&Text::new(name.clone(), (40, y + 3), ("sans-serif", 14).into_font()))
+            .map_err(|e| e.to_string())?;
+    }
+    let below = 60 + 30 * g.categories.len() as i32 + 10;
+    for (i, line) in g.note.iter().enumerate() {
+        legend
+            .draw(&Text::new(line.clone(), (10, below + 18 * i as i32), ("sans-serif", 12).into_font()))
             .map_err(|e| e.to_string())?;
     }
     Ok(())

@@ -87,6 +87,7 @@ pub fn phase_diagram_map(
             ("k vertex not KKT (hedging)".into(), (230, 120, 100)),
             ("g KKT but beaten (split head)".into(), (240, 200, 90)),
         ],
+        note: Vec::new(),
     };
     category_grid(stem, &grid)
 }
@@ -172,14 +173,7 @@ pub fn t2_phase_profile(stem: &Path, p: &TaskParams, conv: &FlowRun, prof: &Phas
             y_range: None,
             series: vec![
                 Series::markers("p(target)", prob, 1),
-                Series {
-                    name: "chance 1/N".into(),
-                    points: vec![(1.0, prof.chance), (last, prof.chance)],
-                    color: 6,
-                    markers: false,
-                    dashed: true,
-                    line: true,
-                },
+                Series::reference("chance 1/N", vec![(1.0, prof.chance), (last, prof.chance)], 6),
             ],
         },
     ];

@@ -48,7 +48,7 @@ pub struct KnockoutRowTest {
 }
 
 /// Newcombe's hybrid-score interval of `p1 - p2` from Wilson intervals, percentage points.
-pub(super) fn newcombe_pp(k1: usize, n1: usize, k2: usize, n2: usize) -> (f64, f64) {
+pub fn newcombe_pp(k1: usize, n1: usize, k2: usize, n2: usize) -> (f64, f64) {
     let (p1, p2) = (k1 as f64 / n1 as f64, k2 as f64 / n2 as f64);
     let ((l1, u1), (l2, u2)) = (wilson95(k1, n1), wilson95(k2, n2));
     let d = p1 - p2;
