@@ -1,0 +1,78 @@
+//! `phasekv audit analyze`: the phase lab on results of a model that lives elsewhere.
+
+use super::rows::group_rows;
+use super::*;
+
+/// `phasekv audit analyze`: the phase profile of external results, written into `out`
+/// (`profile.json`, `groups.csv`, `phase.svg`/`.png`), which must not exist yet (results are
+/// never overwritten). `m` is checked against [`crate::limits::MAX_MODULUS`]; a `stride` must
+/// be at least 2 and divide `m` (else folding would be silently skipped); `export`, the JSONL
+/// that `audit export` wrote, makes every result's id and group checked against it.
+pub fn audit_analyze(
+    results: &Path,
+    m: usize,
+    stride: Option<usize>,
+    seed: u64,
+    out: &Path,
+    export: Option<&Path>,
+) -> Result<AuditAnalysis> {
+    crate::limits::check_range("--modulus", m, 2, crate::limits::MAX_MODULUS)?;
+    if let Some(s) = stride {
+        if s < 2 || s > m || !m.is_multiple_of(s) {
+            return Err(Error::invalid(
+                "--stride",
+                format!("must be at least 2 and divide --modulus ({m}) to fold phases, got {s}"),
+            ));
+        }
+    }
+    if out.exists() {
+        return Err(Error::File {
+            path: out.to_path_buf(),
+            reason: "exists; results are never overwritten (choose another --out)".into(),
+        });
+    }
+    let manifest = match export {
+        Some(p) => {
+            let text = crate::limits::read_text(p, crate::limits::MAX_JSONL_BYTES)?;
+            Some(
+                crate::analysis::audit::parse_manifest(&text)
+                    .map_err(|e| Error::File { path: p.to_path_buf(), reason: e.to_string() })?,
+            )
+        }
+        None => None,
+    };
+    let text = crate::limits::read_text(results, crate::limits::MAX_JSONL_BYTES)?;
+    let outcomes = crate::analysis::audit::parse_results_checked(&text, m, manifest.as_ref())
+        .map_err(|e| Error::File { path: results.to_path_buf(), reason: e.to_string() })?;
+    let profile = phase::profile(&outcomes, m, stride, seed)?;
+    // The pre-registered statistics need each prompt's depth: positions from the export only.
+    let records = manifest.as_ref().and_then(|mf| crate::analysis::audit::phase_records(mf, &outcomes));
+    let statistics = match records {
+        Some(r) => Some(phase::statistics(&r, m, stride, seed)?),
+        None => None,
+    };
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    // create_dir, not create_dir_all: fails if another process made it meanwhile.
+    std::fs::create_dir(out).map_err(|e| Error::io(out, e))?;
+    write_json_atomic(&out.join("profile.json"), &profile)?;
+    if let Some(st) = &statistics {
+        write_json_atomic(&out.join("statistics.json"), st)?;
+    }
+    write_csv_atomic(&out.join("groups.csv"), &group_rows(&profile.groups))?;
+    let name = results.file_name().and_then(|n| n.to_str()).unwrap_or("results");
+    figures::phase_profile(&out.join("phase"), &format!("audit of {name}"), &profile, stride)?;
+    Ok(AuditAnalysis { profile, statistics })
+}
+
+/// What `audit analyze` found: the per-group profile, and with an export that carries
+/// positions, the pre-registered statistics (the depth-controlled phase test at the stride,
+/// the corrected period scan, gaps with their noise floors).
+#[derive(Clone, Debug)]
+pub struct AuditAnalysis {
+    /// Per-group accuracy and the exploratory statistics of [`phase::profile`].
+    pub profile: PhaseProfile,
+    /// [`phase::statistics`] from the export's positions (`None` without `--export`).
+    pub statistics: Option<phase::PhaseStatistics>,
+}
