@@ -235,9 +235,9 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
             assert!((x.profile.iter().sum::<f64>() - 1.0).abs() < 1e-5);
         }
     }
-    let k = lab::knockout_run(&dir, 2, 2, 0, &mut |_, _| {}).unwrap();
+    let k = lab::knockout_run(&dir, Protocol::InSequence, 2, 2, 0, &mut |_, _| {}).unwrap();
     assert_eq!(k.map.rows.len(), 2);
-    assert!(dir.join("knockout.png").exists() && dir.join("gates-trajectory.svg").exists());
+    assert!(dir.join("knockout-in-sequence.png").exists() && dir.join("gates-trajectory.svg").exists());
     let csv = std::fs::read_to_string(dir.join("gates.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 4 * 4, "a header and one line per gate and snapshot");
     std::fs::remove_dir_all(&dir).unwrap();

@@ -76,7 +76,9 @@ fn a_sweep_plan_gives_the_same_report_in_one_process_and_as_concurrent_shards() 
     phasekv_ok(&["reproduce", "--plan", pf, "--out", alone.to_str().unwrap(), "--unit", "model:w4-s4-seed1"]);
     let runs: Vec<_> = std::fs::read_dir(alone.join("runs")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(runs, ["w4-s4-seed1"]);
-    for f in ["eval-prefix.json", "knockout.json", "gates.json", "model.safetensors"] {
+    for f in
+        ["eval-prefix.json", "knockout-in-sequence.json", "knockout-prefix.json", "gates.json", "model.safetensors"]
+    {
         let a = std::fs::read(alone.join("runs/w4-s4-seed1").join(f)).unwrap();
         let b = std::fs::read(one.join("runs/w4-s4-seed1").join(f)).unwrap();
         assert!(a == b, "{f} of a unit run alone differs from the full run's");

@@ -8,7 +8,7 @@
 //! | file | written by |
 //! |---|---|
 //! | `eval-<protocol>.json`, `.csv`, `-outcomes.jsonl`, `.svg`, `.png` | [`eval_run`] |
-//! | `knockout.json`, `.csv`, `.svg`, `.png` | [`knockout_run`] |
+//! | `knockout-<protocol>.json`, `.csv`, `.svg`, `.png` | [`knockout_run`] |
 //! | `gates.json`, `gates.csv`, `gates-{scatter,trajectory,profile}.{svg,png}` | [`gates_run`] |
 
 mod audit;
@@ -92,7 +92,7 @@ pub struct EvalResult {
     pub run_id: Option<String>,
 }
 
-/// `knockout.json`.
+/// `knockout-<protocol>.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KnockoutResult {
     /// Kernel preset.
@@ -249,9 +249,31 @@ pub fn eval_run(
     Ok(result)
 }
 
-/// Knockout map of the finished run in `run` (in-sequence prompts).
+/// The stem of a knockout's files under `protocol`: `knockout-<protocol>` (runs analysed
+/// before knockouts ran under both protocols have one in-sequence `knockout.json`, which
+/// [`knockout_file`] finds).
+pub fn knockout_stem(protocol: Protocol) -> String {
+    format!("knockout-{}", protocol.name())
+}
+
+/// The knockout JSON of `run` under `protocol`, if there is one (in-sequence: the older
+/// `knockout.json` too).
+pub fn knockout_file(run: &Path, protocol: Protocol) -> Option<PathBuf> {
+    let new = run.join(format!("{}.json", knockout_stem(protocol)));
+    let old = run.join("knockout.json");
+    if new.exists() {
+        Some(new)
+    } else if protocol == Protocol::InSequence && old.exists() {
+        Some(old)
+    } else {
+        None
+    }
+}
+
+/// Knockout map of the finished run in `run` under `protocol`.
 pub fn knockout_run(
     run: &Path,
+    protocol: Protocol,
     per_group: usize,
     reference: usize,
     seed: u64,
@@ -262,8 +284,8 @@ pub fn knockout_run(
     let task = &verified.config.task;
     check_samples("--samples", per_group, task.residue_modulus, task.seq_len())?;
     crate::limits::check_range("--reference", reference, 1, crate::limits::MAX_KNOCKOUT_REFERENCE)?;
-    let json = run.join("knockout.json");
-    let protocol = Protocol::InSequence;
+    let stem = run.join(knockout_stem(protocol));
+    let json = stem.with_extension("json");
     let id = verified.identity;
     let same = |r: &KnockoutResult| {
         r.per_group == per_group && r.seed == seed && r.map.reference == reference && r.run_id == id
@@ -279,10 +301,14 @@ pub fn knockout_run(
     let prompts = protocol::generate(&config.task, protocol, per_group, seed)?;
     let map = eval::knockout(&model.decoder, &config.task, &prompts, reference, seed, progress)?;
     let result = KnockoutResult { preset: config.model.preset.clone(), protocol, per_group, seed, map, run_id: id };
-    write_csv_atomic(&run.join("knockout.csv"), &knockout_rows(&result))?;
+    write_csv_atomic(&stem.with_extension("csv"), &knockout_rows(&result))?;
     figures::knockout_map(
-        &run.join("knockout"),
-        &format!("{}: accuracy drop (pp) when one KV head is mean-replaced", result.preset),
+        &stem,
+        &format!(
+            "{}, {} padding: accuracy drop (pp) when one KV head is mean-replaced",
+            result.preset,
+            protocol.name()
+        ),
         &result.map,
     )?;
     write_json_atomic(&json, &result)?;

@@ -265,10 +265,12 @@ fn run_model(out: &Path, unit: &ModelUnit, lab_settings: &LabSettings, progress:
         let stage = format!("{preset} eval {}", protocol.name());
         lab::eval_run(&dir, protocol, s.eval_per_group, s.seed, &mut |d, t| progress.step(&stage, d, t))?;
     }
-    let stage = format!("{preset} knockout");
-    lab::knockout_run(&dir, s.knockout_per_group, s.knockout_reference, s.seed, &mut |d, t| {
-        progress.step(&stage, d, t)
-    })?;
+    for protocol in crate::analysis::protocol::Protocol::ALL {
+        let stage = format!("{preset} knockout {}", protocol.name());
+        lab::knockout_run(&dir, protocol, s.knockout_per_group, s.knockout_reference, s.seed, &mut |d, t| {
+            progress.step(&stage, d, t)
+        })?;
+    }
     let stage = format!("{preset} gates");
     lab::gates_run(&dir, s.gate_samples, s.seed, &mut |d, t| progress.step(&stage, d, t))?;
     write_json(

@@ -54,9 +54,12 @@ pub enum AnalyzeCmd {
     Knockout {
         /// A finished run directory.
         run: PathBuf,
-        /// Prompts per residue group (in-sequence protocol).
+        /// Prompts per residue group.
         #[arg(long, default_value_t = LabSettings::default().knockout_per_group)]
         samples: usize,
+        /// Padding protocol of the prompts.
+        #[arg(long, value_enum, default_value_t = ProtocolArg::InSequence)]
+        protocol: ProtocolArg,
         /// Same-layout reference prompts per prompt for the mean.
         #[arg(long, default_value_t = LabSettings::default().knockout_reference)]
         reference: usize,
@@ -177,8 +180,9 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
 
 pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        AnalyzeCmd::Knockout { run, samples, reference, seed } => {
-            let r = lab::knockout_run(&run, samples, reference, seed, &mut bar("knockout"))?;
+        AnalyzeCmd::Knockout { run, samples, protocol, reference, seed } => {
+            let protocol = Protocol::from(protocol);
+            let r = lab::knockout_run(&run, protocol, samples, reference, seed, &mut bar("knockout"))?;
             println!(
                 "{}: knockout of {} haystack entries per head, {} prompts per group, {} references each",
                 r.preset, r.map.replaced_entries, samples, reference
@@ -187,7 +191,7 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
                 let d: Vec<String> = row.drop_pp.iter().map(|d| format!("{d:.0}")).collect();
                 println!("  L{}.H{} mean drop {:5.1} pp | {}", row.layer, row.head, row.mean_drop_pp, d.join(" "));
             }
-            println!("  written: {}/knockout.{{json,csv,svg,png}}", run.display());
+            println!("  written: {}/{}.{{json,csv,svg,png}}", run.display(), lab::knockout_stem(protocol));
         }
         AnalyzeCmd::Gates { run, samples, seed } => match lab::gates_run(&run, samples, seed, &mut bar("gates"))? {
             None => println!("{}: full attention has no gates", run.display()),

@@ -74,7 +74,7 @@ fn read_run(dir: &Path) -> Result<Option<RunData>> {
         dir: dir.to_path_buf(),
         metrics: opt_json(&dir.join(crate::model::run::METRICS_FILE))?,
         evals,
-        knockout: opt_json(&dir.join("knockout.json"))?,
+        knockout: crate::lab::knockout_file(dir, Protocol::InSequence).map(|p| read_json(&p)).transpose()?,
         gates: opt_json(&dir.join("gates.json"))?,
         unit: opt_json(&dir.join("unit.json"))?,
         environment: opt_json(&dir.join(crate::model::run::ENVIRONMENT_FILE))?,
