@@ -495,3 +495,62 @@ fn reads_weigh_the_gate_by_the_projected_norm() {
         assert_eq!(g.reads.as_ref().unwrap().profile[0], 0.0, "a zero projection is not read");
     }
 }
+
+/// E7's pieces: a head's drift is the larger fall of its branches' static effective read
+/// offsets from the first snapshot to the last, with each branch's peak read offset; a head is
+/// dead when its knockout changes no cell of any map.
+#[test]
+fn head_drifts_and_dead_heads_follow_their_definitions() {
+    use phasekv::analysis::eval::{dead_heads, KnockoutMap, KnockoutRow};
+    use phasekv::analysis::gates::{head_drifts, Branch, GateSnapshot, GateStats, Reads};
+    use phasekv::analysis::stats::GroupAccuracy;
+    let stats = |branch, s: f64, peak: usize| GateStats {
+        layer: 0,
+        head: 1,
+        branch,
+        static_concentration: 8.0,
+        input_concentration: 8.0,
+        profile: vec![0.125; 8],
+        windows: 10,
+        reads: Some(Reads {
+            static_offsets: s,
+            input_offsets: 1.0,
+            profile: (0..8).map(|i| if i == peak { 0.3 } else { 0.1 }).collect(),
+        }),
+    };
+    let snaps = vec![
+        GateSnapshot { step: 0, gates: vec![stats(Branch::Key, 7.0, 0), stats(Branch::Value, 6.0, 0)] },
+        GateSnapshot { step: 100, gates: vec![stats(Branch::Key, 5.5, 2), stats(Branch::Value, 6.5, 3)] },
+    ];
+    let d = head_drifts(&snaps);
+    assert_eq!(d.len(), 1);
+    assert_eq!((d[0].layer, d[0].head, d[0].key_peak, d[0].value_peak), (0, 1, 2, Some(3)));
+    assert!((d[0].drift - 1.5).abs() < 1e-12);
+    let no_reads: Vec<GateSnapshot> = snaps
+        .iter()
+        .map(|s| GateSnapshot {
+            step: s.step,
+            gates: s.gates.iter().map(|g| GateStats { reads: None, ..g.clone() }).collect(),
+        })
+        .collect();
+    assert!(head_drifts(&no_reads).is_empty(), "no reads recorded: nothing to judge");
+
+    let row = |layer, head, drop: Vec<f64>| KnockoutRow {
+        layer,
+        head,
+        groups: (0..drop.len()).map(|g| GroupAccuracy::new(g, 10, 10)).collect(),
+        mean_drop_pp: drop.iter().sum::<f64>() / drop.len() as f64,
+        drop_pp: drop,
+    };
+    let map = |rows| KnockoutMap {
+        modulus: 3,
+        reference: 2,
+        replaced_entries: 5,
+        clean: (0..3).map(|g| GroupAccuracy::new(g, 10, 10)).collect(),
+        rows,
+    };
+    let a = map(vec![row(0, 0, vec![0.0, 5.0, 0.0]), row(1, 0, vec![0.0; 3]), row(1, 1, vec![0.0; 3])]);
+    let b = map(vec![row(0, 0, vec![0.0; 3]), row(1, 0, vec![0.0; 3]), row(1, 1, vec![0.0, -10.0, 0.0])]);
+    assert_eq!(dead_heads(&[&a], 0.0), vec![(1, 0), (1, 1)]);
+    assert_eq!(dead_heads(&[&a, &b], 0.0), vec![(1, 0)], "a gain is not dead either");
+}

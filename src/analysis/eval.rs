@@ -183,3 +183,24 @@ pub fn knockout(
     }
     Ok(KnockoutMap { modulus: md, reference, replaced_entries: m, clean: clean_groups, rows })
 }
+
+/// The dead heads of a model (`theory/phase-lab.md` §7.5, E7): those whose knockout changes
+/// accuracy by at most `max_drop_pp` in absolute value in every cell of every given map (both
+/// protocols' maps, where present). With the pre-registered 0 pp, a dead head's knockout leaves
+/// every group's accuracy exactly as it was.
+pub fn dead_heads(maps: &[&KnockoutMap], max_drop_pp: f64) -> Vec<(usize, usize)> {
+    let Some(first) = maps.first() else { return Vec::new() };
+    first
+        .rows
+        .iter()
+        .map(|r| (r.layer, r.head))
+        .filter(|&(l, h)| {
+            maps.iter().all(|m| {
+                m.rows
+                    .iter()
+                    .filter(|r| (r.layer, r.head) == (l, h))
+                    .all(|r| r.drop_pp.iter().all(|d| d.abs() <= max_drop_pp))
+            })
+        })
+        .collect()
+}

@@ -228,3 +228,43 @@ pub struct GateSnapshot {
     /// Every gate.
     pub gates: Vec<GateStats>,
 }
+
+/// E7's per-head reading of a gate trajectory (`theory/phase-lab.md` §7.5): how far the static
+/// effective number of read offsets ([`Reads::static_offsets`]) fell from the first snapshot to
+/// the last (the larger fall of the head's branches), and the peak read offset of each branch
+/// at the last snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeadDrift {
+    /// Layer.
+    pub layer: usize,
+    /// KV head.
+    pub head: usize,
+    /// First minus last static effective read offsets (positive: more concentrated).
+    pub drift: f64,
+    /// Peak read offset of the key branch at the last snapshot.
+    pub key_peak: usize,
+    /// Peak read offset of the value branch (`None` without a value gate of its own).
+    pub value_peak: Option<usize>,
+}
+
+/// [`HeadDrift`] of every (layer, head) whose reads are recorded at the first and last
+/// snapshots (empty for runs measured before reads were).
+pub fn head_drifts(snapshots: &[GateSnapshot]) -> Vec<HeadDrift> {
+    let (Some(first), Some(last)) = (snapshots.first(), snapshots.last()) else { return Vec::new() };
+    let find = |s: &GateSnapshot, l: usize, h: usize, b: Branch| {
+        s.gates.iter().find(|g| (g.layer, g.head, g.branch) == (l, h, b)).and_then(|g| g.reads.clone())
+    };
+    let peak = |r: &Reads| r.profile.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |p| p.0);
+    let mut out = Vec::new();
+    for g in last.gates.iter().filter(|g| g.branch == Branch::Key) {
+        let (l, h) = (g.layer, g.head);
+        let (Some(k0), Some(k1)) = (find(first, l, h, Branch::Key), find(last, l, h, Branch::Key)) else { continue };
+        let value = (find(first, l, h, Branch::Value), find(last, l, h, Branch::Value));
+        let mut drift = k0.static_offsets - k1.static_offsets;
+        if let (Some(v0), Some(v1)) = &value {
+            drift = drift.max(v0.static_offsets - v1.static_offsets);
+        }
+        out.push(HeadDrift { layer: l, head: h, drift, key_peak: peak(&k1), value_peak: value.1.as_ref().map(peak) });
+    }
+    out
+}
