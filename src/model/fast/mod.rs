@@ -7,7 +7,7 @@
 //! The candle autodiff path stays the reference: `tests/train_fast.rs` checks the loss and every
 //! parameter's gradient against it. Supported ([`check_supported`], [`SUPPORTED`]): `full`
 //! (causal attention over raw tokens) and the paper's `w{W}s{S}` family with any gate kind,
-//! parameter groups, tying and entry RoPE or none ([`compress`]: the compressor; [`attention`]:
+//! parameter groups, tying and entry RoPE or none (`compress`: the compressor; `attention`:
 //! local window plus visible entries in one softmax); kernels with shared K/V or an entry
 //! RMSNorm (DeepSeek-V4's `dsv4-*`) are refused (`train.engine`).
 //!
