@@ -23,12 +23,15 @@ mod common;
 /// in different orders (different GEMM blockings, fused versus separate elementwise ops). A dot
 /// product of length `K` computed in two orders differs by at most `2 γ_K Σ|a_i b_i|`,
 /// `γ_K = K u / (1 - K u)`; the longest reduction here is a weight gradient over `B*T ≤ 3*69 =
-/// 207` rows (others: `d ≤ 24`, `d_ff ≤ 24`, `T ≤ 69`, `V = 20`), so `γ_K ≤ 1.3e-5`. The backward
-/// pass chains about 12 such ops per layer (two layers at most) through RMSNorm and softmax,
-/// whose condition numbers are O(1) at these widths with `Σ|a_i b_i|` within a small factor of
-/// `|Σ a_i b_i|` for the random weights drawn. Errors of the chain add up, 24 x 1.3e-5 ≈ 3e-4
-/// worst case relative to the gradient's size (typically `sqrt(K)` smaller, random rounding);
-/// 1e-3 leaves a factor 3 for cancellation. Parameters whose gradient is
+/// 207` rows (others: `d ≤ 24`, `d_ff ≤ 24`, `T ≤ 69`, `V = 20`; a compressed layer adds the
+/// compressor's weight gradients over `B*n ≤ 3*16` window rows, sums over `W ≤ 8` offsets and
+/// attention rows of `n + T ≤ 85` columns), so `γ_K ≤ 1.3e-5`. The backward pass chains about
+/// 12 such ops per layer through RMSNorm and softmax, 18 with a compressor (projection, gate
+/// softmax, pooling, RoPE; their backward and the scatter onto token rows), two layers at
+/// most, whose condition numbers are O(1) at these widths with `Σ|a_i b_i|` within a small
+/// factor of `|Σ a_i b_i|` for the random weights drawn. Errors of the chain add up,
+/// 36 x 1.3e-5 ≈ 4.7e-4 worst case relative to the gradient's size (typically `sqrt(K)`
+/// smaller, random rounding); 1e-3 leaves a factor 2 for cancellation. Parameters whose gradient is
 /// itself a small difference of large terms (norm weights) are compared against the global
 /// gradient scale: an absolute floor of `FLOOR` × the global gradient norm. A wrong derivative
 /// gives relative errors of order 1, far above both.

@@ -142,9 +142,11 @@ pub(super) struct KernelGrads<'a> {
 pub(super) struct CompressCache {
     /// `X_i`, `[W, R, d]`.
     xw: Vec<f32>,
-    /// `P_i` of keys and values, `[W, R, H*d_h]`.
-    pk: Vec<f32>,
-    pv: Vec<f32>,
+    /// Every group's matrices side by side, `[G, d, N]`: `C^K | C^V | Z^K | Z^V` (the gates'
+    /// only when they have parameters), so that each offset is one GEMM.
+    wp: Vec<f32>,
+    /// `Y_i = X_i [C^K | C^V | Z^K | Z^V]_{g(i)}`, `[W, R, N]` (`P^K_i`, `P^V_i`, gate logits).
+    y: Vec<f32>,
     /// Gate weights `[W, R, H*gw]` of the key gate and (own parameters only) the value gate.
     ak: Vec<f32>,
     av: Vec<f32>,
@@ -155,7 +157,10 @@ pub(super) struct CompressCache {
 pub(super) struct CompressScratch {
     dek: Vec<f32>,
     dev: Vec<f32>,
-    dp: Vec<f32>,
+    /// `dY_i = dP^K_i | dP^V_i | dS^K_i | dS^V_i`, `[R, N]`.
+    dy: Vec<f32>,
+    /// Gradient of `wp`, `[G, d, N]`.
+    dwp: Vec<f32>,
     dak: Vec<f32>,
     dav: Vec<f32>,
     dx: Vec<f32>,
@@ -200,28 +205,42 @@ fn softmax_offsets(s: &mut [f32], win: &Windows, w: usize, r: usize, c: usize) {
     }
 }
 
-/// Gate weights `[W, R, H*gw]` of one gate: softmax of `X_i Z_{g(i)} + b_i`, or uniform.
+impl CompressorShape {
+    /// Columns `N` of the side-by-side matrices, and the first column of each part:
+    /// `(N, P^V, S^K, S^V)` (`P^K` starts at 0).
+    fn columns(&self) -> (usize, usize, usize, usize) {
+        let (hd, c) = (self.h * self.dh, self.h * self.gw);
+        let sk = 2 * hd;
+        let sv = sk + if self.gate_k { c } else { 0 };
+        (sv + if self.gate_v { c } else { 0 }, hd, sk, sv)
+    }
+}
+
+/// Gate weights `[W, R, H*gw]` of one gate: softmax over the offsets of the logits in columns
+/// `col..col + H*gw` of `y` plus the bias, or uniform (`bias` `None`).
 #[allow(clippy::too_many_arguments)]
 fn gate_forward(
     sh: &CompressorShape,
     win: &Windows,
-    b: usize,
-    xw: &[f32],
-    gate: Option<(&[f32], &[f32])>,
+    r: usize,
+    y: &[f32],
+    nc: usize,
+    col: usize,
+    bias: Option<&[f32]>,
     a: &mut Vec<f32>,
 ) {
-    let (w, r, c, d) = (sh.w, b * win.n, sh.h * sh.gw, sh.d);
+    let (w, c) = (sh.w, sh.h * sh.gw);
     size(a, w * r * c);
-    match gate {
-        Some((z, bias)) => {
+    match bias {
+        Some(bias) => {
             for i in 0..w {
-                let g = sh.spec.group_of(i);
-                let ai = &mut a[i * r * c..(i + 1) * r * c];
-                for row in ai.chunks_exact_mut(c) {
-                    row.copy_from_slice(&bias[i * c..(i + 1) * c]);
+                for row in 0..r {
+                    let src = &y[(i * r + row) * nc + col..(i * r + row) * nc + col + c];
+                    let dst = &mut a[(i * r + row) * c..(i * r + row + 1) * c];
+                    for ((dv, &sv), &bv) in dst.iter_mut().zip(src).zip(&bias[i * c..(i + 1) * c]) {
+                        *dv = sv + bv;
+                    }
                 }
-                let x = View::rows(&xw[i * r * d..(i + 1) * r * d], d);
-                gemm(r, c, d, ai, c, true, x, View::rows(&z[g * d * c..(g + 1) * d * c], c));
             }
             softmax_offsets(a, win, w, r, c);
         }
@@ -237,18 +256,31 @@ fn gate_forward(
     }
 }
 
-/// `E = sum_i A_i (.) P_i` into the entry rows of `kc: [B, H, n + T, d_h]` (rows `0..n` of each
-/// sequence and head), rotated at the entry positions.
-fn pool(sh: &CompressorShape, win: &Windows, b: usize, t: usize, p: &[f32], a: &[f32], kc: &mut [f32]) {
+/// `E = sum_i A_i (.) P_i` (`P_i` in columns `col..` of `y`) into the entry rows of
+/// `kc: [B, H, n + T, d_h]` (rows `0..n` of each sequence and head), rotated at the entry
+/// positions.
+#[allow(clippy::too_many_arguments)]
+fn pool(
+    sh: &CompressorShape,
+    win: &Windows,
+    b: usize,
+    t: usize,
+    y: &[f32],
+    nc: usize,
+    col: usize,
+    a: &[f32],
+    kc: &mut [f32],
+) {
     let (w, n, h, dh, gw) = (sh.w, win.n, sh.h, sh.dh, sh.gw);
-    let (r, hd, c, rows) = (b * n, h * dh, h * gw, n + t);
+    let (r, c, rows) = (b * n, h * gw, n + t);
     for row in 0..r {
         let (bb, j) = (row / n, row % n);
         for hh in 0..h {
             let e = &mut kc[((bb * h + hh) * rows + j) * dh..((bb * h + hh) * rows + j + 1) * dh];
             e.fill(0.0);
             for i in 0..w {
-                let pi = &p[(i * r + row) * hd + hh * dh..(i * r + row) * hd + (hh + 1) * dh];
+                let o = (i * r + row) * nc + col + hh * dh;
+                let pi = &y[o..o + dh];
                 let ai = &a[(i * r + row) * c + hh * gw..(i * r + row) * c + (hh + 1) * gw];
                 if gw == 1 {
                     for (ev, &pv) in e.iter_mut().zip(pi) {
@@ -281,14 +313,16 @@ pub(super) fn compress_forward(
     kc: &mut [f32],
     vc: &mut [f32],
 ) {
-    let (w, n, d, hd) = (sh.w, win.n, sh.d, sh.h * sh.dh);
+    let (w, n, d, hd, c) = (sh.w, win.n, sh.d, sh.h * sh.dh, sh.h * sh.gw);
+    let (nc, cv, sk, sv) = sh.columns();
+    let groups = sh.spec.num_groups();
     let r = b * n;
     if r == 0 {
         return;
     }
     size(&mut cache.xw, w * r * d);
-    size(&mut cache.pk, w * r * hd);
-    size(&mut cache.pv, w * r * hd);
+    size(&mut cache.y, w * r * nc);
+    size(&mut cache.wp, groups * d * nc);
     for i in 0..w {
         for row in 0..r {
             let (bb, j) = (row / n, row % n);
@@ -299,21 +333,30 @@ pub(super) fn compress_forward(
             }
         }
     }
+    let parts = [
+        Some((prm.proj_k, 0, hd)),
+        Some((prm.proj_v, cv, hd)),
+        prm.gate_k.map(|(z, _)| (z, sk, c)),
+        prm.gate_v.map(|(z, _)| (z, sv, c)),
+    ];
+    for (m, col, width) in parts.into_iter().flatten() {
+        for (dst, src) in cache.wp.chunks_exact_mut(nc).zip(m.chunks_exact(width)) {
+            dst[col..col + width].copy_from_slice(src);
+        }
+    }
     for i in 0..w {
         let g = sh.spec.group_of(i);
         let xi = View::rows(&cache.xw[i * r * d..(i + 1) * r * d], d);
-        for (proj, p) in [(prm.proj_k, &mut cache.pk), (prm.proj_v, &mut cache.pv)] {
-            let pi = &mut p[i * r * hd..(i + 1) * r * hd];
-            gemm(r, hd, d, pi, hd, false, xi, View::rows(&proj[g * d * hd..(g + 1) * d * hd], hd));
-        }
+        let yi = &mut cache.y[i * r * nc..(i + 1) * r * nc];
+        gemm(r, nc, d, yi, nc, false, xi, View::rows(&cache.wp[g * d * nc..(g + 1) * d * nc], nc));
     }
-    gate_forward(sh, win, b, &cache.xw, prm.gate_k, &mut cache.ak);
-    pool(sh, win, b, t, &cache.pk, &cache.ak, kc);
+    gate_forward(sh, win, r, &cache.y, nc, sk, prm.gate_k.map(|(_, bias)| bias), &mut cache.ak);
+    pool(sh, win, b, t, &cache.y, nc, 0, &cache.ak, kc);
     if sh.gate_v {
-        gate_forward(sh, win, b, &cache.xw, prm.gate_v, &mut cache.av);
-        pool(sh, win, b, t, &cache.pv, &cache.av, vc);
+        gate_forward(sh, win, r, &cache.y, nc, sv, prm.gate_v.map(|(_, bias)| bias), &mut cache.av);
+        pool(sh, win, b, t, &cache.y, nc, cv, &cache.av, vc);
     } else {
-        pool(sh, win, b, t, &cache.pv, &cache.ak, vc);
+        pool(sh, win, b, t, &cache.y, nc, cv, &cache.ak, vc);
     }
 }
 
@@ -336,15 +379,17 @@ fn entry_grads(sh: &CompressorShape, win: &Windows, b: usize, t: usize, dkc: &[f
     }
 }
 
-/// `dA_i (+)= dE (.) P_i` (summed over a head's channels for a scalar gate).
-fn gate_grad(sh: &CompressorShape, r: usize, de: &[f32], p: &[f32], da: &mut [f32]) {
+/// `dA_i (+)= dE (.) P_i` (`P_i` in columns `col..` of `y`; summed over a head's channels for a
+/// scalar gate).
+fn gate_grad(sh: &CompressorShape, r: usize, de: &[f32], y: &[f32], nc: usize, col: usize, da: &mut [f32]) {
     let (w, h, dh, gw) = (sh.w, sh.h, sh.dh, sh.gw);
     let (hd, c) = (h * dh, h * gw);
     for i in 0..w {
         for row in 0..r {
             for hh in 0..h {
                 let e = &de[row * hd + hh * dh..row * hd + (hh + 1) * dh];
-                let pi = &p[(i * r + row) * hd + hh * dh..(i * r + row) * hd + (hh + 1) * dh];
+                let o = (i * r + row) * nc + col + hh * dh;
+                let pi = &y[o..o + dh];
                 let dai = &mut da[(i * r + row) * c + hh * gw..(i * r + row) * c + (hh + 1) * gw];
                 if gw == 1 {
                     dai[0] += e.iter().zip(pi).map(|(a, b)| a * b).sum::<f32>();
@@ -378,13 +423,33 @@ fn softmax_offsets_back(a: &[f32], da: &mut [f32], w: usize, r: usize, c: usize)
     }
 }
 
+/// `dst[row, col..col + H*d_h] = A_i (.) dE` for one offset's rows (`a_i: [R, H*gw]`).
+fn scale_by_gate(sh: &CompressorShape, a_i: &[f32], de: &[f32], dst: &mut [f32], nc: usize, col: usize) {
+    let (h, dh, gw) = (sh.h, sh.dh, sh.gw);
+    let (hd, c) = (h * dh, h * gw);
+    for ((drow, erow), arow) in dst.chunks_exact_mut(nc).zip(de.chunks_exact(hd)).zip(a_i.chunks_exact(c)) {
+        for hh in 0..h {
+            let (dd, ee) = (&mut drow[col + hh * dh..col + (hh + 1) * dh], &erow[hh * dh..(hh + 1) * dh]);
+            let ah = &arow[hh * gw..(hh + 1) * gw];
+            if gw == 1 {
+                for (x, &e) in dd.iter_mut().zip(ee) {
+                    *x = ah[0] * e;
+                }
+            } else {
+                for ((x, &e), &av) in dd.iter_mut().zip(ee).zip(ah) {
+                    *x = av * e;
+                }
+            }
+        }
+    }
+}
+
 /// Backward: from the entry rows of `dkc`, `dvc` (`[B, H, n + T, d_h]`) to the kernel
 /// parameters' gradients and `dx: [B*T, d]` (accumulated).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn compress_backward(
     sh: &CompressorShape,
     win: &Windows,
-    prm: &KernelParams,
     cache: &CompressCache,
     dkc: &[f32],
     dvc: &[f32],
@@ -395,6 +460,8 @@ pub(super) fn compress_backward(
     dx: &mut [f32],
 ) {
     let (w, n, d, hd, c) = (sh.w, win.n, sh.d, sh.h * sh.dh, sh.h * sh.gw);
+    let (nc, cv, sk, sv) = sh.columns();
+    let groups = sh.spec.num_groups();
     let r = b * n;
     if r == 0 {
         return;
@@ -402,73 +469,70 @@ pub(super) fn compress_backward(
     entry_grads(sh, win, b, t, dkc, &mut s.dek);
     entry_grads(sh, win, b, t, dvc, &mut s.dev);
     // dA of the key gate (keys, and values when the value branch reads the key gate) and of
-    // the value gate's own parameters.
+    // the value gate's own parameters, then dS in place.
     let av: &[f32] = if sh.gate_v { &cache.av } else { &cache.ak };
     if sh.gate_k {
         size(&mut s.dak, w * r * c);
         s.dak.fill(0.0);
-        gate_grad(sh, r, &s.dek, &cache.pk, &mut s.dak);
+        gate_grad(sh, r, &s.dek, &cache.y, nc, 0, &mut s.dak);
         if !sh.gate_v {
-            gate_grad(sh, r, &s.dev, &cache.pv, &mut s.dak);
+            gate_grad(sh, r, &s.dev, &cache.y, nc, cv, &mut s.dak);
         }
         softmax_offsets_back(&cache.ak, &mut s.dak, w, r, c);
     }
     if sh.gate_v {
         size(&mut s.dav, w * r * c);
         s.dav.fill(0.0);
-        gate_grad(sh, r, &s.dev, &cache.pv, &mut s.dav);
+        gate_grad(sh, r, &s.dev, &cache.y, nc, cv, &mut s.dav);
         softmax_offsets_back(&cache.av, &mut s.dav, w, r, c);
     }
-    size(&mut s.dp, r * hd);
+    size(&mut s.dy, r * nc);
     size(&mut s.dx, r * d);
-    let KernelGrads { proj_k: gpk, proj_v: gpv, mut gate_k, mut gate_v } = grads;
+    size(&mut s.dwp, groups * d * nc);
+    s.dwp.fill(0.0);
+    let KernelGrads { proj_k, proj_v, gate_k, gate_v } = grads;
+    let (mut gbk, mut gbv) = (None, None);
+    let mut unpack = vec![(proj_k, 0, hd), (proj_v, cv, hd)];
+    if let Some((z, bias)) = gate_k {
+        unpack.push((z, sk, c));
+        gbk = Some(bias);
+    }
+    if let Some((z, bias)) = gate_v {
+        unpack.push((z, sv, c));
+        gbv = Some(bias);
+    }
     for i in 0..w {
         let g = sh.spec.group_of(i);
         let xi = &cache.xw[i * r * d..(i + 1) * r * d];
-        let mut first = true;
-        for (de, a, proj, gproj) in
-            [(&s.dek, &cache.ak[..], prm.proj_k, &mut *gpk), (&s.dev, av, prm.proj_v, &mut *gpv)]
-        {
-            // dP_i = A_i (.) dE
-            for row in 0..r {
-                for hh in 0..sh.h {
-                    let o = row * hd + hh * sh.dh;
-                    let ai = &a[(i * r + row) * c + hh * sh.gw..(i * r + row) * c + (hh + 1) * sh.gw];
-                    let (dst, src) = (&mut s.dp[o..o + sh.dh], &de[o..o + sh.dh]);
-                    if sh.gw == 1 {
-                        for (x, &e) in dst.iter_mut().zip(src) {
-                            *x = ai[0] * e;
-                        }
-                    } else {
-                        for ((x, &e), &av) in dst.iter_mut().zip(src).zip(ai) {
-                            *x = av * e;
-                        }
-                    }
-                }
-            }
-            let gslice = &mut gproj[g * d * hd..(g + 1) * d * hd];
-            gemm(d, hd, r, gslice, hd, true, View::t(xi, d), View::rows(&s.dp, hd));
-            let pt = View::t(&proj[g * d * hd..(g + 1) * d * hd], hd);
-            gemm(r, d, hd, &mut s.dx, d, !first, View::rows(&s.dp, hd), pt);
-            first = false;
-        }
-        for (ds, gate, ggate) in [(&s.dak, prm.gate_k, gate_k.as_mut()), (&s.dav, prm.gate_v, gate_v.as_mut())] {
-            let (Some((z, _)), Some((gz, gb))) = (gate, ggate) else { continue };
+        scale_by_gate(sh, &cache.ak[i * r * c..(i + 1) * r * c], &s.dek, &mut s.dy, nc, 0);
+        scale_by_gate(sh, &av[i * r * c..(i + 1) * r * c], &s.dev, &mut s.dy, nc, cv);
+        for (ds, col, bias) in [(&s.dak, sk, gbk.as_deref_mut()), (&s.dav, sv, gbv.as_deref_mut())] {
+            let Some(bias) = bias else { continue };
             let dsi = &ds[i * r * c..(i + 1) * r * c];
-            gemm(d, c, r, &mut gz[g * d * c..(g + 1) * d * c], c, true, View::t(xi, d), View::rows(dsi, c));
-            for row in dsi.chunks_exact(c) {
-                for (bv, &v) in gb[i * c..(i + 1) * c].iter_mut().zip(row) {
+            for (drow, srow) in s.dy.chunks_exact_mut(nc).zip(dsi.chunks_exact(c)) {
+                drow[col..col + c].copy_from_slice(srow);
+                for (bv, &v) in bias[i * c..(i + 1) * c].iter_mut().zip(srow) {
                     *bv += v;
                 }
             }
-            gemm(r, d, c, &mut s.dx, d, true, View::rows(dsi, c), View::t(&z[g * d * c..(g + 1) * d * c], c));
         }
+        let dw = &mut s.dwp[g * d * nc..(g + 1) * d * nc];
+        gemm(d, nc, r, dw, nc, true, View::t(xi, d), View::rows(&s.dy, nc));
+        let wt = View::t(&cache.wp[g * d * nc..(g + 1) * d * nc], nc);
+        gemm(r, d, nc, &mut s.dx, d, false, View::rows(&s.dy, nc), wt);
         for (row, dxr) in s.dx.chunks_exact(d).enumerate() {
             let (bb, j) = (row / n, row % n);
             if let Some(tok) = win.slots[j * w + i] {
                 for (a, &v) in dx[(bb * t + tok) * d..(bb * t + tok + 1) * d].iter_mut().zip(dxr) {
                     *a += v;
                 }
+            }
+        }
+    }
+    for (m, col, width) in unpack {
+        for (dst, src) in m.chunks_exact_mut(width).zip(s.dwp.chunks_exact(nc)) {
+            for (a, &v) in dst.iter_mut().zip(&src[col..col + width]) {
+                *a += v;
             }
         }
     }

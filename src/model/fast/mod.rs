@@ -506,10 +506,8 @@ impl FastDecoder {
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dkp, kw), View::t(lw(l, WK), kw));
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dv, kw), View::t(lw(l, WV), kw));
             if let (Some(sh), Some(win)) = (comp, &win) {
-                let k0 = gi(LAYER.len());
-                let kp = sh.params(w, k0);
-                let kg = sh.grads(&mut grads[k0..gi(pl)]);
-                compress_backward(sh, win, &kp, &cc.comp, &ws.dkc, &ws.dvc, b, t, &mut ws.comp, kg, &mut ws.dhid);
+                let kg = sh.grads(&mut grads[gi(LAYER.len())..gi(pl)]);
+                compress_backward(sh, win, &cc.comp, &ws.dkc, &ws.dvc, b, t, &mut ws.comp, kg, &mut ws.dhid);
             }
             rms_norm_back(&cc.x_in, lw(l, ATTN_NORM), &cc.r1, &ws.dhid, dx, true, &mut grads[gi(ATTN_NORM)]);
         }
