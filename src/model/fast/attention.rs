@@ -4,7 +4,10 @@
 //! a local window of the whole sequence (causal attention), as the decoder calls it.
 //!
 //! Keys and values of each (sequence, KV head) are one matrix `[n + T, d_h]`: the `n` entries,
-//! then the `T` raw tokens, so a block of query rows `r0..r1` needs columns `0..n + r1` only.
+//! then the `T` raw tokens. A block of query rows `r0..r1` needs two column ranges only: the
+//! entries visible to its last row, `0..visible[r1 - 1]`, and the raw tokens from its first
+//! row's window start to its last row, `n + raw_from[r0] .. n + r1`; every product runs on those
+//! two ranges, and the weights elsewhere are 0.
 
 use super::ops::{gemm, View};
 use super::{LayerCache, ROW_BLOCK};
@@ -30,6 +33,13 @@ impl Mask {
         debug_assert!((0..t).all(|q| (0..n).all(|j| geometry.is_visible(j, q, visibility) == (j < visible[q]))));
         let raw_from = (0..t).map(|q| (q + 1).saturating_sub(local)).collect();
         Mask { n, visible, raw_from }
+    }
+
+    /// The two column ranges rows `r0..r1` read: raw tokens `n + raw_from[r0] .. n + r1`, then
+    /// entries `0..visible[r1 - 1]` (raw first, so that a product into a fresh output starts
+    /// on a non-empty range; the entry range is empty for `full` and for early rows).
+    pub fn ranges(&self, r0: usize, r1: usize) -> [(usize, usize); 2] {
+        [(self.n + self.raw_from[r0], self.n + r1), (0, self.visible[r1 - 1])]
     }
 }
 
@@ -57,9 +67,11 @@ pub(super) fn attention_forward(
             let p = &mut cc.p[(bi * hq + h) * t * cols..(bi * hq + h + 1) * t * cols];
             for r0 in (0..t).step_by(ROW_BLOCK) {
                 let r1 = (r0 + ROW_BLOCK).min(t);
-                let c1 = mask.n + r1;
                 let q = View { data: &cc.q[qo + r0 * qw..], rs: qw, cs: 1 };
-                gemm(r1 - r0, c1, dh, &mut p[r0 * cols..], cols, false, q, View { data: kc, rs: 1, cs: dh });
+                for (c0, c1) in mask.ranges(r0, r1) {
+                    let k = View { data: &kc[c0 * dh..], rs: 1, cs: dh };
+                    gemm(r1 - r0, c1 - c0, dh, &mut p[r0 * cols + c0..], cols, false, q, k);
+                }
                 for i in r0..r1 {
                     let (ne, lo, hi) = (mask.visible[i], mask.n + mask.raw_from[i], mask.n + i + 1);
                     let (ents, raw) = p[i * cols..(i + 1) * cols].split_at_mut(lo);
@@ -80,8 +92,11 @@ pub(super) fn attention_forward(
                         *v /= sum;
                     }
                 }
-                let pv = View { data: &p[r0 * cols..], rs: cols, cs: 1 };
-                gemm(r1 - r0, dh, c1, &mut cc.o[qo + r0 * qw..], qw, false, pv, View { data: vc, rs: dh, cs: 1 });
+                for (k, (c0, c1)) in mask.ranges(r0, r1).into_iter().enumerate() {
+                    let pv = View { data: &p[r0 * cols + c0..], rs: cols, cs: 1 };
+                    let v = View { data: &vc[c0 * dh..], rs: dh, cs: 1 };
+                    gemm(r1 - r0, dh, c1 - c0, &mut cc.o[qo + r0 * qw..], qw, k > 0, pv, v);
+                }
             }
         }
     }
@@ -119,24 +134,32 @@ pub(super) fn attention_backward(
             let p = &cc.p[(bi * hq + h) * t * cols..(bi * hq + h + 1) * t * cols];
             for r0 in (0..t).step_by(ROW_BLOCK) {
                 let (r1, rb) = ((r0 + ROW_BLOCK).min(t), (r0 + ROW_BLOCK).min(t) - r0);
-                let c1 = mask.n + r1;
+                let ranges = mask.ranges(r0, r1);
                 let dov = View { data: &d_o[qo + r0 * qw..], rs: qw, cs: 1 };
-                gemm(rb, c1, dh, &mut ds[r0 * cols..], cols, false, dov, View { data: vc, rs: 1, cs: dh });
+                for &(c0, c1) in &ranges {
+                    let v = View { data: &vc[c0 * dh..], rs: 1, cs: dh };
+                    gemm(rb, c1 - c0, dh, &mut ds[r0 * cols + c0..], cols, false, dov, v);
+                }
                 for i in r0..r1 {
-                    let (row, prow) = (&mut ds[i * cols..i * cols + c1], &p[i * cols..i * cols + c1]);
                     let (oi, doi) = (&cc.o[qo + i * qw..qo + i * qw + dh], &d_o[qo + i * qw..qo + i * qw + dh]);
                     let dot: f32 = oi.iter().zip(doi).map(|(a, b)| a * b).sum();
-                    for (s, &pv) in row.iter_mut().zip(prow) {
-                        *s = pv * (*s - dot) * scale;
+                    for &(c0, c1) in &ranges {
+                        let (row, prow) = (&mut ds[i * cols + c0..i * cols + c1], &p[i * cols + c0..i * cols + c1]);
+                        for (s, &pv) in row.iter_mut().zip(prow) {
+                            *s = pv * (*s - dot) * scale;
+                        }
                     }
                 }
-                let dsv = View { data: &ds[r0 * cols..], rs: cols, cs: 1 };
-                let dst = View { data: &ds[r0 * cols..], rs: 1, cs: cols };
                 let qv = View { data: &cc.q[qo + r0 * qw..], rs: qw, cs: 1 };
-                let pt = View { data: &p[r0 * cols..], rs: 1, cs: cols };
-                gemm(rb, dh, c1, &mut dq[qo + r0 * qw..], qw, false, dsv, View { data: kc, rs: dh, cs: 1 });
-                gemm(c1, dh, rb, &mut dkc[kv * cols * dh..], dh, true, dst, qv);
-                gemm(c1, dh, rb, &mut dvc[kv * cols * dh..], dh, true, pt, dov);
+                for (k, &(c0, c1)) in ranges.iter().enumerate() {
+                    let dsv = View { data: &ds[r0 * cols + c0..], rs: cols, cs: 1 };
+                    let dst = View { data: &ds[r0 * cols + c0..], rs: 1, cs: cols };
+                    let pt = View { data: &p[r0 * cols + c0..], rs: 1, cs: cols };
+                    let kv_rows = View { data: &kc[c0 * dh..], rs: dh, cs: 1 };
+                    gemm(rb, dh, c1 - c0, &mut dq[qo + r0 * qw..], qw, k > 0, dsv, kv_rows);
+                    gemm(c1 - c0, dh, rb, &mut dkc[(kv * cols + c0) * dh..], dh, true, dst, qv);
+                    gemm(c1 - c0, dh, rb, &mut dvc[(kv * cols + c0) * dh..], dh, true, pt, dov);
+                }
             }
         }
     }
