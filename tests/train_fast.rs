@@ -23,12 +23,15 @@ mod common;
 /// in different orders (different GEMM blockings, fused versus separate elementwise ops). A dot
 /// product of length `K` computed in two orders differs by at most `2 γ_K Σ|a_i b_i|`,
 /// `γ_K = K u / (1 - K u)`; the longest reduction here is a weight gradient over `B*T ≤ 3*69 =
-/// 207` rows (others: `d ≤ 24`, `d_ff ≤ 24`, `T ≤ 69`, `V = 20`), so `γ_K ≤ 1.3e-5`. The backward
-/// pass chains about 12 such ops per layer (two layers at most) through RMSNorm and softmax,
-/// whose condition numbers are O(1) at these widths with `Σ|a_i b_i|` within a small factor of
-/// `|Σ a_i b_i|` for the random weights drawn. Errors of the chain add up, 24 x 1.3e-5 ≈ 3e-4
-/// worst case relative to the gradient's size (typically `sqrt(K)` smaller, random rounding);
-/// 1e-3 leaves a factor 3 for cancellation. Parameters whose gradient is
+/// 207` rows (others: `d ≤ 24`, `d_ff ≤ 24`, `T ≤ 69`, `V = 20`; a compressed layer adds the
+/// compressor's weight gradients over `B*n ≤ 3*16` window rows, sums over `W ≤ 8` offsets and
+/// attention rows of `n + T ≤ 85` columns), so `γ_K ≤ 1.3e-5`. The backward pass chains about
+/// 12 such ops per layer through RMSNorm and softmax, 18 with a compressor (projection, gate
+/// softmax, pooling, RoPE; their backward and the scatter onto token rows), two layers at
+/// most, whose condition numbers are O(1) at these widths with `Σ|a_i b_i|` within a small
+/// factor of `|Σ a_i b_i|` for the random weights drawn. Errors of the chain add up,
+/// 36 x 1.3e-5 ≈ 4.7e-4 worst case relative to the gradient's size (typically `sqrt(K)`
+/// smaller, random rounding); 1e-3 leaves a factor 2 for cancellation. Parameters whose gradient is
 /// itself a small difference of large terms (norm weights) are compared against the global
 /// gradient scale: an absolute floor of `FLOOR` × the global gradient norm. A wrong derivative
 /// gives relative errors of order 1, far above both.
@@ -153,7 +156,8 @@ fn fast_gradients_equal_candle_gradients() {
     }
 }
 
-/// The comparison can fail: a gradient off by 1 % in one parameter is caught.
+/// The comparison can fail: a gradient off by 1 % in one parameter (a projection, a compressor
+/// gate) is caught.
 #[test]
 fn the_tolerance_is_tighter_than_a_one_percent_error() {
     let c = Case {
@@ -168,31 +172,37 @@ fn the_tolerance_is_tighter_than_a_one_percent_error() {
         max_prefix: 30,
         seed: 7,
     };
-    compare(&c, "full").unwrap();
-    let cfg = config_for(&c, "full");
-    let model = Model::new(&cfg, &Device::Cpu).unwrap();
-    let batch = Batch::new(&training_batch(&cfg, 1), &Device::Cpu).unwrap();
-    let grads_c = evaluate_batch(&model.decoder, &batch).unwrap().loss.backward().unwrap();
-    let mut fast = FastDecoder::new(&cfg.model, cfg.task.vocab_size(), model.store.vars()).unwrap();
-    let out = fast.step(&batch).unwrap();
-    let vars = model.store.vars();
-    let i = fast.names().iter().position(|n| n == "layer0.attn.wk").unwrap();
-    let gc = grads_c.get(vars.iter().find(|(n, _)| n == "layer0.attn.wk").unwrap().1.as_tensor()).unwrap();
-    let gc = gc.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let diff: Vec<f32> = out.grads[i].iter().zip(&gc).map(|(a, b)| a * 1.01 - b).collect();
-    assert!(norm(&diff) > REL_TOL * norm(&gc) + FLOOR * norm(&gc), "a 1 % error would pass");
+    for (preset, param) in [("full", "layer0.attn.wk"), ("w8s4", "layer0.attn.kernel.gate_k.z")] {
+        compare(&c, preset).unwrap();
+        let cfg = config_for(&c, preset);
+        let model = Model::new(&cfg, &Device::Cpu).unwrap();
+        let batch = Batch::new(&training_batch(&cfg, 1), &Device::Cpu).unwrap();
+        let grads_c = evaluate_batch(&model.decoder, &batch).unwrap().loss.backward().unwrap();
+        let mut fast = FastDecoder::new(&cfg.model, cfg.task.vocab_size(), model.store.vars()).unwrap();
+        let out = fast.step(&batch).unwrap();
+        let vars = model.store.vars();
+        let i = fast.names().iter().position(|n| n == param).unwrap();
+        let gc = grads_c.get(vars.iter().find(|(n, _)| n == param).unwrap().1.as_tensor()).unwrap();
+        let gc = gc.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let diff: Vec<f32> = out.grads[i].iter().zip(&gc).map(|(a, b)| a * 1.01 - b).collect();
+        assert!(norm(&diff) > REL_TOL * norm(&gc) + FLOOR * norm(&gc), "{preset} {param}: a 1 % error would pass");
+    }
 }
 
 #[test]
 fn unsupported_presets_are_refused() {
-    let mut cfg = common::configs::tiny_config("w4s4");
+    let mut cfg = common::configs::tiny_config("dsv4-hca4");
     cfg.train.engine = Engine::Fast;
     let e = cfg.validate().unwrap_err().to_string();
-    assert!(e.contains("train.engine") && e.contains("w4s4"), "{e}");
-    let (code, out, err) = phasekv(&["train", "--preset", "w8s4", "--engine", "fast", "--print-config"], "1");
+    assert!(e.contains("train.engine") && e.contains("dsv4-hca4"), "{e}");
+    let (code, out, err) = phasekv(&["train", "--preset", "dsv4-csa", "--engine", "fast", "--print-config"], "1");
     assert_eq!(code, 2, "{out}{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("train.engine") && err.contains("w8s4"), "{err}");
+    assert!(err.contains("train.engine") && err.contains("dsv4-csa") && err.contains("w{W}s{S}"), "{err}");
+    for preset in SUPPORTED_PRESETS {
+        let (code, _, err) = phasekv(&["train", "--preset", preset, "--engine", "fast", "--print-config"], "1");
+        assert_eq!(code, 0, "{preset}: {err}");
+    }
     let (code, _, err) = phasekv(&["train", "--engine", "gpu", "--print-config"], "1");
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--engine") && err.trim().lines().count() == 1, "{err}");
@@ -218,8 +228,11 @@ fn tmp_dir(label: &str) -> PathBuf {
     d
 }
 
-fn tiny(steps: usize) -> RunConfig {
-    let mut c = common::configs::tiny_config("full");
+/// The presets of the training-loop tests (resume, threads): the baseline and a compressed one.
+const LOOP_PRESETS: [&str; 2] = ["full", "w8s4"];
+
+fn tiny(steps: usize, preset: &str) -> RunConfig {
+    let mut c = common::configs::tiny_config(preset);
     c.train.steps = steps;
     c.train.batch_size = 4;
     c.train.warmup_steps = 2;
@@ -261,8 +274,14 @@ impl Observer for StopAt {
 
 #[test]
 fn fast_resume_after_interruption_equals_the_uninterrupted_run() {
-    let cfg = tiny(10);
-    let (a, b) = (tmp_dir("resume-a"), tmp_dir("resume-b"));
+    for preset in LOOP_PRESETS {
+        resume_equals_uninterrupted(preset);
+    }
+}
+
+fn resume_equals_uninterrupted(preset: &str) {
+    let cfg = tiny(10, preset);
+    let (a, b) = (tmp_dir(&format!("resume-a-{preset}")), tmp_dir(&format!("resume-b-{preset}")));
     let Outcome::Finished(ma) = train(&cfg, &a, serde_json::json!({}), &mut Silent).unwrap() else {
         panic!("uninterrupted run did not finish")
     };
@@ -283,10 +302,10 @@ fn fast_resume_after_interruption_equals_the_uninterrupted_run() {
     // float noise amplified by 10 optimiser steps.
     let mut cc = cfg.clone();
     cc.train.engine = Engine::Candle;
-    let c = tmp_dir("resume-candle");
+    let c = tmp_dir(&format!("resume-candle-{preset}"));
     train(&cc, &c, serde_json::json!({}), &mut Silent).unwrap();
     for ((s, lf), (_, lc)) in train_losses(&a).iter().zip(train_losses(&c)) {
-        assert!((lf - lc).abs() < 1e-3 * lc.abs().max(1.0), "step {s}: fast {lf} candle {lc}");
+        assert!((lf - lc).abs() < 1e-3 * lc.abs().max(1.0), "{preset} step {s}: fast {lf} candle {lc}");
     }
     for d in [a, b, c] {
         std::fs::remove_dir_all(d).unwrap();
@@ -295,10 +314,16 @@ fn fast_resume_after_interruption_equals_the_uninterrupted_run() {
 
 #[test]
 fn fast_loss_curve_is_the_same_on_one_and_two_threads() {
-    let dir = tmp_dir("threads");
+    for preset in LOOP_PRESETS {
+        same_on_one_and_two_threads(preset);
+    }
+}
+
+fn same_on_one_and_two_threads(preset: &str) {
+    let dir = tmp_dir(&format!("threads-{preset}"));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg_path = dir.join("tiny.json");
-    std::fs::write(&cfg_path, serde_json::to_string(&tiny(8)).unwrap()).unwrap();
+    std::fs::write(&cfg_path, serde_json::to_string(&tiny(8, preset)).unwrap()).unwrap();
     let mut runs = Vec::new();
     for threads in ["1", "2"] {
         let out = dir.join(format!("run{threads}"));
@@ -309,7 +334,7 @@ fn fast_loss_curve_is_the_same_on_one_and_two_threads() {
         assert_eq!(losses.len(), 8);
         runs.push((losses, params(&out)));
     }
-    assert_eq!(runs[0], runs[1], "1 and 2 threads differ");
+    assert_eq!(runs[0], runs[1], "{preset}: 1 and 2 threads differ");
     let (code, out, err) = phasekv(&["train", "--config", cfg_path.to_str().unwrap(), "--bench", "2"], "1");
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();

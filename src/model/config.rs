@@ -132,8 +132,8 @@ pub enum Engine {
     /// candle autodiff (the reference; every preset).
     #[default]
     Candle,
-    /// The hand-derived f32 CPU path of [`crate::model::fast`] (presets in
-    /// [`crate::model::fast::SUPPORTED_PRESETS`]).
+    /// The hand-derived f32 CPU path of [`crate::model::fast`] (`full` and the `w{W}s{S}`
+    /// family: [`crate::model::fast::check_supported`]).
     Fast,
 }
 

@@ -5,20 +5,26 @@
 //! broadcast ops, no zero-filled gradient tensors per op.
 //!
 //! The candle autodiff path stays the reference: `tests/train_fast.rs` checks the loss and every
-//! parameter's gradient against it. Supported presets: [`SUPPORTED_PRESETS`] (`full`, causal
-//! attention over raw tokens); the compressed presets are refused (`train.engine`).
+//! parameter's gradient against it. Supported ([`check_supported`], [`SUPPORTED`]): `full`
+//! (causal attention over raw tokens) and the paper's `w{W}s{S}` family with any gate kind,
+//! parameter groups, tying and entry RoPE or none (`compress`: the compressor; `attention`:
+//! local window plus visible entries in one softmax); kernels with shared K/V or an entry
+//! RMSNorm (DeepSeek-V4's `dsv4-*`) are refused (`train.engine`).
 //!
 //! Determinism: every reduction runs in one fixed order on one thread (GEMM with
 //! `Parallelism::None`, rows and heads in order), so the same parameters and batch give the
 //! same bits whatever `RAYON_NUM_THREADS` is.
 //!
 //! Layout (row-major, `BT = B * T` rows): hidden states `[BT, d]`; queries `[BT, H_q * d_h]`
-//! (head `h` in columns `h*d_h..`), keys and values `[BT, H_kv * d_h]`; attention weights
-//! `[B, H_q, T, T]`. Query head `h` reads KV head `h / (H_q / H_kv)` (candle's `repeat_kv`).
+//! (head `h` in columns `h*d_h..`), keys and values `[BT, H_kv * d_h]`; what attention reads,
+//! `[B, H_kv, n + T, d_h]` (the `n` compressed entries, then the raw tokens); attention weights
+//! `[B, H_q, T, n + T]`. Query head `h` reads KV head `h / (H_q / H_kv)` (candle's `repeat_kv`).
 
 mod attention;
+mod compress;
 mod ops;
-use attention::{attention_backward, attention_forward};
+use attention::{attention_backward, attention_forward, Mask};
+use compress::{compress_backward, compress_forward, CompressCache, CompressScratch, CompressorShape};
 
 use super::batch::Batch;
 use super::config::ModelConfig;
@@ -29,19 +35,30 @@ use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use ops::{gemm, rms_norm, rms_norm_back, Rope, View};
 
-/// Presets the fast engine implements.
-pub const SUPPORTED_PRESETS: &[&str] = &["full"];
+/// What the fast engine implements, in words (the error for anything else says it).
+pub const SUPPORTED: &str = "full and w{W}s{S} with its -scalar, -uniform, -tied and -norope ablations";
+
+/// Presets of every family the fast engine implements, one each (what the tests compare
+/// against the candle path): full attention, and the paper's `w{W}s{S}` kernels with vector,
+/// scalar and uniform gates, tied or untied, with or without RoPE, overlapping or not.
+pub const SUPPORTED_PRESETS: &[&str] =
+    &["full", "w8s4", "w8s6", "w4s4", "w8s4-scalar", "w8s4-uniform", "w8s4-tied", "w8s4-norope"];
+
+/// Whether the fast engine implements a kernel spec: separate K/V branches without an entry
+/// RMSNorm (the `w{W}s{S}` family; DeepSeek-V4's `dsv4-*` share K/V and norm their entries).
+fn implements(spec: &KernelSpec) -> bool {
+    !spec.shared_kv && !spec.rms_norm
+}
 
 /// Refuses a model the fast engine does not implement, naming the field and what is allowed.
 pub fn check_supported(model: &ModelConfig) -> Result<()> {
-    if SUPPORTED_PRESETS.contains(&model.preset.as_str()) {
+    if model.is_full() || KernelSpec::preset(&model.preset).is_ok_and(|s| implements(&s)) {
         Ok(())
     } else {
         Err(Error::invalid(
             "train.engine",
             format!(
-                "fast supports the presets {} only, got preset {} (use engine candle for it)",
-                SUPPORTED_PRESETS.join(", "),
+                "fast supports the presets {SUPPORTED} only, got preset {} (use engine candle for it)",
                 model.preset
             ),
         ))
@@ -100,6 +117,11 @@ pub struct FastDecoder {
     vocab: usize,
     vars: Vec<(String, Var)>,
     rope_freqs: Option<Vec<f64>>,
+    spec: KernelSpec,
+    /// The compressor of every layer (`None` for `full`).
+    comp: Option<CompressorShape>,
+    /// Parameters per layer ([`LAYER`], then the compressor's).
+    per_layer: usize,
     work: Workspace,
 }
 
@@ -116,6 +138,10 @@ pub(super) struct LayerCache {
     rk: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
+    /// Keys and values attended to, `[B, H_kv, n + T, d_h]`: entries, then raw tokens.
+    kc: Vec<f32>,
+    vc: Vec<f32>,
+    comp: CompressCache,
     p: Vec<f32>,
     o: Vec<f32>,
     x_mid: Vec<f32>,
@@ -150,6 +176,9 @@ struct Workspace {
     dqp: Vec<f32>,
     dkp: Vec<f32>,
     ds: Vec<f32>,
+    dkc: Vec<f32>,
+    dvc: Vec<f32>,
+    comp: CompressScratch,
 }
 
 impl std::fmt::Debug for Workspace {
@@ -178,9 +207,13 @@ impl FastDecoder {
         config.validate()?;
         check_supported(config)?;
         let spec = KernelSpec::preset(&config.preset)?;
+        let comp =
+            (!config.is_full()).then(|| CompressorShape::new(&spec, config.d_model, config.d_head, config.n_kv_head));
+        let knames = comp.as_ref().map(|c| c.param_names()).unwrap_or_default();
         let mut names = vec!["embed".to_string()];
         for l in 0..config.n_layer {
             names.extend(LAYER.iter().map(|n| format!("layer{l}.{n}")));
+            names.extend(knames.iter().map(|n| format!("layer{l}.attn.kernel.{n}")));
         }
         names.push("final_norm".into());
         names.push("lm_head".into());
@@ -202,7 +235,17 @@ impl FastDecoder {
             }
             _ => None,
         };
-        Ok(FastDecoder { cfg: config.clone(), vocab, vars, rope_freqs, work: Workspace::default() })
+        let per_layer = LAYER.len() + knames.len();
+        Ok(FastDecoder {
+            cfg: config.clone(),
+            vocab,
+            vars,
+            rope_freqs,
+            spec,
+            comp,
+            per_layer,
+            work: Workspace::default(),
+        })
     }
 
     /// Parameter names, in the order of [`StepOutput::grads`].
@@ -262,8 +305,17 @@ impl FastDecoder {
         let (qw, kw) = (hq * dh, hkv * dh);
         let eps = NORM_EPS as f32;
         let rope = self.rope_freqs.as_ref().map(|f| Rope::new(f, t));
-        let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * LAYER.len() + j] };
-        let (embed, final_norm, lm_head) = (&w[0], &w[1 + nl * LAYER.len()], &w[2 + nl * LAYER.len()]);
+        let pl = self.per_layer;
+        let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * pl + j] };
+        let (embed, final_norm, lm_head) = (&w[0], &w[1 + nl * pl], &w[2 + nl * pl]);
+        // Compressed layers: windows and entries of this sequence length; `full` attends
+        // causally (a local window of the whole sequence, as the decoder calls it).
+        let comp = self.comp.as_ref();
+        let win = comp.map(|sh| sh.windows(t));
+        let ne = win.as_ref().map_or(0, |w| w.n);
+        let local = if comp.is_some() { c.local_window } else { t.max(1) };
+        let mask = Mask::new(&self.spec.geometry, self.spec.visibility, ne, t, local);
+        let cols = ne + t;
         let ws = &mut self.work;
         ws.layers.resize_with(nl, LayerCache::default);
 
@@ -285,7 +337,9 @@ impl FastDecoder {
                 (&mut cc.rk, bt * hkv),
                 (&mut cc.k, bt * kw),
                 (&mut cc.v, bt * kw),
-                (&mut cc.p, b * hq * t * t),
+                (&mut cc.kc, b * hkv * cols * dh),
+                (&mut cc.vc, b * hkv * cols * dh),
+                (&mut cc.p, b * hq * t * cols),
                 (&mut cc.o, bt * qw),
                 (&mut cc.x_mid, bt * d),
                 (&mut cc.r2, bt),
@@ -313,7 +367,19 @@ impl FastDecoder {
                     rope.apply(row, (i / hkv) % t, false);
                 }
             }
-            attention_forward(cc, b, t, hq, hkv, dh);
+            for (dst, src) in [(&mut cc.kc, &cc.k), (&mut cc.vc, &cc.v)] {
+                for (row, s) in src.chunks_exact(dh).enumerate() {
+                    let (tok, kv) = (row / hkv, row % hkv);
+                    let (bi, tt) = (tok / t, tok % t);
+                    let o = ((bi * hkv + kv) * cols + ne + tt) * dh;
+                    dst[o..o + dh].copy_from_slice(s);
+                }
+            }
+            if let (Some(sh), Some(win)) = (comp, &win) {
+                let kp = sh.params(w, 1 + l * pl + LAYER.len());
+                compress_forward(sh, win, &kp, &cc.h1, b, t, &mut cc.comp, &mut cc.kc, &mut cc.vc);
+            }
+            attention_forward(cc, &mask, b, t, hq, hkv, dh);
             gemm(bt, d, qw, &mut cc.x_mid, d, true, View::rows(&cc.o, qw), View::rows(lw(l, WO), d));
             rms_norm(&cc.x_mid, lw(l, MLP_NORM), eps, &mut cc.h2, &mut cc.r2);
             gemm(bt, ff, d, &mut cc.g, ff, false, View::rows(&cc.h2, d), View::rows(lw(l, W_GATE), ff));
@@ -362,7 +428,7 @@ impl FastDecoder {
 
         // ---- backward ----
         let mut grads: Vec<Vec<f32>> = w.iter().map(|p| vec![0f32; p.len()]).collect();
-        let (g_embed_i, g_final_i, g_head_i) = (0, 1 + nl * LAYER.len(), 2 + nl * LAYER.len());
+        let (g_embed_i, g_final_i, g_head_i) = (0, 1 + nl * pl, 2 + nl * pl);
         let dlogits = &ws.logits;
         gemm(d, vocab, n, &mut grads[g_head_i], vocab, false, View::t(&ws.hs, d), View::rows(dlogits, vocab));
         size(&mut ws.dhs, n * d);
@@ -386,14 +452,16 @@ impl FastDecoder {
             (&mut ws.dv, bt * kw),
             (&mut ws.dqp, bt * qw),
             (&mut ws.dkp, bt * kw),
-            (&mut ws.ds, t * t),
+            (&mut ws.ds, t * cols),
+            (&mut ws.dkc, b * hkv * cols * dh),
+            (&mut ws.dvc, b * hkv * cols * dh),
         ] {
             size(v, n);
         }
         let dx = &mut ws.dx;
         for l in (0..nl).rev() {
             let cc = &ws.layers[l];
-            let gi = |j: usize| 1 + l * LAYER.len() + j;
+            let gi = |j: usize| 1 + l * pl + j;
             // x_out = x_mid + a @ w_down
             gemm(ff, d, bt, &mut grads[gi(W_DOWN)], d, false, View::t(&cc.a, ff), View::rows(dx, d));
             gemm(bt, ff, d, &mut ws.da, ff, false, View::rows(dx, d), View::t(lw(l, W_DOWN), d));
@@ -412,7 +480,15 @@ impl FastDecoder {
             // x_mid = x_in + o @ wo
             gemm(qw, d, bt, &mut grads[gi(WO)], d, false, View::t(&cc.o, qw), View::rows(dx, d));
             gemm(bt, qw, d, &mut ws.d_o, qw, false, View::rows(dx, d), View::t(lw(l, WO), d));
-            attention_backward(cc, &ws.d_o, &mut ws.dq, &mut ws.dk, &mut ws.dv, &mut ws.ds, b, t, hq, hkv, dh);
+            attention_backward(cc, &mask, &ws.d_o, &mut ws.dq, &mut ws.dkc, &mut ws.dvc, &mut ws.ds, b, t, hq, hkv, dh);
+            for (dst, src) in [(&mut ws.dk, &ws.dkc), (&mut ws.dv, &ws.dvc)] {
+                for (row, d) in dst.chunks_exact_mut(dh).enumerate() {
+                    let (tok, kv) = (row / hkv, row % hkv);
+                    let (bi, tt) = (tok / t, tok % t);
+                    let o = ((bi * hkv + kv) * cols + ne + tt) * dh;
+                    d.copy_from_slice(&src[o..o + dh]);
+                }
+            }
             if let Some(rope) = &rope {
                 for (i, row) in ws.dq.chunks_exact_mut(dh).enumerate() {
                     rope.apply(row, (i / hq) % t, true);
@@ -429,6 +505,10 @@ impl FastDecoder {
             gemm(bt, d, qw, &mut ws.dhid, d, false, View::rows(&ws.dqp, qw), View::t(lw(l, WQ), qw));
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dkp, kw), View::t(lw(l, WK), kw));
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dv, kw), View::t(lw(l, WV), kw));
+            if let (Some(sh), Some(win)) = (comp, &win) {
+                let kg = sh.grads(&mut grads[gi(LAYER.len())..gi(pl)]);
+                compress_backward(sh, win, &cc.comp, &ws.dkc, &ws.dvc, b, t, &mut ws.comp, kg, &mut ws.dhid);
+            }
             rms_norm_back(&cc.x_in, lw(l, ATTN_NORM), &cc.r1, &ws.dhid, dx, true, &mut grads[gi(ATTN_NORM)]);
         }
         let g_embed = &mut grads[g_embed_i];

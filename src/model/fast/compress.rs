@@ -1,0 +1,539 @@
+//! The compressor of the fast engine, forward and backward: the `w{W}s{S}` family of
+//! [`crate::kernel::tensor::TensorKernel::compress`] (paper eqs. 1-2) as the decoder
+//! differentiates through it, for one attention layer and all its KV heads at once.
+//!
+//! Layout. `R = B * n` window rows (row `b * n + j`), `H` KV heads, `gw` gate channels per head
+//! (`d_h` for vector gates, 1 for scalar and uniform ones). Per offset `i`:
+//! `X_i: [R, d]` (the slot's token row of the attention input, zero for an empty slot),
+//! `P_i = X_i C_{g(i)}: [R, H*d_h]`, gate logits `S_i = X_i Z_{g(i)} + b_i: [R, H*gw]`, gate
+//! weights `A_i = softmax_i(S_i)` over the window's valid offsets (uniform: `1/valid`), pooled
+//! entry `E = sum_i A_i (.) P_i` (a scalar gate broadcast over its head's channels), then RoPE
+//! at the entry positions of [`KernelSpec::entry_position`]. Windows, slots and positions come
+//! from [`crate::geometry::Geometry`] (`slot_tokens`, `num_windows`), never re-derived here.
+//!
+//! Backward, per branch `B` (keys, values) with upstream `dE`:
+//! `dP_i = A_i (.) dE`, `dA_i = dE (.) P_i` (summed over a head's channels for a scalar gate;
+//! the key and value branches both add to a tied gate's `dA`), softmax backward
+//! `dS_i = A_i (.) (dA_i - sum_k A_k (.) dA_k)`; then `dC_{g(i)} += X_i^T dP_i`,
+//! `dZ_{g(i)} += X_i^T dS_i`, `db_i += colsum(dS_i)`, `dX_i = dP_i C^T + dS_i Z^T`, scattered
+//! back onto the slot's token row. Offsets, rows and heads go in one fixed order.
+
+use super::ops::{gemm, Rope, View};
+use crate::kernel::spec::{GateKind, KernelSpec};
+
+/// The parts of a kernel spec the fast compressor uses, bound to the model's sizes.
+#[derive(Debug, Clone)]
+pub(super) struct CompressorShape {
+    spec: KernelSpec,
+    /// Window `W`.
+    pub w: usize,
+    /// KV heads `H`.
+    pub h: usize,
+    /// Head width `d_h`.
+    pub dh: usize,
+    /// Model width `d`.
+    pub d: usize,
+    /// Gate channels per head (`d_h` vector, 1 scalar or uniform).
+    pub gw: usize,
+    /// The key gate has parameters (not uniform).
+    pub gate_k: bool,
+    /// The value gate has parameters of its own (untied, not uniform).
+    pub gate_v: bool,
+    /// Inverse RoPE frequencies of the entries (`None`: no RoPE on entries).
+    pub rope_freqs: Option<Vec<f64>>,
+}
+
+impl CompressorShape {
+    /// The shape for a supported spec (no shared K/V, no entry RMSNorm: checked by the caller).
+    pub fn new(spec: &KernelSpec, d: usize, dh: usize, h: usize) -> Self {
+        let gw = if spec.gate == GateKind::Vector { dh } else { 1 };
+        let rope_freqs = spec.rope.as_ref().and_then(|rs| {
+            let r = rs.rotated_channels(dh);
+            (r > 0).then(|| rs.inv_frequencies(r))
+        });
+        CompressorShape {
+            spec: spec.clone(),
+            w: spec.geometry.window(),
+            h,
+            dh,
+            d,
+            gw,
+            gate_k: spec.gate != GateKind::Uniform,
+            gate_v: spec.has_value_gate(),
+            rope_freqs,
+        }
+    }
+
+    /// Parameter names after `layer{l}.attn.kernel.`, in the order of [`KernelParams`] slots.
+    pub fn param_names(&self) -> Vec<&'static str> {
+        let mut v = vec!["proj_k", "proj_v"];
+        if self.gate_k {
+            v.extend(["gate_k.z", "gate_k.b"]);
+        }
+        if self.gate_v {
+            v.extend(["gate_v.z", "gate_v.b"]);
+        }
+        v
+    }
+
+    /// One layer's parameters, whose first ([`Self::param_names`] order) is `w[k0]`.
+    pub fn params<'a>(&self, w: &'a [Vec<f32>], k0: usize) -> KernelParams<'a> {
+        let gv = k0 + 2 + 2 * usize::from(self.gate_k);
+        KernelParams {
+            proj_k: &w[k0],
+            proj_v: &w[k0 + 1],
+            gate_k: self.gate_k.then(|| (&w[k0 + 2][..], &w[k0 + 3][..])),
+            gate_v: self.gate_v.then(|| (&w[gv][..], &w[gv + 1][..])),
+        }
+    }
+
+    /// One layer's gradients, `g` in [`Self::param_names`] order.
+    pub fn grads<'a>(&self, g: &'a mut [Vec<f32>]) -> KernelGrads<'a> {
+        let mut it = g.iter_mut().map(|v| &mut v[..]);
+        let mut next = || it.next().expect("one gradient per kernel parameter");
+        let (proj_k, proj_v) = (next(), next());
+        let gate_k = self.gate_k.then(|| (next(), next()));
+        let gate_v = self.gate_v.then(|| (next(), next()));
+        KernelGrads { proj_k, proj_v, gate_k, gate_v }
+    }
+
+    /// The windows of a `t`-token sequence: slot tokens `[n, W]`, valid slots per window and
+    /// the entry positions (all from the geometry and the spec).
+    pub fn windows(&self, t: usize) -> Windows {
+        let g = &self.spec.geometry;
+        let n = g.num_windows(t);
+        let slots = g.slot_tokens(t);
+        let counts = slots.chunks(self.w).map(|c| c.iter().filter(|s| s.is_some()).count()).collect();
+        let positions: Vec<usize> = (0..n).map(|j| self.spec.entry_position(j)).collect();
+        let rope = self.rope_freqs.as_ref().map(|f| Rope::new(f, positions.iter().max().map_or(0, |&p| p + 1)));
+        Windows { n, slots, counts, positions, rope }
+    }
+}
+
+/// The windows of one sequence length.
+pub(super) struct Windows {
+    /// Number of windows `n`.
+    pub n: usize,
+    slots: Vec<Option<usize>>,
+    counts: Vec<usize>,
+    positions: Vec<usize>,
+    rope: Option<Rope>,
+}
+
+/// One layer's compressor parameters (row-major, the candle tensors' layout):
+/// `C: [G, d, H*d_h]`, `Z: [G, d, H*gw]`, `b: [W, H*gw]`.
+pub(super) struct KernelParams<'a> {
+    pub proj_k: &'a [f32],
+    pub proj_v: &'a [f32],
+    pub gate_k: Option<(&'a [f32], &'a [f32])>,
+    pub gate_v: Option<(&'a [f32], &'a [f32])>,
+}
+
+/// Gradients of [`KernelParams`], same layout (accumulated into; zero on entry).
+pub(super) struct KernelGrads<'a> {
+    pub proj_k: &'a mut [f32],
+    pub proj_v: &'a mut [f32],
+    pub gate_k: Option<(&'a mut [f32], &'a mut [f32])>,
+    pub gate_v: Option<(&'a mut [f32], &'a mut [f32])>,
+}
+
+/// What the compressor forward keeps for its backward pass.
+#[derive(Default)]
+pub(super) struct CompressCache {
+    /// `X_i`, `[W, R, d]`.
+    xw: Vec<f32>,
+    /// Every group's matrices side by side, `[G, d, N]`: `C^K | C^V | Z^K | Z^V` (the gates'
+    /// only when they have parameters), so that each offset is one GEMM.
+    wp: Vec<f32>,
+    /// `Y_i = X_i [C^K | C^V | Z^K | Z^V]_{g(i)}`, `[W, R, N]` (`P^K_i`, `P^V_i`, gate logits).
+    y: Vec<f32>,
+    /// Gate weights `[W, R, H*gw]` of the key gate and (own parameters only) the value gate.
+    ak: Vec<f32>,
+    av: Vec<f32>,
+}
+
+/// Scratch buffers of the backward pass.
+#[derive(Default)]
+pub(super) struct CompressScratch {
+    dek: Vec<f32>,
+    dev: Vec<f32>,
+    /// `dY_i = dP^K_i | dP^V_i | dS^K_i | dS^V_i`, `[R, N]`.
+    dy: Vec<f32>,
+    /// Gradient of `wp`, `[G, d, N]`.
+    dwp: Vec<f32>,
+    dak: Vec<f32>,
+    dav: Vec<f32>,
+    dx: Vec<f32>,
+}
+
+fn size(v: &mut Vec<f32>, n: usize) {
+    v.resize(n, 0.0);
+}
+
+/// Softmax over the offset axis of `s: [W, R, C]` in place, per window row and channel, over
+/// the valid offsets only (`-inf` elsewhere in the candle path: weight 0); the maximum is
+/// subtracted first, as in [`crate::kernel::tensor::softmax`].
+fn softmax_offsets(s: &mut [f32], win: &Windows, w: usize, r: usize, c: usize) {
+    let mut m = vec![0f32; c];
+    let mut sum = vec![0f32; c];
+    for row in 0..r {
+        let j = row % win.n;
+        let valid = |i: usize| win.slots[j * w + i].is_some();
+        m.fill(f32::NEG_INFINITY);
+        for i in (0..w).filter(|&i| valid(i)) {
+            for (mv, &v) in m.iter_mut().zip(&s[(i * r + row) * c..(i * r + row + 1) * c]) {
+                *mv = mv.max(v);
+            }
+        }
+        sum.fill(0.0);
+        for i in 0..w {
+            let x = &mut s[(i * r + row) * c..(i * r + row + 1) * c];
+            if valid(i) {
+                for ((v, &mv), sv) in x.iter_mut().zip(&m).zip(sum.iter_mut()) {
+                    *v = (*v - mv).exp();
+                    *sv += *v;
+                }
+            } else {
+                x.fill(0.0);
+            }
+        }
+        for i in (0..w).filter(|&i| valid(i)) {
+            for (v, &sv) in s[(i * r + row) * c..(i * r + row + 1) * c].iter_mut().zip(&sum) {
+                *v /= sv;
+            }
+        }
+    }
+}
+
+impl CompressorShape {
+    /// Columns `N` of the side-by-side matrices, and the first column of each part:
+    /// `(N, P^V, S^K, S^V)` (`P^K` starts at 0).
+    fn columns(&self) -> (usize, usize, usize, usize) {
+        let (hd, c) = (self.h * self.dh, self.h * self.gw);
+        let sk = 2 * hd;
+        let sv = sk + if self.gate_k { c } else { 0 };
+        (sv + if self.gate_v { c } else { 0 }, hd, sk, sv)
+    }
+}
+
+/// Gate weights `[W, R, H*gw]` of one gate: softmax over the offsets of the logits in columns
+/// `col..col + H*gw` of `y` plus the bias, or uniform (`bias` `None`).
+#[allow(clippy::too_many_arguments)]
+fn gate_forward(
+    sh: &CompressorShape,
+    win: &Windows,
+    r: usize,
+    y: &[f32],
+    nc: usize,
+    col: usize,
+    bias: Option<&[f32]>,
+    a: &mut Vec<f32>,
+) {
+    let (w, c) = (sh.w, sh.h * sh.gw);
+    size(a, w * r * c);
+    match bias {
+        Some(bias) => {
+            for i in 0..w {
+                for row in 0..r {
+                    let src = &y[(i * r + row) * nc + col..(i * r + row) * nc + col + c];
+                    let dst = &mut a[(i * r + row) * c..(i * r + row + 1) * c];
+                    for ((dv, &sv), &bv) in dst.iter_mut().zip(src).zip(&bias[i * c..(i + 1) * c]) {
+                        *dv = sv + bv;
+                    }
+                }
+            }
+            softmax_offsets(a, win, w, r, c);
+        }
+        None => {
+            for i in 0..w {
+                for row in 0..r {
+                    let j = row % win.n;
+                    let v = if win.slots[j * w + i].is_some() { 1.0 / win.counts[j] as f32 } else { 0.0 };
+                    a[(i * r + row) * c..(i * r + row + 1) * c].fill(v);
+                }
+            }
+        }
+    }
+}
+
+/// `E = sum_i A_i (.) P_i` (`P_i` in columns `col..` of `y`) into the entry rows of
+/// `kc: [B, H, n + T, d_h]` (rows `0..n` of each sequence and head), rotated at the entry
+/// positions.
+#[allow(clippy::too_many_arguments)]
+fn pool(
+    sh: &CompressorShape,
+    win: &Windows,
+    b: usize,
+    t: usize,
+    y: &[f32],
+    nc: usize,
+    col: usize,
+    a: &[f32],
+    kc: &mut [f32],
+) {
+    let (w, n, h, dh, gw) = (sh.w, win.n, sh.h, sh.dh, sh.gw);
+    let (r, c, rows) = (b * n, h * gw, n + t);
+    for row in 0..r {
+        let (bb, j) = (row / n, row % n);
+        for hh in 0..h {
+            let e = &mut kc[((bb * h + hh) * rows + j) * dh..((bb * h + hh) * rows + j + 1) * dh];
+            e.fill(0.0);
+            for i in 0..w {
+                let o = (i * r + row) * nc + col + hh * dh;
+                let pi = &y[o..o + dh];
+                let ai = &a[(i * r + row) * c + hh * gw..(i * r + row) * c + (hh + 1) * gw];
+                if gw == 1 {
+                    for (ev, &pv) in e.iter_mut().zip(pi) {
+                        *ev += ai[0] * pv;
+                    }
+                } else {
+                    for ((ev, &pv), &av) in e.iter_mut().zip(pi).zip(ai) {
+                        *ev += av * pv;
+                    }
+                }
+            }
+            if let Some(rope) = &win.rope {
+                rope.apply(e, win.positions[j], false);
+            }
+        }
+    }
+}
+
+/// Forward: entries of every sequence and KV head into rows `0..n` of `kc` and `vc`
+/// (`[B, H, n + T, d_h]`), from the attention input `x: [B*T, d]`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn compress_forward(
+    sh: &CompressorShape,
+    win: &Windows,
+    prm: &KernelParams,
+    x: &[f32],
+    b: usize,
+    t: usize,
+    cache: &mut CompressCache,
+    kc: &mut [f32],
+    vc: &mut [f32],
+) {
+    let (w, n, d, hd, c) = (sh.w, win.n, sh.d, sh.h * sh.dh, sh.h * sh.gw);
+    let (nc, cv, sk, sv) = sh.columns();
+    let groups = sh.spec.num_groups();
+    let r = b * n;
+    if r == 0 {
+        return;
+    }
+    size(&mut cache.xw, w * r * d);
+    size(&mut cache.y, w * r * nc);
+    size(&mut cache.wp, groups * d * nc);
+    for i in 0..w {
+        for row in 0..r {
+            let (bb, j) = (row / n, row % n);
+            let dst = &mut cache.xw[(i * r + row) * d..(i * r + row + 1) * d];
+            match win.slots[j * w + i] {
+                Some(tok) => dst.copy_from_slice(&x[(bb * t + tok) * d..(bb * t + tok + 1) * d]),
+                None => dst.fill(0.0),
+            }
+        }
+    }
+    let parts = [
+        Some((prm.proj_k, 0, hd)),
+        Some((prm.proj_v, cv, hd)),
+        prm.gate_k.map(|(z, _)| (z, sk, c)),
+        prm.gate_v.map(|(z, _)| (z, sv, c)),
+    ];
+    for (m, col, width) in parts.into_iter().flatten() {
+        for (dst, src) in cache.wp.chunks_exact_mut(nc).zip(m.chunks_exact(width)) {
+            dst[col..col + width].copy_from_slice(src);
+        }
+    }
+    for i in 0..w {
+        let g = sh.spec.group_of(i);
+        let xi = View::rows(&cache.xw[i * r * d..(i + 1) * r * d], d);
+        let yi = &mut cache.y[i * r * nc..(i + 1) * r * nc];
+        gemm(r, nc, d, yi, nc, false, xi, View::rows(&cache.wp[g * d * nc..(g + 1) * d * nc], nc));
+    }
+    gate_forward(sh, win, r, &cache.y, nc, sk, prm.gate_k.map(|(_, bias)| bias), &mut cache.ak);
+    pool(sh, win, b, t, &cache.y, nc, 0, &cache.ak, kc);
+    if sh.gate_v {
+        gate_forward(sh, win, r, &cache.y, nc, sv, prm.gate_v.map(|(_, bias)| bias), &mut cache.av);
+        pool(sh, win, b, t, &cache.y, nc, cv, &cache.av, vc);
+    } else {
+        pool(sh, win, b, t, &cache.y, nc, cv, &cache.ak, vc);
+    }
+}
+
+/// `dE` of one branch, `[R, H*d_h]`, from the entry rows of `dkc: [B, H, n + T, d_h]`
+/// (inverse RoPE).
+fn entry_grads(sh: &CompressorShape, win: &Windows, b: usize, t: usize, dkc: &[f32], de: &mut Vec<f32>) {
+    let (n, h, dh) = (win.n, sh.h, sh.dh);
+    let (r, hd, rows) = (b * n, h * dh, n + t);
+    size(de, r * hd);
+    for row in 0..r {
+        let (bb, j) = (row / n, row % n);
+        for hh in 0..h {
+            let src = &dkc[((bb * h + hh) * rows + j) * dh..((bb * h + hh) * rows + j + 1) * dh];
+            let dst = &mut de[row * hd + hh * dh..row * hd + (hh + 1) * dh];
+            dst.copy_from_slice(src);
+            if let Some(rope) = &win.rope {
+                rope.apply(dst, win.positions[j], true);
+            }
+        }
+    }
+}
+
+/// `dA_i (+)= dE (.) P_i` (`P_i` in columns `col..` of `y`; summed over a head's channels for a
+/// scalar gate).
+fn gate_grad(sh: &CompressorShape, r: usize, de: &[f32], y: &[f32], nc: usize, col: usize, da: &mut [f32]) {
+    let (w, h, dh, gw) = (sh.w, sh.h, sh.dh, sh.gw);
+    let (hd, c) = (h * dh, h * gw);
+    for i in 0..w {
+        for row in 0..r {
+            for hh in 0..h {
+                let e = &de[row * hd + hh * dh..row * hd + (hh + 1) * dh];
+                let o = (i * r + row) * nc + col + hh * dh;
+                let pi = &y[o..o + dh];
+                let dai = &mut da[(i * r + row) * c + hh * gw..(i * r + row) * c + (hh + 1) * gw];
+                if gw == 1 {
+                    dai[0] += e.iter().zip(pi).map(|(a, b)| a * b).sum::<f32>();
+                } else {
+                    for ((dv, &ev), &pv) in dai.iter_mut().zip(e).zip(pi) {
+                        *dv += ev * pv;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Softmax backward over the offsets, in place: `dA -> dS = A (.) (dA - sum_k A_k dA_k)`.
+fn softmax_offsets_back(a: &[f32], da: &mut [f32], w: usize, r: usize, c: usize) {
+    let mut dot = vec![0f32; c];
+    for row in 0..r {
+        dot.fill(0.0);
+        for i in 0..w {
+            let o = (i * r + row) * c;
+            for ((dv, &av), &gv) in dot.iter_mut().zip(&a[o..o + c]).zip(&da[o..o + c]) {
+                *dv += av * gv;
+            }
+        }
+        for i in 0..w {
+            let o = (i * r + row) * c;
+            for ((gv, &av), &dv) in da[o..o + c].iter_mut().zip(&a[o..o + c]).zip(&dot) {
+                *gv = av * (*gv - dv);
+            }
+        }
+    }
+}
+
+/// `dst[row, col..col + H*d_h] = A_i (.) dE` for one offset's rows (`a_i: [R, H*gw]`).
+fn scale_by_gate(sh: &CompressorShape, a_i: &[f32], de: &[f32], dst: &mut [f32], nc: usize, col: usize) {
+    let (h, dh, gw) = (sh.h, sh.dh, sh.gw);
+    let (hd, c) = (h * dh, h * gw);
+    for ((drow, erow), arow) in dst.chunks_exact_mut(nc).zip(de.chunks_exact(hd)).zip(a_i.chunks_exact(c)) {
+        for hh in 0..h {
+            let (dd, ee) = (&mut drow[col + hh * dh..col + (hh + 1) * dh], &erow[hh * dh..(hh + 1) * dh]);
+            let ah = &arow[hh * gw..(hh + 1) * gw];
+            if gw == 1 {
+                for (x, &e) in dd.iter_mut().zip(ee) {
+                    *x = ah[0] * e;
+                }
+            } else {
+                for ((x, &e), &av) in dd.iter_mut().zip(ee).zip(ah) {
+                    *x = av * e;
+                }
+            }
+        }
+    }
+}
+
+/// Backward: from the entry rows of `dkc`, `dvc` (`[B, H, n + T, d_h]`) to the kernel
+/// parameters' gradients and `dx: [B*T, d]` (accumulated).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn compress_backward(
+    sh: &CompressorShape,
+    win: &Windows,
+    cache: &CompressCache,
+    dkc: &[f32],
+    dvc: &[f32],
+    b: usize,
+    t: usize,
+    s: &mut CompressScratch,
+    grads: KernelGrads,
+    dx: &mut [f32],
+) {
+    let (w, n, d, hd, c) = (sh.w, win.n, sh.d, sh.h * sh.dh, sh.h * sh.gw);
+    let (nc, cv, sk, sv) = sh.columns();
+    let groups = sh.spec.num_groups();
+    let r = b * n;
+    if r == 0 {
+        return;
+    }
+    entry_grads(sh, win, b, t, dkc, &mut s.dek);
+    entry_grads(sh, win, b, t, dvc, &mut s.dev);
+    // dA of the key gate (keys, and values when the value branch reads the key gate) and of
+    // the value gate's own parameters, then dS in place.
+    let av: &[f32] = if sh.gate_v { &cache.av } else { &cache.ak };
+    if sh.gate_k {
+        size(&mut s.dak, w * r * c);
+        s.dak.fill(0.0);
+        gate_grad(sh, r, &s.dek, &cache.y, nc, 0, &mut s.dak);
+        if !sh.gate_v {
+            gate_grad(sh, r, &s.dev, &cache.y, nc, cv, &mut s.dak);
+        }
+        softmax_offsets_back(&cache.ak, &mut s.dak, w, r, c);
+    }
+    if sh.gate_v {
+        size(&mut s.dav, w * r * c);
+        s.dav.fill(0.0);
+        gate_grad(sh, r, &s.dev, &cache.y, nc, cv, &mut s.dav);
+        softmax_offsets_back(&cache.av, &mut s.dav, w, r, c);
+    }
+    size(&mut s.dy, r * nc);
+    size(&mut s.dx, r * d);
+    size(&mut s.dwp, groups * d * nc);
+    s.dwp.fill(0.0);
+    let KernelGrads { proj_k, proj_v, gate_k, gate_v } = grads;
+    let (mut gbk, mut gbv) = (None, None);
+    let mut unpack = vec![(proj_k, 0, hd), (proj_v, cv, hd)];
+    if let Some((z, bias)) = gate_k {
+        unpack.push((z, sk, c));
+        gbk = Some(bias);
+    }
+    if let Some((z, bias)) = gate_v {
+        unpack.push((z, sv, c));
+        gbv = Some(bias);
+    }
+    for i in 0..w {
+        let g = sh.spec.group_of(i);
+        let xi = &cache.xw[i * r * d..(i + 1) * r * d];
+        scale_by_gate(sh, &cache.ak[i * r * c..(i + 1) * r * c], &s.dek, &mut s.dy, nc, 0);
+        scale_by_gate(sh, &av[i * r * c..(i + 1) * r * c], &s.dev, &mut s.dy, nc, cv);
+        for (ds, col, bias) in [(&s.dak, sk, gbk.as_deref_mut()), (&s.dav, sv, gbv.as_deref_mut())] {
+            let Some(bias) = bias else { continue };
+            let dsi = &ds[i * r * c..(i + 1) * r * c];
+            for (drow, srow) in s.dy.chunks_exact_mut(nc).zip(dsi.chunks_exact(c)) {
+                drow[col..col + c].copy_from_slice(srow);
+                for (bv, &v) in bias[i * c..(i + 1) * c].iter_mut().zip(srow) {
+                    *bv += v;
+                }
+            }
+        }
+        let dw = &mut s.dwp[g * d * nc..(g + 1) * d * nc];
+        gemm(d, nc, r, dw, nc, true, View::t(xi, d), View::rows(&s.dy, nc));
+        let wt = View::t(&cache.wp[g * d * nc..(g + 1) * d * nc], nc);
+        gemm(r, d, nc, &mut s.dx, d, false, View::rows(&s.dy, nc), wt);
+        for (row, dxr) in s.dx.chunks_exact(d).enumerate() {
+            let (bb, j) = (row / n, row % n);
+            if let Some(tok) = win.slots[j * w + i] {
+                for (a, &v) in dx[(bb * t + tok) * d..(bb * t + tok + 1) * d].iter_mut().zip(dxr) {
+                    *a += v;
+                }
+            }
+        }
+    }
+    for (m, col, width) in unpack {
+        for (dst, src) in m.chunks_exact_mut(width).zip(s.dwp.chunks_exact(nc)) {
+            for (a, &v) in dst.iter_mut().zip(&src[col..col + width]) {
+                *a += v;
+            }
+        }
+    }
+}
