@@ -8,7 +8,7 @@ use phasekv::analysis::phase::{self, Outcome};
 use phasekv::analysis::protocol::{Balance, Protocol};
 use phasekv::analysis::stats::GroupAccuracy;
 use phasekv::lab::{EvalResult, GatesResult, KnockoutResult, LabSettings};
-use phasekv::report::ledger::{build_report, Claim, Verdict};
+use phasekv::report::ledger::{build_report, Claim, Verdict, LEDGER};
 use phasekv::reproduce::{self, InvariantRow, KernelsResult, Plan, Scale, TheoryResult};
 use phasekv::theory::flow::FlowSummary;
 use std::path::{Path, PathBuf};
@@ -332,8 +332,9 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
 }
 
 /// A plan of full attention and w8s4 with three seeds each; w8s4's seed `k` has accuracy
-/// `w8s4(k, group)` under both protocols, full attention is flat at 90 %.
-fn seeded_claims(label: &str, w8s4: impl Fn(usize, usize) -> f64) -> (Vec<Claim>, String) {
+/// `w8s4(k, group)` under both protocols, full attention is flat at 90 %. Returns E1 and, when
+/// `readme`, the report's README.
+fn seeded_e1(label: &str, readme: bool, w8s4: impl Fn(usize, usize) -> f64) -> (Claim, String) {
     let dir = tmp_dir(label);
     let mut plan = Plan::builtin(Scale::Full).unwrap();
     plan.presets = vec!["full".into(), "w8s4".into()];
@@ -352,13 +353,15 @@ fn seeded_claims(label: &str, w8s4: impl Fn(usize, usize) -> f64) -> (Vec<Claim>
         }
     }
     let collected = phasekv::report::ledger::collect(std::slice::from_ref(&dir)).unwrap();
-    let claims = phasekv::report::ledger::claims(&collected);
-    let readme = {
+    let e1 = LEDGER.iter().map(|l| l.check(&collected)).find(|c| c.id == "E1").unwrap();
+    let text = if readme {
         build_report(std::slice::from_ref(&dir), &dir.join("out")).unwrap();
         std::fs::read_to_string(dir.join("out/README.md")).unwrap()
+    } else {
+        String::new()
     };
     std::fs::remove_dir_all(&dir).unwrap();
-    (claims, readme)
+    (e1, text)
 }
 
 /// One phase of `S = 4` 25 pp below the others.
@@ -370,34 +373,30 @@ fn planted(g: usize) -> f64 {
     }
 }
 
-fn e1(claims: &[Claim]) -> &Claim {
-    claims.iter().find(|c| c.id == "E1").unwrap()
-}
-
 #[test]
 fn e1_over_three_seeds_follows_the_pooled_test_the_seed_rule_and_the_ceiling() {
-    let (c, readme) = seeded_claims("seeds-planted", |_, g| planted(g));
-    assert_eq!(e1(&c).verdict, Verdict::Reproduced, "{}", e1(&c).measured);
-    assert!(e1(&c).measured.contains("pooled significant, 3/3 seeds significant (need 2)"), "{}", e1(&c).measured);
+    let (e1, readme) = seeded_e1("seeds-planted", true, |_, g| planted(g));
+    assert_eq!(e1.verdict, Verdict::Reproduced, "{}", e1.measured);
+    assert!(e1.measured.contains("pooled significant, 3/3 seeds significant (need 2)"), "{}", e1.measured);
     // The arms table: one row per arm, its seeds and their spread.
     assert!(readme.contains("### Arms over seeds") && readme.contains("| w8s4 | 0, 1, 2 |"), "{readme}");
     assert!(readme.contains("| full | 0, 1, 2 |") && readme.contains("90.0 / 90.0 / 90.0 %"), "{readme}");
 
-    let (c, _) = seeded_claims("seeds-flat", |_, _| 0.9);
-    assert_eq!(e1(&c).verdict, Verdict::NotReproduced, "{}", e1(&c).measured);
+    let (e1, _) = seeded_e1("seeds-flat", false, |_, _| 0.9);
+    assert_eq!(e1.verdict, Verdict::NotReproduced, "{}", e1.measured);
 
-    let (c, _) = seeded_claims("seeds-ceiling", |_, _| 0.99);
-    assert_eq!(e1(&c).verdict, Verdict::NotTestableCeiling, "{}", e1(&c).measured);
-    assert!(e1(&c).measured.contains("w8s4: at the ceiling"), "{}", e1(&c).measured);
+    let (e1, _) = seeded_e1("seeds-ceiling", false, |_, _| 0.99);
+    assert_eq!(e1.verdict, Verdict::NotTestableCeiling, "{}", e1.measured);
+    assert!(e1.measured.contains("w8s4: at the ceiling"), "{}", e1.measured);
 
     // Two of three seeds with the effect satisfy the seed rule; one does not, although the
     // pooled test rejects.
-    let (c, _) = seeded_claims("seeds-two", |k, g| if k < 2 { planted(g) } else { 0.9 });
-    assert_eq!(e1(&c).verdict, Verdict::Reproduced, "{}", e1(&c).measured);
-    assert!(e1(&c).measured.contains("2/3 seeds significant (need 2)"), "{}", e1(&c).measured);
-    let (c, _) = seeded_claims("seeds-one", |k, g| if k < 1 { planted(g) } else { 0.9 });
-    assert_eq!(e1(&c).verdict, Verdict::NotReproduced, "{}", e1(&c).measured);
-    assert!(e1(&c).measured.contains("pooled significant, 1/3 seeds significant (need 2)"), "{}", e1(&c).measured);
+    let (e1, _) = seeded_e1("seeds-two", false, |k, g| if k < 2 { planted(g) } else { 0.9 });
+    assert_eq!(e1.verdict, Verdict::Reproduced, "{}", e1.measured);
+    assert!(e1.measured.contains("2/3 seeds significant (need 2)"), "{}", e1.measured);
+    let (e1, _) = seeded_e1("seeds-one", false, |k, g| if k < 1 { planted(g) } else { 0.9 });
+    assert_eq!(e1.verdict, Verdict::NotReproduced, "{}", e1.measured);
+    assert!(e1.measured.contains("pooled significant, 1/3 seeds significant (need 2)"), "{}", e1.measured);
 }
 
 #[test]

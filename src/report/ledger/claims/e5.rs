@@ -45,8 +45,13 @@ fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>) -> Part {
         );
     }
     part.text = format!(
-        "largest folded prefix gap {} ({:.1} pp [{:.1}, {:.1}], paper: up to {PAPER_COMPRESSED_GAP_PP} pp): {}",
-        a.name, g.gap_pp, g.ci_lo_pp, g.ci_hi_pp, part.text
+        "largest folded prefix gap {} ({:.1} pp [{:.1}, {:.1}], paper: up to {PAPER_COMPRESSED_GAP_PP} pp): {}; {}",
+        a.name,
+        g.gap_pp,
+        g.ci_lo_pp,
+        g.ci_hi_pp,
+        part.text,
+        reported(a, PRIMARY, s, ALPHA)
     );
     part
 }

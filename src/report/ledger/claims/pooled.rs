@@ -105,7 +105,7 @@ pub(super) fn ceiling_part(a: &Arm) -> Part {
     Part {
         verdict: Verdict::NotTestableCeiling,
         text: format!(
-            "{}: at the ceiling (every group >= {:.0} % under every protocol, {} seeds pooled)",
+            "{}: at the ceiling (every group >= {:.0} % under every protocol, seeds pooled: {})",
             a.name,
             100.0 * CEILING_ACCURACY,
             a.runs.len()
