@@ -408,6 +408,13 @@ fn an_empty_run_set_gives_not_run_everywhere_and_bad_input_one_error() {
     assert!(e.contains("--from") && e.contains("not a directory"), "{e}");
     assert!(reproduce::parse_shard("3/3").is_err() && reproduce::parse_shard("a/2").is_err());
     assert_eq!(reproduce::parse_shard("1/4").unwrap(), (1, 4));
+    // An outcomes file with a line that is not an outcome: one error naming the file and line.
+    let plan = Plan::builtin(Scale::Full).unwrap();
+    let run = dir.join(run_dir(&plan, "w8s4"));
+    write(&run.join("config.json"), &model(&plan, "w8s4").config);
+    std::fs::write(run.join("eval-prefix-outcomes.jsonl"), "{\"id\": 0}\n").unwrap();
+    let e = build_report(std::slice::from_ref(&dir), &dir.join("out")).unwrap_err().to_string();
+    assert!(e.contains("eval-prefix-outcomes.jsonl") && e.contains("line 1: not an outcome"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
