@@ -32,7 +32,7 @@ fn kernels(c: &mut Criterion) {
             (a.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b.flatten_all().unwrap().to_vec1::<f32>().unwrap());
         let mut out = vec![0f32; m * n];
         sg.bench_function(BenchmarkId::new("faer-f32-1thread flops", format!("{m}x{k}x{n}")), |bch| {
-            bch.iter(|| phasekv::kernel::tensor::fast::sgemm(&av, &bv, black_box(&mut out), m, k, n))
+            bch.iter(|| phasekv::conformance::bench::sgemm(&av, &bv, black_box(&mut out), m, k, n))
         });
     }
     sg.finish();

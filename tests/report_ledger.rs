@@ -8,7 +8,7 @@ use phasekv::analysis::phase::{self, Outcome};
 use phasekv::analysis::protocol::{Balance, Protocol};
 use phasekv::analysis::stats::GroupAccuracy;
 use phasekv::lab::{EvalResult, GatesResult, KnockoutResult, LabSettings};
-use phasekv::report::ledger::{build_report, Claim, Verdict};
+use phasekv::report::ledger::{build_report, Claim, Verdict, LEDGER};
 use phasekv::reproduce::{self, InvariantRow, KernelsResult, Plan, Scale, TheoryResult};
 use phasekv::theory::flow::FlowSummary;
 use std::path::{Path, PathBuf};
@@ -30,13 +30,24 @@ fn write<T: serde::Serialize>(path: &Path, v: &T) {
     std::fs::write(path, serde_json::to_string_pretty(v).unwrap()).unwrap();
 }
 
-/// Outcomes with accuracy `acc(group)` in each of M groups of N prompts.
+/// Copies of each (position, depth) cell: the cell's accuracy is exact to a tenth.
+const COPIES: usize = 10;
+
+/// Outcomes at every target position 24..72 (two per residue group) crossed with 8 depths,
+/// `COPIES` each, the first `round(acc(group) * COPIES)` of a cell correct: accuracy depends on
+/// the group alone, exactly, so a flat profile has no phase effect at all and a planted one is
+/// the only effect (no randomness, so no seed).
 fn outcomes(acc: impl Fn(usize) -> f64) -> Vec<Outcome> {
     let mut out = Vec::new();
-    for g in 0..M {
-        let k = (acc(g) * N as f64).round() as usize;
-        for i in 0..N {
-            out.push(Outcome { id: out.len(), group: g, correct: i < k, prob: None, position: None, depth: None });
+    for position in M..3 * M {
+        let group = position % M;
+        let k = (acc(group) * COPIES as f64).round() as usize;
+        for depth in (8..40).step_by(4) {
+            for j in 0..COPIES {
+                let id = out.len();
+                let (position, depth) = (Some(position), Some(depth));
+                out.push(Outcome { id, group, correct: j < k, prob: None, position, depth });
+            }
         }
     }
     out
@@ -51,14 +62,16 @@ fn periodic(s: usize) -> impl Fn(usize) -> f64 {
     move |g| if g % s < s / 2 { 0.95 } else { 0.4 }
 }
 
+/// `eval-<protocol>.json` and its per-prompt outcomes, accuracy `acc(group)`.
 fn write_eval(dir: &Path, preset: &str, protocol: Protocol, acc: &dyn Fn(usize) -> f64) {
     let s = stride(preset);
-    let profile = phase::profile(&outcomes(acc), M, s, 0).unwrap();
-    let balance = Balance { groups: vec![], mean_spread: 0.0, std_spread: 0.0, depth_cdf_gap: None };
+    let outcomes = outcomes(acc);
+    let profile = phase::profile(&outcomes, M, s, 0).unwrap();
+    let balance = Balance { groups: vec![], mean_spread: 0.0, std_spread: 0.0, depth_cdf_gap: Some(0.0) };
     let r = EvalResult {
         preset: preset.into(),
         protocol,
-        per_group: N,
+        per_group: outcomes.len() / M,
         seed: 0,
         stride: s,
         balance,
@@ -68,15 +81,23 @@ fn write_eval(dir: &Path, preset: &str, protocol: Protocol, acc: &dyn Fn(usize) 
         run_id: None,
     };
     write(&dir.join(format!("eval-{}.json", protocol.name())), &r);
+    let lines: Vec<String> = outcomes.iter().map(|o| serde_json::to_string(o).unwrap()).collect();
+    std::fs::write(dir.join(format!("eval-{}-outcomes.jsonl", protocol.name())), lines.join("\n") + "\n").unwrap();
 }
 
+/// A knockout map whose clean accuracy is 80 % in every group and whose two rows drop
+/// `drop(group)` pp (down to 0 %).
 fn write_knockout(dir: &Path, preset: &str, drop: impl Fn(usize) -> f64) {
-    let clean: Vec<GroupAccuracy> = (0..M).map(|g| GroupAccuracy::new(g, N, N)).collect();
+    let clean_k = 4 * N / 5;
+    let clean: Vec<GroupAccuracy> = (0..M).map(|g| GroupAccuracy::new(g, clean_k, N)).collect();
     let rows = (0..2)
         .map(|l| {
-            let groups: Vec<GroupAccuracy> =
-                (0..M).map(|g| GroupAccuracy::new(g, N - (drop(g) / 100.0 * N as f64).round() as usize, N)).collect();
-            let drop_pp: Vec<f64> = groups.iter().map(|k| 100.0 * (1.0 - k.accuracy)).collect();
+            let groups: Vec<GroupAccuracy> = (0..M)
+                .map(|g| {
+                    GroupAccuracy::new(g, clean_k.saturating_sub((drop(g) / 100.0 * N as f64).round() as usize), N)
+                })
+                .collect();
+            let drop_pp: Vec<f64> = groups.iter().map(|k| 100.0 * (0.8 - k.accuracy)).collect();
             let mean_drop_pp = drop_pp.iter().sum::<f64>() / M as f64;
             KnockoutRow { layer: l, head: 0, groups, drop_pp, mean_drop_pp }
         })
@@ -226,14 +247,19 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     let ledger: Vec<Claim> = serde_json::from_str(&std::fs::read_to_string(dir.join("ledger.json")).unwrap()).unwrap();
     assert_eq!(ledger, claims);
 
-    // Flip the data, one claim at a time.
+    // Flip the data, one claim at a time. E1 decides on the in-sequence protocol, E5 on prefix
+    // (theory/phase-lab.md §7.5).
     let full = dir.join(run_dir(&plan, "full"));
     write_eval(&full, "full", Protocol::Prefix, &periodic(4));
     let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
-    assert_eq!(verdict(&c, "E1"), Verdict::NotReproduced, "a periodic baseline breaks E1");
-    assert_eq!(verdict(&c, "E5"), Verdict::NotReproduced, "a large baseline gap breaks E5");
-    assert_eq!(verdict(&c, "E2"), Verdict::Reproduced);
+    assert_eq!(verdict(&c, "E5"), Verdict::NotReproduced, "a large baseline prefix gap breaks E5");
+    assert_eq!(verdict(&c, "E1"), Verdict::Reproduced, "E1 is decided in-sequence");
     write_eval(&full, "full", Protocol::Prefix, &|_| 0.9);
+    write_eval(&full, "full", Protocol::InSequence, &periodic(4));
+    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    assert_eq!(verdict(&c, "E1"), Verdict::NotReproduced, "a periodic baseline breaks E1");
+    assert_eq!(verdict(&c, "E2"), Verdict::Reproduced);
+    write_eval(&full, "full", Protocol::InSequence, &|_| 0.9);
 
     let w8s6 = dir.join(run_dir(&plan, "w8s6"));
     for p in Protocol::ALL {
@@ -244,11 +270,18 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
     assert_eq!(verdict(&c, "E2"), Verdict::NotRun, "a missing model is 'not run'");
 
+    // E4: a flat w8s8 has no effect; one phase 10 pp low is an effect smaller than half the
+    // paper's 50 pp spread.
     let w8s8 = dir.join(run_dir(&plan, "w8s8"));
     for p in Protocol::ALL {
-        write_eval(&w8s8, "w8s8", p, &|g| if g % 8 == 7 { 0.4 } else { 0.9 }); // phases 0..6 flat
+        write_eval(&w8s8, "w8s8", p, &|_| 0.9);
     }
     assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E4"), Verdict::NotReproduced);
+    for p in Protocol::ALL {
+        write_eval(&w8s8, "w8s8", p, &|g| if g % 8 == 7 { 0.8 } else { 0.9 });
+    }
+    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    assert_eq!(verdict(&c, "E4"), Verdict::ReproducedSmaller, "{}", c[5].measured);
 
     write_knockout(&dir.join(run_dir(&plan, "full")), "full", |g| if g % 4 == 0 { 90.0 } else { 0.0 });
     assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E6"), Verdict::NotReproduced);
@@ -281,7 +314,90 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     k.rows[3].status = reproduce::InvariantStatus::Fail;
     write(&dir.join("kernels/kernels.json"), &k);
     assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "K"), Verdict::NotReproduced);
+
+    // Runs evaluated before per-prompt outcomes were written (the first committed run) still
+    // render: the phase claims say what is missing, E6 needs only the knockout maps.
+    for run in std::fs::read_dir(dir.join("runs")).unwrap().map(|r| r.unwrap().path()) {
+        for p in Protocol::ALL {
+            let _ = std::fs::remove_file(run.join(format!("eval-{}-outcomes.jsonl", p.name())));
+        }
+    }
+    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    for id in ["E1", "E2", "E3", "E4", "E5"] {
+        let cl = c.iter().find(|x| x.id == id).unwrap();
+        assert_eq!(cl.verdict, Verdict::NotRun, "{id}: {}", cl.measured);
+        assert!(cl.measured.contains("not testable: no per-prompt outcomes; rerun eval"), "{id}: {}", cl.measured);
+    }
+    assert_eq!(verdict(&c, "E6"), Verdict::NotReproduced, "E6 still reads the knockout maps");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A plan of full attention and w8s4 with three seeds each; w8s4's seed `k` has accuracy
+/// `w8s4(k, group)` under both protocols, full attention is flat at 90 %. Returns E1 and, when
+/// `readme`, the report's README.
+fn seeded_e1(label: &str, readme: bool, w8s4: impl Fn(usize, usize) -> f64) -> (Claim, String) {
+    let dir = tmp_dir(label);
+    let mut plan = Plan::builtin(Scale::Full).unwrap();
+    plan.presets = vec!["full".into(), "w8s4".into()];
+    plan.seeds = vec![0, 1, 2];
+    write(&dir.join("plan.json"), &plan);
+    for unit in plan.models().unwrap() {
+        let run = dir.join(unit.dir());
+        write(&run.join("config.json"), &unit.config);
+        let k = plan.seeds.iter().position(|&s| s == unit.seed).unwrap();
+        for p in Protocol::ALL {
+            if unit.preset() == "full" {
+                write_eval(&run, "full", p, &|_| 0.9);
+            } else {
+                write_eval(&run, "w8s4", p, &|g| w8s4(k, g));
+            }
+        }
+    }
+    let collected = phasekv::report::ledger::collect(std::slice::from_ref(&dir)).unwrap();
+    let e1 = LEDGER.iter().map(|l| l.check(&collected)).find(|c| c.id == "E1").unwrap();
+    let text = if readme {
+        build_report(std::slice::from_ref(&dir), &dir.join("out")).unwrap();
+        std::fs::read_to_string(dir.join("out/README.md")).unwrap()
+    } else {
+        String::new()
+    };
+    std::fs::remove_dir_all(&dir).unwrap();
+    (e1, text)
+}
+
+/// One phase of `S = 4` 25 pp below the others.
+fn planted(g: usize) -> f64 {
+    if g % 4 == 1 {
+        0.65
+    } else {
+        0.9
+    }
+}
+
+#[test]
+fn e1_over_three_seeds_follows_the_pooled_test_the_seed_rule_and_the_ceiling() {
+    let (e1, readme) = seeded_e1("seeds-planted", true, |_, g| planted(g));
+    assert_eq!(e1.verdict, Verdict::Reproduced, "{}", e1.measured);
+    assert!(e1.measured.contains("pooled significant, 3/3 seeds significant (need 2)"), "{}", e1.measured);
+    // The arms table: one row per arm, its seeds and their spread.
+    assert!(readme.contains("### Arms over seeds") && readme.contains("| w8s4 | 0, 1, 2 |"), "{readme}");
+    assert!(readme.contains("| full | 0, 1, 2 |") && readme.contains("90.0 / 90.0 / 90.0 %"), "{readme}");
+
+    let (e1, _) = seeded_e1("seeds-flat", false, |_, _| 0.9);
+    assert_eq!(e1.verdict, Verdict::NotReproduced, "{}", e1.measured);
+
+    let (e1, _) = seeded_e1("seeds-ceiling", false, |_, _| 0.99);
+    assert_eq!(e1.verdict, Verdict::NotTestableCeiling, "{}", e1.measured);
+    assert!(e1.measured.contains("w8s4: at the ceiling"), "{}", e1.measured);
+
+    // Two of three seeds with the effect satisfy the seed rule; one does not, although the
+    // pooled test rejects.
+    let (e1, _) = seeded_e1("seeds-two", false, |k, g| if k < 2 { planted(g) } else { 0.9 });
+    assert_eq!(e1.verdict, Verdict::Reproduced, "{}", e1.measured);
+    assert!(e1.measured.contains("2/3 seeds significant (need 2)"), "{}", e1.measured);
+    let (e1, _) = seeded_e1("seeds-one", false, |k, g| if k < 1 { planted(g) } else { 0.9 });
+    assert_eq!(e1.verdict, Verdict::NotReproduced, "{}", e1.measured);
+    assert!(e1.measured.contains("pooled significant, 1/3 seeds significant (need 2)"), "{}", e1.measured);
 }
 
 #[test]
@@ -293,6 +409,13 @@ fn an_empty_run_set_gives_not_run_everywhere_and_bad_input_one_error() {
     assert!(e.contains("--from") && e.contains("not a directory"), "{e}");
     assert!(reproduce::parse_shard("3/3").is_err() && reproduce::parse_shard("a/2").is_err());
     assert_eq!(reproduce::parse_shard("1/4").unwrap(), (1, 4));
+    // An outcomes file with a line that is not an outcome: one error naming the file and line.
+    let plan = Plan::builtin(Scale::Full).unwrap();
+    let run = dir.join(run_dir(&plan, "w8s4"));
+    write(&run.join("config.json"), &model(&plan, "w8s4").config);
+    std::fs::write(run.join("eval-prefix-outcomes.jsonl"), "{\"id\": 0}\n").unwrap();
+    let e = build_report(std::slice::from_ref(&dir), &dir.join("out")).unwrap_err().to_string();
+    assert!(e.contains("eval-prefix-outcomes.jsonl") && e.contains("line 1: not an outcome"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

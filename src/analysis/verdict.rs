@@ -30,8 +30,9 @@ pub const E7_MIN_DRIFT_OFFSETS: f64 = 1.0;
 pub const DEAD_HEAD_MAX_DROP_PP: f64 = 0.0;
 
 /// A claim's verdict: the one verdict type of the ledger (`report::ledger` re-exports it).
-/// The ledger's claims use [`Verdict::Reproduced`], [`Verdict::NotReproduced`] and
-/// [`Verdict::NotRun`]; the ceiling rule of [`verdict`] adds the other two. Distinct from
+/// The phase claims E1-E6 use every state ([`verdict`] assigns the ceiling and magnitude
+/// states); the others use [`Verdict::Reproduced`], [`Verdict::NotReproduced`] and
+/// [`Verdict::NotRun`]. Distinct from
 /// `theory::oracle::PointVerdict` (Theorem 1's verdict at one parameter point) and
 /// `conformance::harness::CheckVerdict` (one invariant check on one kernel case).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -211,7 +211,7 @@ pub fn run(
 
 /// `out = a b` for row-major `a: [m, k]`, `b: [k, n]` with faer's sgemm on one thread (the
 /// bench's yardstick for "achieved FLOP/s").
-fn sgemm(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
+pub fn sgemm(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
     let dst = MatMut::from_row_major_slice_mut(out, m, n);
     matmul(
         dst,

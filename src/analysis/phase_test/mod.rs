@@ -41,9 +41,11 @@ use std::collections::BTreeMap;
 
 mod knockout;
 mod logistic;
+mod magnitude;
 
 pub use knockout::*;
 use logistic::*;
+pub use magnitude::adjusted_gap_interval;
 
 /// Significance level of every pre-registered test.
 pub const ALPHA: f64 = 0.01;

@@ -1,6 +1,10 @@
 //! Collecting a report's data: every reproduction output read and merged (shards: each unit's
-//! directory is taken from the first output that has it). Reads only; computes nothing.
+//! directory is taken from the first output that has it). Reads only; computes nothing. Runs
+//! that differ only in their seed form an arm ([`arms`]); each run's per-prompt outcomes are
+//! read as phase-test records where they carry positions and depths.
 
+use crate::analysis::phase::Outcome;
+use crate::analysis::phase_test::PhaseRecord;
 use crate::analysis::protocol::Protocol;
 use crate::lab::{read_json, EvalResult, GatesResult, KnockoutResult};
 use crate::model::{Metrics, RunConfig};
@@ -23,10 +27,19 @@ pub struct RunData {
     pub config: RunConfig,
     /// Training metrics (if finished).
     pub metrics: Option<Metrics>,
+    /// The arm: the run directory's name without its `-seed<k>` suffix (plan units are
+    /// `<arm>-seed<k>`; a directory without the suffix is an arm of its own).
+    pub arm: String,
+    /// The training seed (from the config).
+    pub seed: u64,
     /// Evaluations by protocol.
     pub evals: BTreeMap<Protocol, EvalResult>,
-    /// Knockout map.
-    pub knockout: Option<KnockoutResult>,
+    /// Per-prompt records of the phase test by protocol (`eval-<protocol>-outcomes.jsonl`),
+    /// only where that file exists and every line carries `position` and `depth` (results
+    /// written before issue 17 lack them).
+    pub records: BTreeMap<Protocol, Vec<PhaseRecord>>,
+    /// Knockout maps by protocol.
+    pub knockouts: BTreeMap<Protocol, KnockoutResult>,
     /// Gate preferences.
     pub gates: Option<GatesResult>,
     /// Analysis time of the unit.
@@ -60,21 +73,61 @@ fn opt_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     }
 }
 
+/// The phase-test records of an outcomes file (read with the JSONL cap), or `None` when some
+/// line lacks a position or a depth. A line that is not an outcome is an error naming it.
+fn read_records(path: &Path) -> Result<Option<Vec<PhaseRecord>>> {
+    let text = crate::limits::read_text(path, crate::limits::MAX_JSONL_BYTES)?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let o: Outcome = serde_json::from_str(line).map_err(|e| Error::File {
+            path: path.to_path_buf(),
+            reason: format!("line {}: not an outcome: {e}", i + 1),
+        })?;
+        match (o.position, o.depth) {
+            (Some(position), Some(depth)) => out.push(PhaseRecord { position, depth, correct: o.correct }),
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The arm of a run directory's name: without a trailing `-seed<digits>`.
+pub fn arm_of(name: &str) -> &str {
+    match name.rsplit_once("-seed") {
+        Some((arm, k)) if !arm.is_empty() && !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) => arm,
+        _ => name,
+    }
+}
+
 fn read_run(dir: &Path) -> Result<Option<RunData>> {
     let Some(config) = opt_json::<RunConfig>(&dir.join(crate::model::run::CONFIG_FILE))? else { return Ok(None) };
     let mut evals = BTreeMap::new();
+    let mut records = BTreeMap::new();
     for p in Protocol::ALL {
         if let Some(e) = opt_json::<EvalResult>(&dir.join(format!("eval-{}.json", p.name())))? {
             evals.insert(p, e);
         }
+        let file = dir.join(format!("eval-{}-outcomes.jsonl", p.name()));
+        if file.exists() {
+            if let Some(r) = read_records(&file)? {
+                records.insert(p, r);
+            }
+        }
     }
+    let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     Ok(Some(RunData {
         preset: config.model.preset.clone(),
         label: config.model.preset.clone(),
+        arm: arm_of(&name).to_string(),
+        seed: config.train.seed,
         dir: dir.to_path_buf(),
         metrics: opt_json(&dir.join(crate::model::run::METRICS_FILE))?,
         evals,
-        knockout: crate::lab::knockout_file(dir, Protocol::InSequence).map(|p| read_json(&p)).transpose()?,
+        records,
+        knockouts: Protocol::ALL
+            .into_iter()
+            .filter_map(|p| crate::lab::knockout_file(dir, p).map(|f| read_json(&f).map(|k| (p, k))))
+            .collect::<Result<_>>()?,
         gates: opt_json(&dir.join("gates.json"))?,
         unit: opt_json(&dir.join("unit.json"))?,
         environment: opt_json(&dir.join(crate::model::run::ENVIRONMENT_FILE))?,
@@ -152,7 +205,25 @@ pub fn collect(from: &[PathBuf]) -> Result<Collected> {
     Ok(c)
 }
 
-/// The first run of `preset`.
-pub fn run<'a>(c: &'a Collected, preset: &str) -> Option<&'a RunData> {
-    c.runs.iter().find(|r| r.preset == preset)
+/// The runs of one arm (every seed), in the order collected.
+#[derive(Clone, Debug)]
+pub struct Arm<'a> {
+    /// The arm's name ([`RunData::arm`]).
+    pub name: String,
+    /// Its preset.
+    pub preset: String,
+    /// Its runs, one per seed.
+    pub runs: Vec<&'a RunData>,
+}
+
+/// The runs grouped into arms, in order of first appearance (plan order where known).
+pub fn arms(c: &Collected) -> Vec<Arm<'_>> {
+    let mut out: Vec<Arm> = Vec::new();
+    for r in &c.runs {
+        match out.iter_mut().find(|a| a.name == r.arm) {
+            Some(a) => a.runs.push(r),
+            None => out.push(Arm { name: r.arm.clone(), preset: r.preset.clone(), runs: vec![r] }),
+        }
+    }
+    out
 }

@@ -137,19 +137,20 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
         }
     }
     for r in &c.runs {
-        if let Some(k) = &r.knockout {
-            let name = format!("knockout-{}", r.label);
+        for (p, k) in &r.knockouts {
+            let name = super::claims::knockout_figure(&r.label, *p);
             figures::knockout_map(
                 &fig.join(&name),
-                &format!("{}: accuracy drop (pp) when one KV head is mean-replaced", r.label),
+                &format!("{}, {} padding: accuracy drop (pp) when one KV head is mean-replaced", r.label, p.name()),
                 &k.map,
             )?;
             write_json(out, &format!("figures/{name}.json"), k)?;
             caps.push((
                 format!("figures/{name}.png"),
                 format!(
-                    "{}: knockout map, rows layer.head, columns residue group; cells give the drop in accuracy (pp).",
-                    r.label
+                    "{}, {} padding: knockout map, rows layer.head, columns residue group; cells give the drop in accuracy (pp), bracketed where its 95 % interval contains 0.",
+                    r.label,
+                    p.name()
                 ),
             ));
         }

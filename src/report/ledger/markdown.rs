@@ -2,7 +2,8 @@
 //! captions, configuration and environment. Renders only; computes no verdict.
 
 use super::claims::{fmt_p, period_word, Claim};
-use super::collect::Collected;
+use super::collect::{arms, Collected};
+use crate::analysis::protocol::Protocol;
 use crate::{Error, Result};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -20,6 +21,51 @@ fn links(v: &[String]) -> String {
         .map(|f| format!("[{}]({f})", Path::new(f).file_name().and_then(|n| n.to_str()).unwrap_or(f)))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `values` in percent, one per seed (`-` where missing), and the mean (min..max) of those present.
+fn per_seed(per: &[Option<f64>]) -> (String, String) {
+    let values: Vec<f64> = per.iter().flatten().copied().collect();
+    if values.is_empty() {
+        return ("-".into(), "-".into());
+    }
+    let each: Vec<String> =
+        per.iter().map(|v| v.map(|v| format!("{:.1}", 100.0 * v)).unwrap_or_else(|| "-".into())).collect();
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    let (lo, hi) = values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+    (format!("{} %", each.join(" / ")), format!("{:.1} % ({:.1}..{:.1})", 100.0 * mean, 100.0 * lo, 100.0 * hi))
+}
+
+/// The arms over their seeds: each seed's held-out and per-protocol accuracy, with their spread.
+fn arm_table(md: &mut String, c: &Collected) {
+    let arms = arms(c);
+    if arms.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n### Arms over seeds\n\nEach seed's accuracy (seeds in the order listed) and their mean (min..max).\n"
+    );
+    let mut head = "| arm | seeds | held-out accuracy | mean (min..max) |".to_string();
+    let mut rule = "|---|---|---|---|".to_string();
+    for p in Protocol::ALL {
+        head += &format!(" {} accuracy | mean (min..max) |", p.name());
+        rule += "---|---|";
+    }
+    let _ = writeln!(md, "{head}\n{rule}");
+    for a in &arms {
+        let seeds: Vec<String> = a.runs.iter().map(|r| r.seed.to_string()).collect();
+        let held: Vec<Option<f64>> = a.runs.iter().map(|r| r.metrics.as_ref().map(|m| m.final_eval.accuracy)).collect();
+        let (each, spread) = per_seed(&held);
+        let mut row = format!("| {} | {} | {each} | {spread} |", a.name, seeds.join(", "));
+        for p in Protocol::ALL {
+            let acc: Vec<Option<f64>> =
+                a.runs.iter().map(|r| r.evals.get(&p).map(|e| e.profile.mean_accuracy)).collect();
+            let (each, spread) = per_seed(&acc);
+            row += &format!(" {each} | {spread} |");
+        }
+        let _ = writeln!(md, "{row}");
+    }
 }
 
 /// The Markdown of the report.
@@ -91,6 +137,7 @@ pub fn render(c: &Collected, claims: &[Claim], caps: &[(String, String)]) -> Res
             );
         }
     }
+    arm_table(&mut md, c);
     if let Some(t) = &c.theory {
         let _ = writeln!(
             md,

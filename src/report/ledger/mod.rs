@@ -18,8 +18,8 @@ mod collect;
 mod figures;
 mod markdown;
 
-pub use claims::{claims, Claim, LedgerClaim, Verdict, ALPHA, KO_CONCENTRATED_PP, KO_FLAT_PP, LEDGER};
-pub use collect::{collect, Collected, RunData};
+pub use claims::{claims, Claim, LedgerClaim, Verdict, ALPHA, LEDGER};
+pub use collect::{arm_of, arms, collect, Arm, Collected, RunData};
 
 use crate::run_dir::{atomic_write, write_json_atomic};
 use crate::{Error, Result};

@@ -1,5 +1,7 @@
-//! E1: every compressed model shows periodicity matching its stride; full attention stays flat.
+//! E1: every compressed model is phase sensitive at its stride; full attention is not
+//! (`theory/phase-lab.md` §7.5).
 
+use super::pooled::*;
 use super::*;
 
 /// The claim (registered in [`super::LEDGER`]).
@@ -7,55 +9,35 @@ pub struct E1;
 
 impl LedgerClaim for E1 {
     fn check(&self, c: &Collected) -> Claim {
-        let compressed = compressed(c);
-        let full = full(c);
-        let matches = |r: &RunData| {
-            let s = stride_of(&r.preset).ok().flatten();
-            // A profile that repeats every S positions has a smallest period dividing S (uniform
-            // pooling can repeat every S/2); the estimator reports the smallest that fits.
-            r.evals.values().any(|e| {
-                e.profile.chi_square.p_value < ALPHA
-                    && matches!((e.profile.period(), s), (Some(p), Some(s)) if s % p == 0)
-            })
-        };
-        let mut parts: Vec<String> = Vec::new();
-        for r in c.runs.iter().filter(|r| !r.evals.is_empty()) {
-            let per: Vec<String> = r
-                .evals
-                .iter()
-                .map(|(p, e)| {
-                    format!(
-                        "{} period {}, gap {:.1} pp, chi2 p {}",
-                        p.name(),
-                        period_word(e),
-                        e.profile.max_gap_pp,
-                        fmt_p(e.profile.chi_square.p_value)
-                    )
-                })
-                .collect();
-            parts.push(format!("{}: {}", r.preset, per.join("; ")));
+        let claim = "every compressed model is phase sensitive at its stride; full attention is not";
+        let arms = arms(c);
+        let full: Vec<&Arm> = arms.iter().filter(|a| arm_is_full(a) && evaluated(a)).collect();
+        let comp: Vec<&Arm> = arms.iter().filter(|a| !arm_is_full(a) && evaluated(a)).collect();
+        if full.is_empty() || comp.is_empty() {
+            return not_run("E1", claim, both_data());
         }
-        let verdict = match full {
-            None => Verdict::NotRun,
-            Some(_) if compressed.is_empty() => Verdict::NotRun,
-            Some(f) => {
-                let flat =
-                    f.evals.values().all(|e| e.profile.chi_square.p_value >= ALPHA && e.profile.period().is_none());
-                if flat && compressed.iter().all(|r| matches(r)) {
-                    Verdict::Reproduced
-                } else {
-                    Verdict::NotReproduced
+        let mut parts = Vec::new();
+        let mut also = Vec::new();
+        for a in comp {
+            match stride_of(&a.preset).ok().flatten() {
+                Some(s) => {
+                    parts.push(holds(a, PRIMARY, s).0);
+                    also.push(reported(a, Protocol::Prefix, s, ALPHA));
                 }
+                None => parts.push(Part { verdict: Verdict::NotRun, text: format!("{}: no stride", a.name) }),
             }
-        };
+        }
+        for a in full {
+            parts.push(absent(a, PRIMARY, &BASELINE_STRIDES));
+        }
         Claim {
             id: "E1".into(),
-            claim: "every compressed model shows periodicity matching its stride; full attention stays flat".into(),
-            measured: parts.join(" | "),
+            claim: claim.into(),
+            measured: format!("{} || {}", texts(&parts), also.join(" | ")),
             criterion: format!(
-                "every compressed model: under some protocol chi-square p < {ALPHA} and an estimated period that divides S (the profile repeats every S positions); full: no period and chi-square p >= {ALPHA} under both"
+                "in-sequence, seeds pooled: for every compressed model the depth-controlled phase test at its own S rejects at {ALPHA} pooled and in at least required_seeds(n) seeds; for full attention the effect is absent at each of S = 4, 6, 8 (each at {ALPHA}/3); a model at the ceiling is not testable"
             ),
-            verdict,
+            verdict: combine(&parts),
             figures: both_figs(),
             data: both_data(),
         }

@@ -52,7 +52,7 @@ impl LedgerClaim for E7 {
                 any_adjacent |= adjacent > 0;
                 parts.push(format!(
                     "{}: {drifting}/{} gates drifted to static concentration (lowest exp(H(E[a])) {:.2} of W = {}), {adjacent} heads with value peak = key peak + 1",
-                    r.preset,
+                    r.label,
                     last.gates.len(),
                     min_static,
                     g.window
@@ -66,8 +66,8 @@ impl LedgerClaim for E7 {
                     "some gate ends with static concentration <= {E7_MAX_STATIC_FRACTION_OF_W} W, at most {E7_MAX_STATIC_RATIO} of its value at the first checkpoint, and some head ends with its value gate's peak offset {E7_VALUE_AFTER_KEY} after its key gate's (criterion changed after the committed run: the adjacency was reported, now it also decides)"
                 ),
                 verdict: if any_drift && any_adjacent { Verdict::Reproduced } else { Verdict::NotReproduced },
-                figures: gated.iter().map(|r| format!("figures/gates-{}-trajectory.png", r.preset)).collect(),
-                data: gated.iter().map(|r| format!("figures/gates-{}.json", r.preset)).collect(),
+                figures: gated.iter().map(|r| format!("figures/gates-{}-trajectory.png", r.label)).collect(),
+                data: gated.iter().map(|r| format!("figures/gates-{}.json", r.label)).collect(),
             }
         }
     }

@@ -12,10 +12,11 @@ mod e5;
 mod e6;
 mod e7;
 mod k;
+mod pooled;
 mod t1;
 mod t2;
 
-pub(super) use super::collect::{run, Collected, RunData};
+pub(super) use super::collect::{arms, Arm, Collected, RunData};
 pub(super) use crate::analysis::protocol::Protocol;
 pub(super) use crate::analysis::stats::{self, GroupAccuracy};
 pub(super) use crate::lab::{stride_of, EvalResult, KnockoutResult};
@@ -23,21 +24,16 @@ pub(super) use crate::Result;
 use serde::{Deserialize, Serialize};
 pub(super) use std::path::Path;
 
-/// Significance level of every test in the ledger.
-pub const ALPHA: f64 = 0.01;
-/// Knockout: a drop at least this large in some group and at most [`KO_FLAT_PP`] in another
-/// makes a row phase-concentrated.
-pub const KO_CONCENTRATED_PP: f64 = 30.0;
-/// See [`KO_CONCENTRATED_PP`].
-pub const KO_FLAT_PP: f64 = 5.0;
+
+/// The stem of a run's knockout figure under `protocol` (in `figures/`).
+pub fn knockout_figure(label: &str, protocol: Protocol) -> String {
+    format!("knockout-{label}-{}", protocol.name())
+}
+
+/// Significance level of every test in the ledger: the pre-registered one.
+pub use crate::analysis::phase_test::ALPHA;
 /// T2: the smallest fraction of seeds that must converge to one-hot gates.
 pub const T2_MIN_CONVERGED: f64 = 0.95;
-/// E4: the phases that share a window in W8/S8 are `0..=E4_LAST_SHARED_PHASE`.
-pub const E4_LAST_SHARED_PHASE: usize = 6;
-/// E4: the smallest accuracy spread (pp) among the phases that share a window.
-pub const E4_MIN_SPREAD_PP: f64 = 10.0;
-/// E5: the largest compressed prefix gap must be at least this multiple of full attention's.
-pub const E5_MIN_GAP_RATIO: f64 = 2.0;
 /// E7: a drifted gate ends with static concentration at most this fraction of the window W.
 pub const E7_MAX_STATIC_FRACTION_OF_W: f64 = 0.5;
 /// E7: and at most this fraction of its static concentration at the first checkpoint.
@@ -101,16 +97,6 @@ pub fn draw_claim_figures(c: &Collected, out: &Path) -> Result<Vec<(String, Stri
 /// Whether a run is the full-attention baseline (the model config's one predicate).
 pub(super) fn is_full(r: &RunData) -> bool {
     r.config.model.is_full()
-}
-
-/// The full-attention run, if evaluated under every protocol.
-fn full(c: &Collected) -> Option<&RunData> {
-    c.runs.iter().find(|r| is_full(r)).filter(|r| r.evals.len() == Protocol::ALL.len())
-}
-
-/// The evaluated compressed runs.
-fn compressed(c: &Collected) -> Vec<&RunData> {
-    c.runs.iter().filter(|r| !is_full(r) && !r.evals.is_empty()).collect()
 }
 
 /// A p-value as the ledger writes it.

@@ -1,0 +1,228 @@
+//! What the phase claims share (`theory/phase-lab.md` §7.3 and §7.5): an arm's per-seed
+//! records, the ceiling rule, the pooled phase test with the seed rule, how one model's part of a
+//! claim is judged and written, and how the parts of a claim combine into its verdict.
+
+use super::*;
+use crate::analysis::phase_test::{pooled_phase_test, PhaseRecord, PhaseTestConfig, PooledPhaseTest, TestMethod};
+use crate::analysis::stats::{GapSummary, PeriodScan, ResampleConfig};
+use crate::analysis::verdict::{at_ceiling, CEILING_ACCURACY};
+
+/// The primary protocol of E1-E4 and E6 (distractor phases vary, so phase is the target's).
+pub(super) const PRIMARY: Protocol = Protocol::InSequence;
+/// The strides full attention is tested at (E1, E5, E6), each at `ALPHA / 3`.
+pub(super) const BASELINE_STRIDES: [usize; 3] = [4, 6, 8];
+/// What a claim says of a model whose per-prompt outcomes are missing.
+pub(super) const NO_OUTCOMES: &str = "not testable: no per-prompt outcomes; rerun eval";
+
+/// One model's part of a claim.
+pub(super) struct Part {
+    /// Its verdict.
+    pub verdict: Verdict,
+    /// What was measured.
+    pub text: String,
+}
+
+/// A claim's verdict from its parts: not reproduced if any part is; otherwise not run (data
+/// missing) if any part is; otherwise not testable (ceiling) if any part is; otherwise the
+/// weakest of reproduced qualitatively (smaller) and reproduced. No parts: not run.
+pub(super) fn combine(parts: &[Part]) -> Verdict {
+    let rank = |v: Verdict| match v {
+        Verdict::NotReproduced => 0,
+        Verdict::NotRun => 1,
+        Verdict::NotTestableCeiling => 2,
+        Verdict::ReproducedSmaller => 3,
+        Verdict::Reproduced => 4,
+    };
+    parts.iter().map(|p| p.verdict).min_by_key(|&v| rank(v)).unwrap_or(Verdict::NotRun)
+}
+
+/// The joined texts of parts.
+pub(super) fn texts(parts: &[Part]) -> String {
+    parts.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join(" | ")
+}
+
+/// Whether an arm is full attention.
+pub(super) fn arm_is_full(a: &Arm) -> bool {
+    a.runs.iter().any(|r| is_full(r))
+}
+
+/// Whether some seed of an arm was evaluated.
+pub(super) fn evaluated(a: &Arm) -> bool {
+    a.runs.iter().any(|r| !r.evals.is_empty())
+}
+
+/// Whether an arm has one KV head per layer (the capacity arm of E3).
+pub(super) fn one_head(a: &Arm) -> bool {
+    a.runs.iter().all(|r| r.config.model.n_kv_head == 1)
+}
+
+/// The evaluated arm of `preset` with (`one_head`) or without one KV head per layer, preferring
+/// the arm named after the preset.
+pub(super) fn arm_for<'a>(arms: &'a [Arm<'a>], preset: &str, one: bool) -> Option<&'a Arm<'a>> {
+    let mut c = arms.iter().filter(|a| a.preset == preset && one_head(a) == one && evaluated(a));
+    let all: Vec<&Arm> = c.by_ref().collect();
+    all.iter().find(|a| a.name == preset).or(all.first()).copied()
+}
+
+/// The arm's residue modulus `M`.
+pub(super) fn modulus(a: &Arm) -> usize {
+    a.runs[0].config.task.residue_modulus
+}
+
+/// The seed of every resampled statistic: the arm's evaluation seed.
+pub(super) fn stat_seed(a: &Arm) -> u64 {
+    a.runs.iter().flat_map(|r| r.evals.values()).map(|e| e.seed).next().unwrap_or(0)
+}
+
+/// Every seed's records under `p` (seeds in collection order), or `None` when a seed lacks them.
+pub(super) fn seed_records(a: &Arm, p: Protocol) -> Option<Vec<Vec<PhaseRecord>>> {
+    a.runs.iter().map(|r| r.records.get(&p).cloned()).collect()
+}
+
+/// The ceiling rule on the arm's per-group accuracies pooled over seeds, under every protocol
+/// evaluated (`None` when none is).
+pub(super) fn ceiling(a: &Arm) -> Option<bool> {
+    let m = modulus(a);
+    let mut per: Vec<Vec<GroupAccuracy>> = Vec::new();
+    for p in Protocol::ALL {
+        let evals: Vec<&EvalResult> = a.runs.iter().filter_map(|r| r.evals.get(&p)).collect();
+        if evals.is_empty() {
+            continue;
+        }
+        let (mut n, mut k) = (vec![0usize; m], vec![0usize; m]);
+        for g in evals.iter().flat_map(|e| &e.profile.groups).filter(|g| g.group < m) {
+            n[g.group] += g.n;
+            k[g.group] += g.correct;
+        }
+        per.push((0..m).map(|g| GroupAccuracy::new(g, k[g], n[g])).collect());
+    }
+    let refs: Vec<&[GroupAccuracy]> = per.iter().map(|v| v.as_slice()).collect();
+    at_ceiling(&refs).ok()
+}
+
+/// The part of a model at the ceiling.
+pub(super) fn ceiling_part(a: &Arm) -> Part {
+    Part {
+        verdict: Verdict::NotTestableCeiling,
+        text: format!(
+            "{}: at the ceiling (every group >= {:.0} % under every protocol, seeds pooled: {})",
+            a.name,
+            100.0 * CEILING_ACCURACY,
+            a.runs.len()
+        ),
+    }
+}
+
+/// The pooled phase test of an arm under `p` at `stride` and level `alpha`, or why there is none.
+pub(super) fn pooled(a: &Arm, p: Protocol, stride: usize, alpha: f64) -> std::result::Result<PooledPhaseTest, String> {
+    let seeds = seed_records(a, p).ok_or_else(|| NO_OUTCOMES.to_string())?;
+    let cfg = PhaseTestConfig { alpha, seed: stat_seed(a), ..PhaseTestConfig::default() };
+    pooled_phase_test(&seeds, stride, &cfg).map_err(|e| format!("not testable: {e}"))
+}
+
+/// A pooled test in one line: statistic, df, method, p, each seed's p and the agreement.
+pub(super) fn describe(t: &PooledPhaseTest) -> String {
+    let method = match t.method {
+        TestMethod::Asymptotic => "chi-square",
+        TestMethod::ParametricBootstrap => "bootstrap",
+    };
+    let ps: Vec<String> = t.seeds.iter().map(|s| s.p.to_string()).collect();
+    let gaps: Vec<String> = t.seeds.iter().map(|s| format!("{:.1}", s.adjusted_gap_pp)).collect();
+    format!(
+        "S = {}: pooled LR {:.1}, df {}, {method} p {}; seeds p {} (depth-adjusted phase spread {} pp); {} at {}",
+        t.stride,
+        t.statistic,
+        t.df,
+        t.p,
+        ps.join(" / "),
+        gaps.join(" / "),
+        t.agreement.describe(),
+        fmt_p(t.agreement.alpha)
+    )
+}
+
+/// An arm's test under `p` in one line, for the protocol that is reported but does not decide.
+pub(super) fn reported(a: &Arm, p: Protocol, stride: usize, alpha: f64) -> String {
+    match pooled(a, p, stride, alpha) {
+        Ok(t) => format!("{} {} (reported): {}", a.name, p.name(), describe(&t)),
+        Err(e) => format!("{} {} (reported): {e}", a.name, p.name()),
+    }
+}
+
+/// The part "the effect holds at `stride` under `p`" of an arm (ceiling rule, pooled test and
+/// seed rule; no magnitude criterion), and the test when one was run.
+pub(super) fn holds(a: &Arm, p: Protocol, stride: usize) -> (Part, Option<PooledPhaseTest>) {
+    if ceiling(a) == Some(true) {
+        return (ceiling_part(a), None);
+    }
+    match pooled(a, p, stride, ALPHA) {
+        Err(e) => (Part { verdict: Verdict::NotRun, text: format!("{} {}: {e}", a.name, p.name()) }, None),
+        Ok(t) => {
+            let verdict = if t.agreement.present() { Verdict::Reproduced } else { Verdict::NotReproduced };
+            (Part { verdict, text: format!("{} {}: {}", a.name, p.name(), describe(&t)) }, Some(t))
+        }
+    }
+}
+
+/// The part "no effect at any of `strides`" of an arm under `p`, each stride tested at
+/// `ALPHA / strides` (Bonferroni): reproduced when the effect is absent at every stride.
+pub(super) fn absent(a: &Arm, p: Protocol, strides: &[usize]) -> Part {
+    if ceiling(a) == Some(true) {
+        return ceiling_part(a);
+    }
+    let alpha = ALPHA / strides.len() as f64;
+    let mut verdict = Verdict::Reproduced;
+    let mut lines = Vec::new();
+    for &s in strides {
+        match pooled(a, p, s, alpha) {
+            Err(e) => {
+                verdict = Verdict::NotRun;
+                lines.push(e);
+                break;
+            }
+            Ok(t) => {
+                if !t.agreement.absent() {
+                    verdict = Verdict::NotReproduced;
+                }
+                lines.push(describe(&t));
+            }
+        }
+    }
+    Part { verdict, text: format!("{} {}: {}", a.name, p.name(), lines.join("; ")) }
+}
+
+/// The `(residue group, correct)` pairs of every seed under `p`, pooled.
+pub(super) fn pooled_pairs(a: &Arm, p: Protocol) -> Option<Vec<(usize, bool)>> {
+    let m = modulus(a).max(1);
+    seed_records(a, p).map(|s| s.iter().flatten().map(|r| (r.position % m, r.correct)).collect())
+}
+
+/// The resampling settings of the ledger's exploratory statistics.
+pub(super) fn resample_cfg(a: &Arm) -> ResampleConfig {
+    ResampleConfig { seed: stat_seed(a), ..ResampleConfig::default() }
+}
+
+/// The max gap of the arm under `p`, seeds pooled, over residue groups (`fold` `None`) or
+/// folded by `fold`, with its interval and noise floor.
+pub(super) fn gap(a: &Arm, p: Protocol, fold: Option<usize>) -> std::result::Result<GapSummary, String> {
+    let pairs = pooled_pairs(a, p).ok_or_else(|| NO_OUTCOMES.to_string())?;
+    stats::gap_summary(&pairs, modulus(a), fold, &resample_cfg(a)).map_err(|e| format!("not testable: {e}"))
+}
+
+/// A gap in words: value, interval, noise floor, permutation p.
+pub(super) fn gap_words(g: &GapSummary) -> String {
+    format!(
+        "{:.1} pp [{:.1}, {:.1}], noise floor {:.1} pp, perm. p {}",
+        g.gap_pp, g.ci_lo_pp, g.ci_hi_pp, g.noise_floor_pp, g.p
+    )
+}
+
+/// The corrected period scan of the arm under `p` on pooled seeds, with its stability.
+pub(super) fn period(a: &Arm, p: Protocol) -> std::result::Result<(PeriodScan, f64), String> {
+    let pairs = pooled_pairs(a, p).ok_or_else(|| NO_OUTCOMES.to_string())?;
+    let (m, cfg) = (modulus(a), resample_cfg(a));
+    let scan = stats::period_scan(&pairs, m, crate::analysis::phase::PERIOD_ALPHA, &cfg)
+        .map_err(|e| format!("not testable: {e}"))?;
+    let stability = stats::period_stability(&pairs, m, scan.best, &cfg).map_err(|e| format!("not testable: {e}"))?;
+    Ok((scan, stability))
+}
