@@ -488,7 +488,12 @@ fn sharded_reproductions_merge_to_the_ledger_of_one_run() {
     let merged = build_report(&shards, &merged_dir).unwrap();
     assert_eq!(merged, one, "sharded runs merge to the same ledger");
     assert_ne!(merged.iter().filter(|c| c.verdict == Verdict::NotRun).count(), merged.len());
-    for f in ["figures/phase-prefix.csv", "figures/knockout-w4s4.json", "figures/gates-w4s4.json"] {
+    for f in [
+        "figures/phase-prefix.csv",
+        "figures/knockout-w4s4-in-sequence.json",
+        "figures/knockout-w4s4-prefix.json",
+        "figures/gates-w4s4.json",
+    ] {
         assert_eq!(
             std::fs::read_to_string(single.join(f)).unwrap(),
             std::fs::read_to_string(merged_dir.join(f)).unwrap(),

@@ -68,7 +68,7 @@ fn a_sweep_plan_gives_the_same_report_in_one_process_and_as_concurrent_shards() 
     let csv = std::fs::read_to_string(one.join("figures/learning-curves.csv")).unwrap();
     for key in ["w4-s2-seed0", "w4-s2-seed1", "w4-s4-seed0", "w4-s4-seed1"] {
         assert!(csv.contains(&format!("\n{key},")), "{key} missing from the learning curves:\n{csv}");
-        assert!(one.join(format!("figures/knockout-{key}.json")).exists());
+        assert!(one.join(format!("figures/knockout-{key}-in-sequence.json")).exists());
     }
 
     // One unit alone, into a third output: the same files as that unit's in the full run.

@@ -8,7 +8,6 @@ use crate::analysis::phase_test::{knockout_row_tests, required_seeds, PhaseTestC
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E6;
 
-
 /// Rows significant at `stride` (Bonferroni over the rows, level `alpha`) and the smallest
 /// corrected p, or why there is none.
 fn significant_rows(k: &KnockoutResult, stride: usize, alpha: f64) -> std::result::Result<(usize, f64), String> {
@@ -90,7 +89,10 @@ impl LedgerClaim for E6 {
             if missing.is_empty() {
                 String::new()
             } else {
-                format!("; missing under {} (runs analysed before knockouts ran under both protocols)", missing.join(", "))
+                format!(
+                    "; missing under {} (runs analysed before knockouts ran under both protocols)",
+                    missing.join(", ")
+                )
             }
         );
         let files: Vec<String> = full

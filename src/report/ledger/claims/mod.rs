@@ -24,7 +24,6 @@ pub(super) use crate::Result;
 use serde::{Deserialize, Serialize};
 pub(super) use std::path::Path;
 
-
 /// The stem of a run's knockout figure under `protocol` (in `figures/`).
 pub fn knockout_figure(label: &str, protocol: Protocol) -> String {
     format!("knockout-{label}-{}", protocol.name())
