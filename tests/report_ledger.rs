@@ -3,7 +3,7 @@
 //! merge to the same ledger as one run.
 
 use phasekv::analysis::eval::{KnockoutMap, KnockoutRow};
-use phasekv::analysis::gates::{Branch, GateSnapshot, GateStats};
+use phasekv::analysis::gates::{Branch, GateSnapshot, GateStats, Reads};
 use phasekv::analysis::phase::{self, Outcome};
 use phasekv::analysis::protocol::{Balance, Protocol};
 use phasekv::analysis::stats::GroupAccuracy;
@@ -127,10 +127,15 @@ fn write_gates(dir: &Path, preset: &str, end_static: f64, value_peak: usize) {
         input_concentration: 3.0,
         profile: (0..8).map(|i| if i == peak { 0.6 } else { 0.4 / 7.0 }).collect(),
         windows: 100,
-        reads: None,
+        // What the head reads follows its gate here.
+        reads: Some(Reads {
+            static_offsets: s,
+            input_offsets: 3.0,
+            profile: (0..8).map(|i| if i == peak { 0.6 } else { 0.4 / 7.0 }).collect(),
+        }),
     };
     let snaps = vec![
-        GateSnapshot { step: 100, gates: vec![gate(7.5, Branch::Key, 2), gate(7.5, Branch::Value, 5)] },
+        GateSnapshot { step: 0, gates: vec![gate(7.5, Branch::Key, 2), gate(7.5, Branch::Value, 5)] },
         GateSnapshot { step: 200, gates: vec![gate(end_static, Branch::Key, 2), gate(7.0, Branch::Value, value_peak)] },
     ];
     write(

@@ -33,13 +33,6 @@ pub fn knockout_figure(label: &str, protocol: Protocol) -> String {
 pub use crate::analysis::phase_test::ALPHA;
 /// T2: the smallest fraction of seeds that must converge to one-hot gates.
 pub const T2_MIN_CONVERGED: f64 = 0.95;
-/// E7: a drifted gate ends with static concentration at most this fraction of the window W.
-pub const E7_MAX_STATIC_FRACTION_OF_W: f64 = 0.5;
-/// E7: and at most this fraction of its static concentration at the first checkpoint.
-pub const E7_MAX_STATIC_RATIO: f64 = 0.75;
-/// E7: a value gate "follows" its head's key gate when its peak offset is the key gate's
-/// peak offset plus this.
-pub const E7_VALUE_AFTER_KEY: usize = 1;
 
 /// A claim's verdict, computed from data (one type for the ledger and the analysis).
 pub use crate::analysis::verdict::Verdict;
