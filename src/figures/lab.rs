@@ -61,6 +61,56 @@ pub fn phase_panel(title: &str, profile: &PhaseProfile, stride: Option<usize>, c
     }
 }
 
+/// Group accuracies pooled over seeds (counts summed per group).
+pub fn pool_groups(seeds: &[&[GroupAccuracy]]) -> Vec<GroupAccuracy> {
+    let m = seeds.iter().map(|g| g.len()).max().unwrap_or(0);
+    (0..m)
+        .map(|g| {
+            let (k, n) = seeds.iter().filter_map(|s| s.get(g)).fold((0, 0), |(k, n), a| (k + a.correct, n + a.n));
+            GroupAccuracy::new(g, k, n)
+        })
+        .collect()
+}
+
+/// The panel of one arm over seeds: each seed's accuracy as a thin line, the pooled accuracy
+/// with its Wilson 95 % interval bold over them, an optional dashed reference (full attention,
+/// pooled), and the stride marked. `x_label` names the axis (residue group or phase).
+pub fn seeds_panel(
+    title: String,
+    x_label: String,
+    seeds: &[&[GroupAccuracy]],
+    reference: Option<(&str, &[GroupAccuracy])>,
+    stride: Option<usize>,
+    color: usize,
+) -> Panel {
+    let pooled = pool_groups(seeds);
+    let mut all: Vec<GroupAccuracy> = pooled.clone();
+    all.extend(seeds.iter().flat_map(|s| s.iter().cloned()));
+    if let Some((_, r)) = reference {
+        all.extend(r.iter().cloned());
+    }
+    let shown: Vec<GroupAccuracy> = all.into_iter().filter(|g| g.n > 0).collect();
+    let (y0, y1) = accuracy_range(&shown);
+    let mut series = stride_marks(stride, pooled.len(), y0, y1);
+    if let Some((name, r)) = reference {
+        series.push(Series::reference(name, r.iter().map(|g| (g.group as f64, g.accuracy)).collect(), 6));
+    }
+    if seeds.len() > 1 {
+        for (k, s) in seeds.iter().enumerate() {
+            let name = if k == 0 { "each seed".to_string() } else { String::new() };
+            series.push(Series {
+                thin: true,
+                ..Series::line(name, s.iter().map(|g| (g.group as f64, g.accuracy)).collect(), color)
+            });
+        }
+    }
+    let label = if seeds.len() > 1 { format!("{} seeds pooled", seeds.len()) } else { "accuracy".to_string() };
+    let mut acc = accuracy_series(&pooled, color);
+    acc[0].name = format!("{label} (bars: Wilson 95 %)");
+    series.extend(acc);
+    Panel { title, x_label, y_label: "exact-match accuracy".into(), y_range: Some((y0, y1)), series }
+}
+
 /// One phase profile as a figure.
 pub fn phase_profile(stem: &Path, title: &str, profile: &PhaseProfile, stride: Option<usize>) -> Result<Vec<PathBuf>> {
     plot::line_chart(stem, &phase_panel(title, profile, stride, 0))

@@ -63,17 +63,37 @@ pub struct Series {
     pub line: bool,
     /// An interval `(lo, hi)` per point, drawn as a vertical error bar with caps (empty: none).
     pub errors: Vec<(f64, f64)>,
+    /// Draw the line thin and light (one seed beside the pooled line).
+    pub thin: bool,
 }
 
 impl Series {
     /// Markers only, no connecting line.
     pub fn markers(name: impl Into<String>, points: Vec<(f64, f64)>, color: usize) -> Self {
-        Series { name: name.into(), points, color, markers: true, dashed: false, line: false, errors: Vec::new() }
+        Series {
+            name: name.into(),
+            points,
+            color,
+            markers: true,
+            dashed: false,
+            line: false,
+            errors: Vec::new(),
+            thin: false,
+        }
     }
 
     /// A plain line series.
     pub fn line(name: impl Into<String>, points: Vec<(f64, f64)>, color: usize) -> Self {
-        Series { name: name.into(), points, color, markers: false, dashed: false, line: true, errors: Vec::new() }
+        Series {
+            name: name.into(),
+            points,
+            color,
+            markers: false,
+            dashed: false,
+            line: true,
+            errors: Vec::new(),
+            thin: false,
+        }
     }
 
     /// A dashed reference line.
@@ -236,7 +256,7 @@ fn draw_panel<DB: DrawingBackend>(
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, r, color.filled()))).map_err(|e| e.to_string())?;
             continue;
         }
-        let style = color.stroke_width(2);
+        let style = if s.thin { color.mix(0.45).stroke_width(1) } else { color.stroke_width(2) };
         if s.dashed {
             chart.draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style)).map_err(|e| e.to_string())?;
         } else {
@@ -258,7 +278,8 @@ fn draw_panel<DB: DrawingBackend>(
                     .map_err(|e| e.to_string())?;
             }
         } else {
-            legend.draw(&PathElement::new(vec![(4, y), (24, y)], color.stroke_width(2))).map_err(|e| e.to_string())?;
+            let style = if s.thin { color.mix(0.45).stroke_width(1) } else { color.stroke_width(2) };
+            legend.draw(&PathElement::new(vec![(4, y), (24, y)], style)).map_err(|e| e.to_string())?;
         }
         if !s.errors.is_empty() {
             legend

@@ -5,6 +5,7 @@
 use super::collect::{Collected, RunData};
 use super::write_json;
 use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::GroupAccuracy;
 use crate::figures::lab as figures;
 use crate::figures::plot::{self, Panel, Series};
 use crate::lab::EvalResult;
@@ -59,6 +60,53 @@ fn two_column_panels(stem: &Path, title: &str, panels: &[Panel], cell: (u32, u32
     Ok(())
 }
 
+/// One panel per arm under protocol `p` (each seed thin, the seeds pooled bold with Wilson
+/// intervals), and per compressed arm one folded by its stride with full attention's pooled
+/// accuracy folded the same way as a dashed reference.
+fn arm_panels(c: &Collected, p: Protocol, panels: &mut Vec<Panel>, fpanels: &mut Vec<Panel>) {
+    let arms = super::collect::arms(c);
+    let groups_of = |a: &super::collect::Arm| -> Vec<Vec<GroupAccuracy>> {
+        a.runs.iter().filter_map(|r| r.evals.get(&p)).map(|e| e.profile.groups.clone()).collect()
+    };
+    let full: Option<Vec<GroupAccuracy>> = arms
+        .iter()
+        .find(|a| a.runs.iter().any(|r| r.config.model.is_full()))
+        .map(|a| groups_of(a))
+        .filter(|g| !g.is_empty())
+        .map(|g| figures::pool_groups(&g.iter().map(Vec::as_slice).collect::<Vec<_>>()));
+    for (i, a) in arms.iter().enumerate() {
+        let seeds = groups_of(a);
+        if seeds.is_empty() {
+            continue;
+        }
+        let stride = a.runs.iter().filter_map(|r| r.evals.get(&p)).find_map(|e| e.stride);
+        let m = seeds[0].len();
+        let slices: Vec<&[GroupAccuracy]> = seeds.iter().map(Vec::as_slice).collect();
+        let n = seeds.len();
+        panels.push(figures::seeds_panel(
+            format!("{} ({n} seed{})", a.name, if n == 1 { "" } else { "s" }),
+            format!("residue group (source-key position mod {m})"),
+            &slices,
+            None,
+            stride,
+            i,
+        ));
+        let Some(s) = stride.filter(|&s| s > 1 && m % s == 0) else { continue };
+        let fold = |g: &[GroupAccuracy]| crate::analysis::stats::fold_by_phase(g, s).ok();
+        let folded: Vec<Vec<GroupAccuracy>> = seeds.iter().filter_map(|g| fold(g)).collect();
+        let reference = full.as_deref().and_then(fold);
+        let fslices: Vec<&[GroupAccuracy]> = folded.iter().map(Vec::as_slice).collect();
+        fpanels.push(figures::seeds_panel(
+            format!("{} (S = {s})", a.name),
+            format!("phase (source-key position mod {s})"),
+            &fslices,
+            reference.as_deref().map(|r| ("full attention, folded alike", r)),
+            None,
+            i,
+        ));
+    }
+}
+
 /// Figures and their data; returns `(figure, caption)` pairs.
 pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
     let mut caps = Vec::new();
@@ -74,7 +122,7 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
         let mut folded = Vec::new();
         let mut panels = Vec::new();
         let mut fpanels = Vec::new();
-        for (i, (r, e)) in runs.iter().enumerate() {
+        for (r, e) in &runs {
             for g in &e.profile.groups {
                 csv.push(GroupRow {
                     preset: r.label.clone(),
@@ -86,7 +134,6 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
                     wilson_hi: f6(g.wilson_hi),
                 });
             }
-            panels.push(figures::phase_panel(&r.label, &e.profile, e.stride, i));
             if let Some(f) = &e.profile.folded {
                 for g in &f.phases {
                     folded.push(FoldedRow {
@@ -100,15 +147,9 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
                         wilson_hi: f6(g.wilson_hi),
                     });
                 }
-                fpanels.push(Panel {
-                    title: format!("{} (S = {}): phase gap {:.1} pp", r.label, f.stride, f.gap_pp),
-                    x_label: format!("phase (source-key position mod {})", f.stride),
-                    y_label: "exact-match accuracy".into(),
-                    y_range: Some((0.0, 1.02)),
-                    series: figures::accuracy_series(&f.phases, i),
-                });
             }
         }
+        arm_panels(c, p, &mut panels, &mut fpanels);
         let name = format!("phase-{}", p.name());
         two_column_panels(
             &fig.join(&name),
@@ -119,7 +160,7 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
         write_csv_atomic(&out.join(format!("figures/{name}.csv")), &csv)?;
         caps.push((
             format!("figures/{name}.png"),
-            format!("Per-group exact-match accuracy with Wilson 95 % bands under {} padding; dashed grey lines mark multiples of the stride.", p.name()),
+            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride.", p.name()),
         ));
         if !fpanels.is_empty() {
             let name = format!("folded-{}", p.name());
@@ -132,7 +173,7 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
             write_csv_atomic(&out.join(format!("figures/{name}.csv")), &folded)?;
             caps.push((
                 format!("figures/{name}.png"),
-                format!("Accuracy folded by each kernel's phase under {} padding.", p.name()),
+                format!("Accuracy folded by each kernel's phase under {} padding (seeds thin, pooled bold with Wilson 95 % intervals; dashed: full attention folded the same way).", p.name()),
             ));
         }
     }
