@@ -71,7 +71,7 @@ fn arm_panels(c: &Collected, p: Protocol, panels: &mut Vec<Panel>, fpanels: &mut
     let full: Option<Vec<GroupAccuracy>> = arms
         .iter()
         .find(|a| a.runs.iter().any(|r| r.config.model.is_full()))
-        .map(|a| groups_of(a))
+        .map(&groups_of)
         .filter(|g| !g.is_empty())
         .map(|g| figures::pool_groups(&g.iter().map(Vec::as_slice).collect::<Vec<_>>()));
     for (i, a) in arms.iter().enumerate() {
