@@ -40,8 +40,17 @@ fn the_built_in_plans_are_files_and_print_plan_writes_one() {
             .collect::<Vec<_>>()
     );
     let quick = Plan::builtin(Scale::Quick).unwrap();
-    assert_eq!(quick.run.train.steps, 1000);
+    assert_eq!(quick.run.train.steps, 1500);
+    assert_eq!(quick.run.train.engine, phasekv::model::Engine::Fast);
+    assert_eq!(quick.run.task.query_placement, phasekv::task::QueryPlacement::AfterRecords);
     assert_eq!(ids(&quick).len(), 4);
+    // The plan of issue 17's committed run: 8 arms x 3 seeds, the one-KV-head arms included,
+    // on the quick plan's task.
+    let next = Plan::from_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/issue17-full.json")).unwrap();
+    assert_eq!(next.models().unwrap().len(), 24);
+    assert_eq!(next.run.task, quick.run.task);
+    let arms = next.arms().unwrap();
+    assert!(arms.iter().any(|(name, cfg)| name == "w8s4-norope-kv1" && cfg.model.n_kv_head == 1));
     // --print-plan is a plan file: it reads back to the same plan.
     let dir = scratch("plans-print");
     for (flag, plan) in [("--quick", &quick), ("--print-plan", &full)] {
