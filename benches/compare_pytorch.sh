@@ -3,8 +3,8 @@
 # (`--impl fast`) and the PyTorch-eager twin (benches/pytorch_w8s4.py), alternating
 # (candle, fast, PyTorch, then again) at each thread count, in one run. Prints, per row, the
 # median over rounds, the speed-up over PyTorch and the GFLOP/s achieved next to the best sgemm
-# measured in the same run at that thread count (candle's and PyTorch's at that count, faer's on
-# one thread). Needs `pip install torch`.
+# measured in the same run at that thread count (candle's and PyTorch's at that count, the `gemm`
+# crate's on one thread). Needs `pip install torch`.
 #   benches/compare_pytorch.sh [THREADS] [TOKENS] [ROUNDS] [SECONDS]
 #   e.g. benches/compare_pytorch.sh 1,2 4096,65536 2 1
 set -euo pipefail
@@ -45,12 +45,12 @@ flops = {r["tokens"]: r["flops"] for r in ours}
 th_of = lambda r: r.get("threads_asked", r["threads"])
 peak = collections.defaultdict(float)  # best sgemm GFLOP/s per thread count, this run
 for r in ours:
-    peak[r["threads"]] = max(peak[r["threads"]], r["candle_sgemm_gflops"], r["faer_sgemm_gflops"])
+    peak[r["threads"]] = max(peak[r["threads"]], r["candle_sgemm_gflops"], r["gemm_sgemm_gflops"])
 for r in sg:
     peak[th_of(r)] = max(peak[th_of(r)], r["gflops"])
 print("best sgemm this run (GFLOP/s): " + ", ".join(
     f"{t} thread(s) {peak[t]:.1f} [candle {max(r['candle_sgemm_gflops'] for r in ours if r['threads'] == t):.1f}, "
-    f"faer 1-thread {max(r['faer_sgemm_gflops'] for r in ours if r['threads'] == t):.1f}, "
+    f"gemm 1-thread {max(r['gemm_sgemm_gflops'] for r in ours if r['threads'] == t):.1f}, "
     f"PyTorch {max(r['gflops'] for r in sg if th_of(r) == t):.1f} ({sg[0]['cpu_capability']})]" for t in sorted(peak)))
 med = collections.defaultdict(list)
 for r in ours:

@@ -1,8 +1,8 @@
 //! Forward pass of the compression kernels at d = 128, d_h = 64, one head, f32: the f64
-//! reference, the candle kernel's fast CPU path for inference (`kernel::tensor::fast`: faer's
-//! AVX-512 sgemm, streaming softmax-pool) and its primitive-op path (the one training
+//! reference, the candle kernel's fast CPU path for inference (`kernel::tensor::fast`: the `gemm`
+//! crate's AVX-512 sgemm, streaming softmax-pool) and its primitive-op path (the one training
 //! differentiates through), for w8s4 and dsv4-csa at T = 4 096 and 65 536; plus candle's
-//! and faer's sgemm on this machine in the same run, as the yardstick for "achieved FLOP/s".
+//! and the one-thread `gemm` crate's sgemm on this machine in the same run, as the yardstick for "achieved FLOP/s".
 //!
 //! Throughput is reported in tokens; GFLOP/s = `phasekv::kernel::forward_flops` / time
 //! (printed once per configuration). `phasekv kernel bench` prints the same table directly,
@@ -31,7 +31,7 @@ fn kernels(c: &mut Criterion) {
         let (av, bv) =
             (a.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b.flatten_all().unwrap().to_vec1::<f32>().unwrap());
         let mut out = vec![0f32; m * n];
-        sg.bench_function(BenchmarkId::new("faer-f32-1thread flops", format!("{m}x{k}x{n}")), |bch| {
+        sg.bench_function(BenchmarkId::new("gemm-f32-1thread flops", format!("{m}x{k}x{n}")), |bch| {
             bch.iter(|| phasekv::conformance::bench::sgemm(&av, &bv, black_box(&mut out), m, k, n))
         });
     }

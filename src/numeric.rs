@@ -1,4 +1,7 @@
-//! The scalar formulas every layer shares, written once: softmax and log-sum-exp over a slice.
+//! The scalar formulas every layer shares, written once: softmax and log-sum-exp over a slice,
+//! and the one f32 GEMM of the CPU fast paths ([`gemm`]: the `gemm` crate, AVX-512 chosen at run
+//! time, always single-threaded so that every reduction has one fixed order and results do not
+//! depend on the thread count; the fast kernel and the fast training engine both call it).
 //!
 //! This is the bottom layer: it imports nothing from the crate. The kernel reference
 //! ([`crate::kernel::reference`], [`crate::kernel::attention`]) and the
@@ -67,5 +70,81 @@ mod tests {
         let direct = xs.iter().map(|x| x.exp()).sum::<f64>().ln();
         assert!((log_sum_exp(xs.iter().copied()) - direct).abs() < 1e-14);
         assert!((log_sum_exp([800.0f64, 800.0]) - (800.0 + 2f64.ln())).abs() < 1e-12);
+    }
+}
+
+/// A matrix operand: a slice with its row and column strides (in elements).
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    /// The elements.
+    pub data: &'a [f32],
+    /// Row stride.
+    pub rs: usize,
+    /// Column stride.
+    pub cs: usize,
+}
+
+impl<'a> View<'a> {
+    /// A contiguous row-major `[rows, cols]` matrix.
+    pub fn rows(data: &'a [f32], cols: usize) -> Self {
+        View { data, rs: cols, cs: 1 }
+    }
+
+    /// The transpose of a contiguous row-major matrix with `cols` columns.
+    pub fn t(data: &'a [f32], cols: usize) -> Self {
+        View { data, rs: 1, cs: cols }
+    }
+
+    /// Panics unless an `m x n` matrix fits (a bug, never input-dependent: shapes are derived
+    /// from a validated config).
+    fn check(&self, m: usize, n: usize) {
+        if m > 0 && n > 0 {
+            let last = (m - 1) * self.rs + (n - 1) * self.cs;
+            assert!(last < self.data.len(), "fast engine: operand of {m}x{n} does not fit its buffer");
+        }
+    }
+}
+
+/// `dst[m, n] = (acc ? dst : 0) + a[m, k] @ b[k, n]`, `dst` with row stride `dst_rs`.
+#[allow(clippy::too_many_arguments)] // the BLAS shape: sizes, output, flag, two operands
+pub fn gemm(m: usize, n: usize, k: usize, dst: &mut [f32], dst_rs: usize, acc: bool, a: View, b: View) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !acc {
+            for i in 0..m {
+                dst[i * dst_rs..i * dst_rs + n].fill(0.0);
+            }
+        }
+        return;
+    }
+    a.check(m, k);
+    b.check(k, n);
+    assert!((m - 1) * dst_rs + n <= dst.len(), "fast engine: gemm output does not fit its buffer");
+    // SAFETY: every index the kernel touches was bounds-checked above (row/col strides and
+    // extents of all three operands); `dst` is exclusively borrowed and does not alias `a`, `b`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            acc,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr(),
+            b.cs as isize,
+            b.rs as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
     }
 }

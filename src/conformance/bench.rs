@@ -1,5 +1,6 @@
 //! `phasekv kernel bench`: one forward pass of the reference, the candle kernel and the fast CPU
-//! kernel timed side by side, with this machine's sgemm throughput (candle's and faer's) measured
+//! kernel timed side by side, with this machine's sgemm throughput (candle's, and the `gemm` crate's on one thread through
+//! [`crate::numeric::gemm`], the GEMM of the fast paths) measured
 //! in the same run (so that the kernel's FLOP rate reads as a fraction of what the machine does).
 
 use crate::kernel::tensor::fast::FastKernel;
@@ -8,8 +9,6 @@ use crate::kernel::{forward_flops, random_input, reference, KernelDims, KernelPa
 use crate::limits::{check_range, MAX_BENCH_SECONDS, MAX_BENCH_TOKENS, MAX_BENCH_WIDTH};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
-use faer::linalg::matmul::matmul;
-use faer::{Accum, MatMut, MatRef, Par};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -35,12 +34,13 @@ pub struct BenchRow {
     pub gflops: f64,
     /// [`forward_flops`] of one forward pass.
     pub flops: f64,
-    /// The best sgemm rate measured in the same run (candle's or faer's), in GFLOP/s.
+    /// The best sgemm rate measured in the same run (candle's or the one-thread `gemm` crate's), in GFLOP/s.
     pub sgemm_gflops: f64,
     /// candle's sgemm rate measured in the same run, in GFLOP/s.
     pub candle_sgemm_gflops: f64,
-    /// faer's sgemm rate (one thread, AVX-512 when the CPU has it), in GFLOP/s.
-    pub faer_sgemm_gflops: f64,
+    /// The `gemm` crate's sgemm rate through [`crate::numeric::gemm`] (one thread, AVX-512 when
+    /// the CPU has it), in GFLOP/s.
+    pub gemm_sgemm_gflops: f64,
     /// rayon threads.
     pub threads: usize,
 }
@@ -61,19 +61,19 @@ pub struct Which {
 pub struct Sgemm {
     /// candle's.
     pub candle: f64,
-    /// faer's, one thread.
-    pub faer: f64,
+    /// [`crate::numeric::gemm`]'s, one thread.
+    pub gemm: f64,
 }
 
 impl Sgemm {
     /// Measures both.
     pub fn measure(seconds: f64) -> Result<Self> {
-        Ok(Sgemm { candle: sgemm_flops(seconds)?, faer: faer_sgemm_flops(seconds)? })
+        Ok(Sgemm { candle: sgemm_flops(seconds)?, gemm: gemm_sgemm_flops(seconds)? })
     }
 
     /// The better of the two.
     pub fn best(&self) -> f64 {
-        self.candle.max(self.faer)
+        self.candle.max(self.gemm)
     }
 }
 
@@ -127,9 +127,9 @@ pub fn sgemm_flops(seconds: f64) -> Result<f64> {
     Ok(best)
 }
 
-/// Best sgemm FLOP/s of faer (f32, one thread, AVX-512 when the CPU has it), same shapes as
-/// [`sgemm_flops`].
-pub fn faer_sgemm_flops(seconds: f64) -> Result<f64> {
+/// Best sgemm FLOP/s of [`crate::numeric::gemm`] (f32, one thread, AVX-512 when the CPU has it),
+/// same shapes as [`sgemm_flops`].
+pub fn gemm_sgemm_flops(seconds: f64) -> Result<f64> {
     let mut best = 0f64;
     for (m, k, n) in [(4096usize, 128usize, 512usize), (1024, 1024, 1024)] {
         let a: Vec<f32> = (0..m * k).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();
@@ -147,8 +147,8 @@ pub fn faer_sgemm_flops(seconds: f64) -> Result<f64> {
 /// Times the chosen implementations at every length, then measures the sgemm rates
 /// ([`Sgemm::measure`]) and hands every row to `on_row`; returns the rates.
 ///
-/// The sgemm rates are measured *after* the kernels on purpose: measured first, faer's sgemm
-/// left candle's CPU forward about 10x slower on one thread for the rest of the process
+/// The sgemm rates are measured *after* the kernels on purpose: measured first, a one-thread
+/// sgemm (then faer's) left candle's CPU forward about 10x slower on one thread for the rest of the process
 /// (w8s4, T = 4096: 25 ms before, 250-290 ms after; measured 2026-12-01 on this machine), so
 /// the yardstick would have bent the measurement.
 #[allow(clippy::too_many_arguments)]
@@ -202,23 +202,16 @@ pub fn run(
             flops,
             sgemm_gflops: sgemm.best() / 1e9,
             candle_sgemm_gflops: sgemm.candle / 1e9,
-            faer_sgemm_gflops: sgemm.faer / 1e9,
+            gemm_sgemm_gflops: sgemm.gemm / 1e9,
             threads,
         });
     }
     Ok(sgemm)
 }
 
-/// `out = a b` for row-major `a: [m, k]`, `b: [k, n]` with faer's sgemm on one thread (the
-/// bench's yardstick for "achieved FLOP/s").
+/// `out = a b` for row-major `a: [m, k]`, `b: [k, n]` on one thread through
+/// [`crate::numeric::gemm`] (the bench's yardstick for "achieved FLOP/s").
 pub fn sgemm(a: &[f32], b: &[f32], out: &mut [f32], m: usize, k: usize, n: usize) {
-    let dst = MatMut::from_row_major_slice_mut(out, m, n);
-    matmul(
-        dst,
-        Accum::Replace,
-        MatRef::from_row_major_slice(a, m, k),
-        MatRef::from_row_major_slice(b, k, n),
-        1.0f32,
-        Par::Seq,
-    );
+    use crate::numeric::{gemm, View};
+    gemm(m, n, k, out, n, false, View::rows(a, k), View::rows(b, n));
 }

@@ -10,7 +10,7 @@
 //! | [`reference`] | the f64 (any float) reference: plain loops, one-shot and streaming |
 //! | [`post`] | RMSNorm and partial RoPE of entries (the angle formula) |
 //! | [`attention`] | compressed attention (local raw window + visible entries), reference |
-//! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; its formulas (`ops`), parameter layout (`params`) and its one fast CPU f32 forward when no gradient is needed (`fast`: faer's AVX-512 sgemm, one-exponential softmax-pool, rayon over chunks) |
+//! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; its formulas (`ops`), parameter layout (`params`) and its one fast CPU f32 forward when no gradient is needed (`fast`: the `gemm` crate's AVX-512 sgemm through `numeric::gemm`, one-exponential softmax-pool, rayon over chunks) |
 
 pub mod attention;
 pub mod params;

@@ -35,9 +35,9 @@ pub fn run(
         }
     })?;
     println!(
-        "sgemm on this machine (measured after the kernels): candle {:.1}, faer (1 thread) {:.1} GFLOP/s",
+        "sgemm on this machine (measured after the kernels): candle {:.1}, gemm crate (1 thread) {:.1} GFLOP/s",
         sgemm.candle / 1e9,
-        sgemm.faer / 1e9
+        sgemm.gemm / 1e9
     );
     Ok(())
 }

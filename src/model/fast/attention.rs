@@ -9,9 +9,9 @@
 //! row's window start to its last row, `n + raw_from[r0] .. n + r1`; every product runs on those
 //! two ranges, and the weights elsewhere are 0.
 
-use super::ops::{gemm, View};
 use super::{LayerCache, ROW_BLOCK};
 use crate::geometry::{Geometry, Visibility};
+use crate::numeric::{gemm, View};
 
 /// Which columns each query row may attend to.
 pub(super) struct Mask {

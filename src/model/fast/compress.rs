@@ -18,8 +18,9 @@
 //! `dZ_{g(i)} += X_i^T dS_i`, `db_i += colsum(dS_i)`, `dX_i = dP_i C^T + dS_i Z^T`, scattered
 //! back onto the slot's token row. Offsets, rows and heads go in one fixed order.
 
-use super::ops::{gemm, Rope, View};
+use super::ops::Rope;
 use crate::kernel::spec::{GateKind, KernelSpec};
+use crate::numeric::{gemm, View};
 
 /// The parts of a kernel spec the fast compressor uses, bound to the model's sizes.
 #[derive(Debug, Clone)]

@@ -30,10 +30,11 @@ use super::batch::Batch;
 use super::config::ModelConfig;
 use super::decoder::NORM_EPS;
 use crate::kernel::spec::KernelSpec;
+use crate::numeric::{gemm, View};
 use crate::{Error, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
-use ops::{gemm, rms_norm, rms_norm_back, Rope, View};
+use ops::{rms_norm, rms_norm_back, Rope};
 
 /// What the fast engine implements, in words (the error for anything else says it).
 pub const SUPPORTED: &str = "full and w{W}s{S} with its -scalar, -uniform, -tied and -norope ablations";

@@ -1,5 +1,5 @@
 //! A fast CPU forward of the compression kernel family, f32, for inference (no gradient):
-//! an AVX-512 sgemm through `faer` (chosen at run time on stable Rust) and a streaming
+//! an AVX-512 sgemm ([`crate::numeric::gemm`], chosen at run time on stable Rust) and a streaming
 //! softmax-pool, with rayon over chunks of windows.
 //!
 //! Per chunk of `cw` windows of one sequence (`cw` sized so that the chunk's projections stay
@@ -34,10 +34,9 @@ use windows::{run_chunk, Isa};
 use super::params::{TensorCompressed, TensorParams};
 use crate::kernel::post;
 use crate::kernel::spec::{GateKind, KernelDims, KernelSpec};
+use crate::numeric::{gemm, View};
 use crate::{Error, Result};
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
-use faer::linalg::matmul::matmul;
-use faer::{Accum, MatMut, MatRef, Par};
 use rayon::prelude::*;
 
 /// Bytes of one chunk's projection buffer (`W x cw x width` f32) aimed at: half of a 2 MiB L2.

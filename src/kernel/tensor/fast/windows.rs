@@ -37,16 +37,16 @@ pub(super) fn run_chunk(ctx: &Ctx, item: Item, scratch: &mut Scratch, isa: Isa) 
     let cn = item.j1 - item.j0;
     scratch.proj.resize(w * cn * width, 0.0);
     for i in 0..w {
-        let dst = MatMut::from_row_major_slice_mut(&mut scratch.proj[i * cn * width..(i + 1) * cn * width], cn, width);
-        let rhs = MatRef::from_row_major_slice(&ctx.p.wcat[ctx.spec.group_of(i)], d, width);
+        let dst = &mut scratch.proj[i * cn * width..(i + 1) * cn * width];
+        let rhs = View::rows(&ctx.p.wcat[ctx.spec.group_of(i)], width);
         let t0 = g.start(item.j0) + i as i64;
         let seq = item.b * ctx.t_len * d;
         if t0 >= 0 {
             // rows t0, t0 + S, ...: a strided view, no copy
             let base = seq + t0 as usize * d;
             let len = (cn - 1) * s * d + d;
-            let lhs = MatRef::from_row_major_slice_with_stride(&ctx.x[base..base + len], cn, d, s * d);
-            matmul(dst, Accum::Replace, lhs, rhs, 1.0f32, Par::Seq);
+            let lhs = View { data: &ctx.x[base..base + len], rs: s * d, cs: 1 };
+            gemm(cn, width, d, dst, width, false, lhs, rhs);
         } else {
             // some rows lie before token 0 (pad_left): gather, with zero rows there
             scratch.gather.clear();
@@ -56,8 +56,8 @@ pub(super) fn run_chunk(ctx: &Ctx, item: Item, scratch: &mut Scratch, isa: Isa) 
                     scratch.gather[jj * d..(jj + 1) * d].copy_from_slice(&ctx.x[seq + t * d..seq + (t + 1) * d]);
                 }
             }
-            let lhs = MatRef::from_row_major_slice(&scratch.gather, cn, d);
-            matmul(dst, Accum::Replace, lhs, rhs, 1.0f32, Par::Seq);
+            let lhs = View::rows(&scratch.gather, d);
+            gemm(cn, width, d, dst, width, false, lhs, rhs);
         }
     }
     match isa {
