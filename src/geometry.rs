@@ -61,6 +61,14 @@ pub struct Geometry {
     alignment: Alignment,
 }
 
+/// The first raw token a query at position `q` attends to in its local window of `local` tokens:
+/// the window is `local_window_start(q, local) ..= q` (`max(0, q - L + 1) ..= q`). The one place
+/// of this rule: the f64 reference attention, the candle attention mask and the fast training
+/// engine all call it.
+pub fn local_window_start(q: usize, local: usize) -> usize {
+    (q + 1).saturating_sub(local)
+}
+
 impl Geometry {
     /// A geometry with window `W`, stride `S` and an alignment; `W >= 1` and `1 <= S <= W`.
     pub fn new(window: usize, stride: usize, alignment: Alignment) -> Result<Self> {

@@ -9,7 +9,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`error`] | the one error enum |
-//! | [`geometry`] | windows, phases, multiplicity, visibility, entry positions: the only place those formulas live |
+//! | [`geometry`] | windows, phases, multiplicity, visibility, entry positions, the local raw window: the only place those formulas live |
 //! | [`numeric`] | the one softmax and log-sum-exp over a slice (bottom layer: imports nothing from the crate) |
 //! | [`kernel`] | kernel specs (the preset registry and the JSON spec language), the f64 reference, the candle implementation, streaming, compressed attention: the kernel only |
 //! | [`conformance`] | what checks a kernel: the invariant harness K1-K13 (also for a kernel in another process), mutants, dumps and their validation, the kernel bench |

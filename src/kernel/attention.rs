@@ -69,7 +69,7 @@ pub fn compressed_attention_masked<F: Float>(
     let mut entry_weights = Array2::zeros((t_len, n));
     for q in 0..t_len {
         let qv = inputs.queries.row(q);
-        let lo = (q + 1).saturating_sub(inputs.local_window);
+        let lo = crate::geometry::local_window_start(q, inputs.local_window);
         // (score, source) with source = raw token or entry
         let mut scores: Vec<(F, bool, usize)> = Vec::new();
         for t in lo..=q {

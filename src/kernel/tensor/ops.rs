@@ -118,7 +118,8 @@ pub fn compressed_attention(
     let scale = 1.0 / (dh as f64).sqrt();
     let k = repeat_kv(raw_k, groups)?;
     let v = repeat_kv(raw_v, groups)?;
-    let local = additive_mask(t_len, t_len, |qq, t| t <= qq && t + local_window > qq, dev, dtype)?;
+    let start = |qq| crate::geometry::local_window_start(qq, local_window);
+    let local = additive_mask(t_len, t_len, |qq, t| t <= qq && t >= start(qq), dev, dtype)?;
     let s_raw = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&local)?;
     if n == 0 {
         let w = softmax_last(&s_raw)?;

@@ -26,12 +26,12 @@ pub(super) struct Mask {
 impl Mask {
     /// The mask of a `t`-token sequence with `n` entries. Entry visibility is the geometry's
     /// ([`Geometry::num_visible`]: entries become visible in order, checked against
-    /// [`Geometry::is_visible`] in debug builds); the local window is the candle path's,
-    /// raw token `s` visible to `q` iff `s <= q && s + local > q`.
+    /// [`Geometry::is_visible`] in debug builds); the local window is
+    /// [`crate::geometry::local_window_start`]`(q, local) ..= q`.
     pub fn new(geometry: &Geometry, visibility: Visibility, n: usize, t: usize, local: usize) -> Self {
         let visible: Vec<usize> = (0..t).map(|q| geometry.num_visible(q, visibility).min(n)).collect();
         debug_assert!((0..t).all(|q| (0..n).all(|j| geometry.is_visible(j, q, visibility) == (j < visible[q]))));
-        let raw_from = (0..t).map(|q| (q + 1).saturating_sub(local)).collect();
+        let raw_from = (0..t).map(|q| crate::geometry::local_window_start(q, local)).collect();
         Mask { n, visible, raw_from }
     }
 
