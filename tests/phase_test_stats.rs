@@ -255,3 +255,39 @@ fn preregistration_quotes_the_constants_of_the_code() {
         assert!(section.contains(&row), "theory/phase-lab.md §7.7 should quote {row}");
     }
 }
+
+/// A knockout row of a model whose clean map is at 100 % in every group: the clean cells sit on
+/// the boundary, where every logit is infinite, so no drop can differ across phases on the
+/// logit scale: the interaction is not identifiable and its likelihood ratio is exactly 0 for
+/// any row (`theory/phase-lab.md` §7.9). Regression: full attention's prefix maps in the
+/// issue-17 run (`reports/runs/full-seed0/knockout-prefix.json`, row L0.H1: 12-29 % with no
+/// phase pattern) came out "significant" at the bootstrap floor, because the two fits stopped at
+/// different distances from the boundary and that gap (a statistic of 2.5e-8), not the data,
+/// was compared with the replicates.
+#[test]
+fn a_clean_map_at_the_ceiling_gives_no_interaction_on_the_logit_scale() {
+    let cfg = PhaseTestConfig::default();
+    let n = 24;
+    let clean: Vec<GroupAccuracy> = (0..M).map(|g| GroupAccuracy::new(g, n, n)).collect();
+    let observed = [4, 4, 6, 4, 6, 4, 6, 6, 7, 6, 4, 7, 7, 5, 5, 4, 6, 5, 5, 5, 5, 3, 5, 4];
+    let row: Vec<GroupAccuracy> = observed.iter().enumerate().map(|(g, &k)| GroupAccuracy::new(g, k, n)).collect();
+    for s in [4, 6, 8] {
+        let t = &knockout_row_tests(&clean, std::slice::from_ref(&row), s, &cfg).unwrap()[0];
+        assert!(!t.significant && t.statistic == 0.0, "S = {s}: statistic {} p {}", t.statistic, t.p);
+    }
+    let mut r = runner("knockout-ceiling", 8, None);
+    r.run(&(any::<u64>(), 0.05f64..0.95, 0.05f64..0.95), |(seed, lo, hi)| {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        // Flat or concentrated on {0, 1} mod 4 alike: nothing to find on the logit scale.
+        let row: Vec<GroupAccuracy> = (0..M)
+            .map(|g| {
+                let a = if g % 4 < 2 { lo } else { hi };
+                GroupAccuracy::new(g, (0..n).filter(|_| rng.random::<f64>() < a).count(), n)
+            })
+            .collect();
+        let t = &knockout_row_tests(&clean, std::slice::from_ref(&row), 4, &cfg).unwrap()[0];
+        prop_assert!(!t.significant && t.statistic == 0.0, "row {lo}/{hi}: statistic {} p {}", t.statistic, t.p);
+        Ok(())
+    })
+    .unwrap();
+}
