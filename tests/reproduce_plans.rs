@@ -31,26 +31,29 @@ fn the_built_in_plans_are_files_and_print_plan_writes_one() {
     let committed_text =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/plan.json")).unwrap();
     assert_eq!(phasekv_ok(&["reproduce", "--print-plan"]), committed_text, "--print-plan writes the committed file");
-    assert_eq!(
-        ids(&full),
-        ["full", "w8s4", "w8s6", "w8s8", "w8s4-norope", "w8s4-uniform"]
-            .iter()
-            .map(|p| format!("model:{p}-seed0"))
-            .chain(["theory".into(), "kernels".into()])
-            .collect::<Vec<_>>()
-    );
+    // Issue 17's committed run: 8 arms x 3 seeds (the one-KV-head arms of E3 included) on the
+    // quick plan's task, then the theory and kernel units.
+    let arms = ["full", "w8s4", "w8s6", "w8s8", "w8s4-norope", "w8s4-uniform", "w8s4-kv1", "w8s4-norope-kv1"];
+    let mut want: Vec<String> = arms
+        .iter()
+        .flat_map(|a| (0..3).map(move |k| format!("model:{a}-seed{k}")))
+        .chain(["theory".into(), "kernels".into()])
+        .collect();
+    let mut got = ids(&full);
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(full.models().unwrap().len(), 24);
     let quick = Plan::builtin(Scale::Quick).unwrap();
     assert_eq!(quick.run.train.steps, 1500);
     assert_eq!(quick.run.train.engine, phasekv::model::Engine::Fast);
     assert_eq!(quick.run.task.query_placement, phasekv::task::QueryPlacement::AfterRecords);
     assert_eq!(ids(&quick).len(), 4);
-    // The plan of issue 17's committed run: 8 arms x 3 seeds, the one-KV-head arms included,
-    // on the quick plan's task.
-    let next = Plan::from_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/issue17-full.json")).unwrap();
-    assert_eq!(next.models().unwrap().len(), 24);
-    assert_eq!(next.run.task, quick.run.task);
-    let arms = next.arms().unwrap();
+    assert_eq!(full.run.task, quick.run.task);
+    assert_eq!(full.run.train.engine, phasekv::model::Engine::Fast);
+    let arms = full.arms().unwrap();
     assert!(arms.iter().any(|(name, cfg)| name == "w8s4-norope-kv1" && cfg.model.n_kv_head == 1));
+    assert!(arms.iter().any(|(name, cfg)| name == "w8s4-kv1" && cfg.model.n_kv_head == 1));
     // --print-plan is a plan file: it reads back to the same plan.
     let dir = scratch("plans-print");
     for (flag, plan) in [("--quick", &quick), ("--print-plan", &full)] {
