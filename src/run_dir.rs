@@ -71,28 +71,12 @@ fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// The git commit of the working directory, or `"unknown"` (with `-dirty` when there are
-/// uncommitted changes to tracked files).
+/// The git commit the crate was built from, with `-dirty` when its sources (`src/`,
+/// `Cargo.toml`, `Cargo.lock`, `build.rs`) had uncommitted changes, or `"unknown"` when it was
+/// built outside a git checkout. Fixed at build time by `build.rs`: it names the code that runs,
+/// whatever the working tree holds while it runs.
 pub fn git_hash() -> String {
-    let run = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    match run(&["rev-parse", "HEAD"]) {
-        Some(h) if !h.is_empty() => {
-            let dirty = run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-            if dirty {
-                format!("{h}-dirty")
-            } else {
-                h
-            }
-        }
-        _ => "unknown".into(),
-    }
+    env!("PHASEKV_GIT_HASH").to_string()
 }
 
 impl RunDir {

@@ -40,6 +40,35 @@ proptest! {
     }
 }
 
+/// A run records the commit its binary was built from: `build.rs` reruns on a commit, a checkout
+/// or an edit of the sources, so right after cargo built this test the recorded hash is HEAD's,
+/// `-dirty` exactly when the sources that go into the binary differ from it. (Asked at run time,
+/// it named the working tree instead, and edits made during a long run relabelled its results.)
+#[test]
+fn the_recorded_commit_is_the_one_the_crate_was_built_from() {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let expected = match git(&["rev-parse", "HEAD"]) {
+        Some(head) => {
+            let status = git(&["status", "--porcelain", "--", "src", "Cargo.toml", "Cargo.lock", "build.rs"]).unwrap();
+            if status.is_empty() {
+                head
+            } else {
+                format!("{head}-dirty")
+            }
+        }
+        None => "unknown".to_string(),
+    };
+    assert_eq!(phasekv::run_dir::git_hash(), expected);
+}
+
 /// One element of an SVG file: its name, attributes and the text directly inside it.
 #[derive(Debug)]
 struct Elem {
