@@ -4,7 +4,9 @@
 //!
 //! Crate map (data flows one way: geometry <- kernel <- model <- analysis and theory <- figures <-
 //! lab <- reproduce <- report; the `phasekv` binary sits on top, only parses, calls and prints,
-//! and is the only place that prints):
+//! and is the only place that prints). The floors, drawn from the code's own imports, are checked
+//! by `tests/architecture.rs`: error, numeric, limits, geometry <- run_dir, task <- kernel <-
+//! conformance, model <- analysis <- theory <- figures <- lab <- reproduce <- report <- cli.
 //!
 //! | module | owns |
 //! |---|---|
@@ -13,7 +15,6 @@
 //! | [`numeric`] | the one softmax and log-sum-exp over a slice (bottom layer: imports nothing from the crate) |
 //! | [`kernel`] | kernel specs (the preset registry and the JSON spec language), the f64 reference, the candle implementation, streaming, compressed attention: the kernel only |
 //! | [`conformance`] | what checks a kernel: the invariant harness K1-K13 (also for a kernel in another process), mutants, dumps and their validation, the kernel bench |
-//! | [`figures`] | plots: validation figures of a kernel dump |
 //! | [`analysis`] | the phase lab: padding protocols, phase statistics and the pre-registered phase test, verdict states, evaluation and knockouts, gate preferences, the JSONL audit |
 //! | [`limits`] | upper bounds on every size a user gives, and the one bounded file read |
 //! | [`figures`] | every plot, drawn from result data: chart helpers (line chart, category grid, scatter; SVG + PNG), lab figures, theory figures |
