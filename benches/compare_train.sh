@@ -3,7 +3,8 @@
 # (benches/pytorch_train.py), on the same workload (the twin reads its sizes from
 # `phasekv train --print-config`), one thread each, alternating in rounds so that load drifts
 # hit all three alike. Prints the median step of each, the ratios, and GFLOP/s (phasekv's
-# `flops_per_step` for all three) next to PyTorch's single-thread sgemm rate. Needs torch.
+# `flops_per_step` for all three) next to the best single-thread sgemm rate measured in the same
+# run (PyTorch's, candle's or the gemm crate's). Needs torch.
 #   benches/compare_train.sh [STEPS] [ROUNDS] [PRESETS]     e.g. benches/compare_train.sh 30 3 full,w8s4
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,11 @@ for _ in $(seq "$rounds"); do
   done
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$lines" <<'PY'
+# phasekv's own 1-thread sgemm rates (candle's and the gemm crate's, the GEMM of the fast engine),
+# so that "% sgemm" is against the best GEMM this CPU ran, not PyTorch's alone (on an AMD EPYC
+# PyTorch's MKL sgemm reached 105 GFLOP/s, the gemm crate 255).
+ours_sgemm=$("$bin" kernel bench --impl fast --tokens 64 --seconds 1 --json | grep '^{' | head -1)
+python3 - "$lines" "$ours_sgemm" <<'PY'
 import json, statistics, sys, time
 import torch
 torch.set_num_threads(1)
@@ -34,12 +39,15 @@ for _ in range(3):
 t0 = time.perf_counter(); n = 20
 for _ in range(n):
     a @ b
-sgemm = 2 * 512**3 * n / (time.perf_counter() - t0) / 1e9
+torch_sgemm = 2 * 512**3 * n / (time.perf_counter() - t0) / 1e9
+ours = json.loads(sys.argv[2])
+sgemm = max(torch_sgemm, ours["candle_sgemm_gflops"], ours["gemm_sgemm_gflops"])
 rows = [json.loads(l) for l in open(sys.argv[1])]
 by = {}
 for r in rows:
     by.setdefault((r["preset"], r["impl"]), []).append(r)
-print(f"PyTorch sgemm 512^3, 1 thread: {sgemm:.1f} GFLOP/s")
+print(f"best sgemm, 1 thread: {sgemm:.1f} GFLOP/s (PyTorch 512^3 {torch_sgemm:.1f}, candle {ours['candle_sgemm_gflops']:.1f}, "
+      f"gemm crate {ours['gemm_sgemm_gflops']:.1f}); % sgemm is against the best")
 print(f"{'preset':<6} {'impl':<18} {'median s':>9} {'rounds':>6} {'GFLOP/s':>8} {'% sgemm':>8} {'vs PyTorch':>10}")
 for preset in sorted({p for p, _ in by}):
     ref = [r for r in by if r[0] == preset and r[1].startswith("candle")][0]
