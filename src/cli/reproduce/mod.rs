@@ -1,20 +1,18 @@
 //! `phasekv reproduce` and `phasekv report`: thin wrappers over [`phasekv::reproduce`] and
 //! [`phasekv::report::ledger`].
 
+mod bars;
 mod report;
 mod slurm;
 
+use bars::Bars;
 use report::print_claims;
 pub use report::{report, ReportArgs};
 use slurm::emit_slurm;
 
-use super::progress::Progress as Bar;
 use clap::Args;
-use phasekv::model::train::Observer;
-use phasekv::model::{EvalReport, StepReport};
 use phasekv::report::ledger;
 use phasekv::reproduce::{self, Plan, Progress, Scale};
-use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -55,59 +53,6 @@ pub struct ReproduceArgs {
     /// Memory per array task of --emit-slurm, as sbatch --mem takes it.
     #[arg(long, value_name = "MEM", default_value = "2G", requires = "emit_slurm")]
     slurm_mem: String,
-}
-
-struct Bars {
-    bar: Option<Bar>,
-    stage: String,
-}
-
-impl Bars {
-    fn bar(&mut self, stage: &str, total: usize) -> &Bar {
-        if self.stage != stage || self.bar.is_none() {
-            if let Some(b) = self.bar.take() {
-                b.finish();
-            }
-            self.stage = stage.to_string();
-        }
-        self.bar.get_or_insert_with(|| Bar::new(total as u64, stage))
-    }
-}
-
-impl Observer for Bars {
-    fn on_start(&mut self, start: usize, total: usize) {
-        self.bar("training", total).set_position(start as u64);
-    }
-    fn on_step(&mut self, r: &StepReport) -> ControlFlow<()> {
-        let b = self.bar("training", r.total);
-        b.set_position(r.step as u64);
-        if super::interrupted() {
-            return ControlFlow::Break(());
-        }
-        ControlFlow::Continue(())
-    }
-    fn on_eval(&mut self, e: &EvalReport) {
-        let line = format!("  eval step {:>5}: exact match {:.1} %", e.step, 100.0 * e.accuracy);
-        match &self.bar {
-            Some(b) => b.println(line),
-            None => eprintln!("{line}"),
-        }
-    }
-}
-
-impl Progress for Bars {
-    fn message(&mut self, msg: &str) {
-        if let Some(b) = self.bar.take() {
-            b.finish();
-        }
-        eprintln!("{msg}");
-    }
-    fn trainer(&mut self) -> &mut dyn Observer {
-        self
-    }
-    fn step(&mut self, stage: &str, done: usize, total: usize) {
-        self.bar(stage, total).set_position(done as u64);
-    }
 }
 
 fn load_plan(args: &ReproduceArgs) -> anyhow::Result<(Plan, String)> {
