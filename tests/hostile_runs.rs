@@ -3,7 +3,7 @@
 //! reported as a failure, weights written with the ordinary mode, and a property test that no
 //! train config panics: each is refused as bad input or trains a step.
 
-mod common;
+use crate::common;
 
 use common::plans::{phasekv, scratch};
 

@@ -3,7 +3,7 @@
 //! two-references rule, and against the candle kernel with several sequences and heads),
 //! thread-count independence, refusals, and `phasekv kernel check --impl fast` from the CLI.
 
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device, Tensor};
 use common::strategies::check_every_preset;

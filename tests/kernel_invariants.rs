@@ -2,7 +2,7 @@
 //! and for the candle implementation on every available device (CPU always; CUDA with the
 //! `cuda` feature and a GPU). K13 runs the candle kernel in f32, f16 and bf16.
 
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device};
 use common::strategies::check_every_preset;

@@ -2,7 +2,7 @@
 //! reference) must fail at least the invariant that targets its bug. The table of which
 //! invariants caught which mutant is printed (`cargo test --test kernel_mutants -- --nocapture`).
 
-mod common;
+use crate::common;
 
 use common::strategies::runner;
 use phasekv::conformance::harness::subjects::ReferenceSubject;

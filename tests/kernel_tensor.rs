@@ -2,7 +2,7 @@
 //! parameter tensor receives a gradient that matches f64 finite differences), heads and
 //! sequences batch without mixing, and the tensor attention agrees with the reference one.
 
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device, Tensor, Var};
 use common::strategies::{case_strategy, runner};

@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use std::path::PathBuf;
 use std::process::Command;
 
-mod common;
+use crate::common;
 
 fn tmp_dir(label: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("phasekv-lab-{label}-{}", std::process::id()));

@@ -3,7 +3,7 @@
 //! permutation tests see dependence only where there is some. Every random draw (profiles and
 //! the per-sample outcomes) comes from proptest strategies.
 
-mod common;
+use crate::common;
 
 use common::strategies::runner;
 use phasekv::analysis::stats::{

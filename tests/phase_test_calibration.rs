@@ -12,7 +12,7 @@
 //! configured runner; the outcomes are Bernoulli draws from that seed. The measured rates are
 //! printed (`cargo test --test phase_test_calibration -- --nocapture`).
 
-mod common;
+use crate::common;
 
 use common::strategies::runner;
 use phasekv::analysis::phase_test::{phase_test, PhaseRecord, PhaseTestConfig, ALPHA, DEFAULT_PER_GROUP};

@@ -2,7 +2,7 @@
 //! intervals and noise floors, the corrected period scan and its stability, the phase test near
 //! the ceiling, pooling over seeds, knockout row tests, and the errors bad input gets.
 
-mod common;
+use crate::common;
 
 use common::strategies::runner;
 use phasekv::analysis::phase_test::{

@@ -13,7 +13,7 @@ use phasekv::reproduce::{self, InvariantRow, KernelsResult, Plan, Scale, TheoryR
 use phasekv::theory::flow::FlowSummary;
 use std::path::{Path, PathBuf};
 
-mod common;
+use crate::common;
 
 const M: usize = 24;
 const N: usize = 60;

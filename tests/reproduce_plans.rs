@@ -3,7 +3,7 @@
 //! `--emit-slurm` writes an array job with one thread per task, a time request, requeue on
 //! SIGTERM and a dependent report job.
 
-mod common;
+use crate::common;
 
 use common::plans::{phasekv, phasekv_ok, scratch, tiny_sweep, write_plan};
 use phasekv::reproduce::{self, Plan, Scale, Unit};

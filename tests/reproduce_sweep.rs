@@ -2,7 +2,7 @@
 //! parts sharing one output (issue 16): byte-identical `ledger.json` and figure data. Any unit
 //! runs alone (`--unit`), and a rerun reuses what is done.
 
-mod common;
+use crate::common;
 
 use common::plans::{assert_same_report, phasekv, phasekv_ok, scratch, tiny_sweep, write_plan};
 use std::process::{Command, Stdio};

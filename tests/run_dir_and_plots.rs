@@ -1,6 +1,6 @@
 //! Run directories never overwrite a finished run; plot helpers write both SVG and PNG.
 
-mod common;
+use crate::common;
 
 use phasekv::figures::plot::{category_grid, line_chart, scatter, CategoryGrid, Panel, Series};
 use phasekv::run_dir::RunDir;

@@ -7,7 +7,7 @@
 //! and sets `PHASEKV_REQUIRE_SLURM=1`, which turns a missing Slurm into a failure; without that
 //! variable a machine without Slurm skips these tests with a loud message.
 
-mod common;
+use crate::common;
 
 use common::plans::{assert_same_report, phasekv_ok, scratch, tiny_sweep, write_plan};
 use std::path::Path;

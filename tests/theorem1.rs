@@ -2,7 +2,7 @@
 //! minimiser over the oracle class is one-hot, value offset = key offset + 1, distinct across
 //! heads, with loss F_1 (T-7); in the failure regions the engine finds what beats the vertex.
 
-mod common;
+use crate::common;
 
 use phasekv::theory::oracle::*;
 use phasekv::theory::task::*;

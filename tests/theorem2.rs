@@ -11,7 +11,7 @@ use phasekv::theory::task::*;
 use phasekv::theory::vocab::Vocabulary;
 use proptest::prelude::*;
 
-mod common;
+use crate::common;
 
 fn check_structure(p: &TaskParams, r: &FlowRun) -> Result<(), TestCaseError> {
     let s = p.stride;

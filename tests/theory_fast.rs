@@ -2,7 +2,7 @@
 //! `exp_poly` against `f64::exp`, the fast static loss and logit gradient against
 //! `static_loss_grad` plus the softmax pullback (T-6, T-6g, T-8), and whole runs of the flow.
 
-mod common;
+use crate::common;
 
 use phasekv::theory::fast::{exp_poly, run_seeds_on, FastStatic, Isa};
 use phasekv::theory::flow::{run_flow_with, run_seeds, run_seeds_with, FlowConfig, FlowKernel, FlowRun, Integrator};

@@ -2,7 +2,7 @@
 //! model and the spec's cross-check, analytic gradients (T-5, T-6g, T-8, T-11) against
 //! central finite differences, vocabulary geometry (T-1) and parameter validation.
 
-mod common;
+use crate::common;
 
 use common::*;
 use phasekv::theory::flow::{ContentOptions, FlowConfig, FlowState};

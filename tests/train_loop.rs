@@ -8,7 +8,7 @@ use phasekv::Error;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
-mod common;
+use crate::common;
 
 fn tmp_dir(label: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("phasekv-{label}-{}", std::process::id()));

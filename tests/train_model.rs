@@ -6,7 +6,7 @@ use phasekv::model::train::{Batch, Model};
 use phasekv::model::RunConfig;
 use proptest::prelude::*;
 
-mod common;
+use crate::common;
 use common::configs::tiny_config as tiny;
 
 const PRESETS: &[&str] = &[

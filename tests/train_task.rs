@@ -2,7 +2,7 @@
 //! phase families of issue 17 (`theory/phase-lab.md` §7.1). Every property test goes through
 //! the one seeded runner (`common::runner`; `PHASEKV_TEST_SEED` explores other cases).
 
-mod common;
+use crate::common;
 
 use phasekv::task::layout::{self, depth, elimination_baseline, max_depth_cdf_gap};
 use phasekv::task::{QueryPlacement, ScoredQuery, TaskConfig, BOS, QUERY};
