@@ -57,7 +57,7 @@ fn imported(src: &str, prefix: &str) -> BTreeSet<String> {
             continue;
         }
         if let Some(group) = rest.strip_prefix('{') {
-            // a group: split its top level on commas, nested groups skipped
+            // a group: split its top level on commas, passing over nested groups
             let (mut depth, mut item_start, mut end) = (0usize, 0usize, group.len());
             for (k, c) in group.char_indices() {
                 match c {
