@@ -29,6 +29,10 @@ macro_rules! test_device {
             fn cuda() {
                 match Device::new_cuda(0) {
                     Ok(dev) => ($body)(&dev),
+                    // A GPU run sets PHASEKV_REQUIRE_CUDA=1, so a missing device fails there.
+                    Err(e) if std::env::var("PHASEKV_REQUIRE_CUDA").is_ok_and(|v| v == "1") => {
+                        panic!("PHASEKV_REQUIRE_CUDA=1 but no CUDA device: {e}")
+                    }
                     Err(e) => eprintln!("no CUDA device, skipping: {e}"),
                 }
             }
