@@ -11,22 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::common::python::{python_with, PyTool};
+
 fn python_with_transformers() -> Option<&'static str> {
-    let ok = Command::new("python3")
-        .args(["-c", "import torch, safetensors, transformers.models.deepseek_v4"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if ok {
-        return Some("python3");
-    }
-    if std::env::var("PHASEKV_REQUIRE_TRANSFORMERS").is_ok_and(|v| v == "1") {
-        panic!(
-            "PHASEKV_REQUIRE_TRANSFORMERS=1 but python3 cannot import torch, safetensors and transformers' deepseek_v4"
-        );
-    }
-    eprintln!("\n!!!!!! SKIPPING the Hugging Face DeepSeek-V4 check: no python3 with transformers 5.23 !!!!!!\n");
-    None
+    python_with(PyTool::Transformers, "the Hugging Face DeepSeek-V4 check")
 }
 
 fn scratch(label: &str) -> PathBuf {

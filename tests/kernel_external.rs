@@ -10,6 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::common::python::{python_with, PyTool};
+
 fn phasekv(args: &[&str]) -> (i32, String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_phasekv")).args(args).output().expect("run phasekv");
     (
@@ -20,20 +22,7 @@ fn phasekv(args: &[&str]) -> (i32, String, String) {
 }
 
 fn python_with_triton() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import torch, safetensors, triton"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        if std::env::var("PHASEKV_REQUIRE_TRITON").is_ok_and(|v| v == "1") {
-            panic!("PHASEKV_REQUIRE_TRITON=1 but python3 cannot import torch, safetensors and triton");
-        }
-        eprintln!(
-            "\n!!!!!! SKIPPING the external Triton kernels: no python3 with torch, safetensors and triton !!!!!!\n"
-        );
-    }
-    ok
+    python_with(PyTool::Triton, "the external Triton kernels").is_some()
 }
 
 fn scratch(label: &str) -> PathBuf {

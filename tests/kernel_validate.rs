@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::common::python::{python_with, PyTool};
+
 fn phasekv(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_phasekv")).args(args).output().expect("run phasekv");
     (
@@ -68,25 +70,8 @@ fn a_dump_of_the_reference_passes_and_round_trips_through_both_formats() {
     }
 }
 
-/// Python with torch, numpy and safetensors importable, or `None` with a loud message (CI
-/// installs them in `.ci/run` and sets `PHASEKV_REQUIRE_TORCH=1`, which turns the skip into a
-/// failure).
-fn python_with_torch() -> Option<String> {
-    for py in ["python3", "python"] {
-        let ok = Command::new(py)
-            .args(["-c", "import torch, numpy, safetensors"])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if ok {
-            return Some(py.to_string());
-        }
-    }
-    if std::env::var("PHASEKV_REQUIRE_TORCH").is_ok_and(|v| v == "1") {
-        panic!("PHASEKV_REQUIRE_TORCH=1 but no python with torch, numpy and safetensors was found");
-    }
-    eprintln!("\n!!!!!! SKIPPING the PyTorch round trip: no python3 with torch, numpy and safetensors !!!!!!\n");
-    None
+fn python_with_torch() -> Option<&'static str> {
+    python_with(PyTool::Torch, "the PyTorch round trip")
 }
 
 #[test]
@@ -111,7 +96,7 @@ fn pytorch_kernels_round_trip_correct_ones_pass_the_off_by_one_fails_by_phase() 
         "--batch",
         "2",
     ];
-    let o = Command::new(&py).args(args).output().unwrap();
+    let o = Command::new(py).args(args).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let dump = |kernel: &str, ext: &str| dir.join(format!("{kernel}.{ext}"));
     for kernel in ["w8s4", "dsv4-csa"] {

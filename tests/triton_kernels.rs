@@ -9,22 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `python3` when it imports torch, safetensors and triton; `None` with a loud message otherwise
-/// (a panic under `PHASEKV_REQUIRE_TRITON=1`).
-pub fn python_with_triton() -> Option<&'static str> {
-    let ok = Command::new("python3")
-        .args(["-c", "import torch, safetensors, triton"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if ok {
-        return Some("python3");
-    }
-    if std::env::var("PHASEKV_REQUIRE_TRITON").is_ok_and(|v| v == "1") {
-        panic!("PHASEKV_REQUIRE_TRITON=1 but python3 cannot import torch, safetensors and triton");
-    }
-    eprintln!("\n!!!!!! SKIPPING the Triton kernels: no python3 with torch, safetensors and triton !!!!!!\n");
-    None
+use crate::common::python::{python_with, PyTool};
+
+fn python_with_triton() -> Option<&'static str> {
+    python_with(PyTool::Triton, "the Triton kernels")
 }
 
 fn phasekv(args: &[&str]) -> (i32, String) {
