@@ -1,7 +1,7 @@
 //! The Python the tests drive: the PyTorch dump script, the Triton kernels and the Hugging Face
 //! DeepSeek-V4 adapter (`python/`). Whether `python3` can import each tool's packages is probed
 //! once per test process, by one Python process for all of them: importing torch takes seconds,
-//! and the suite used to pay it once per test (six probes, about 20 CPU-s of a two-core run).
+//! and the suite used to pay it once per test (six probes, about 16 CPU-s; the one takes 3.6).
 //!
 //! A tool that is missing skips its tests with a loud message, unless its `PHASEKV_REQUIRE_*`
 //! variable is `1` (CI sets all of them in `.ci/run`): then the test fails, naming the import
