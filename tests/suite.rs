@@ -65,6 +65,8 @@ mod theorem2;
 mod theory_fast;
 #[path = "theory_loss.rs"]
 mod theory_loss;
+#[path = "theory_stagger.rs"]
+mod theory_stagger;
 #[path = "train_cli.rs"]
 mod train_cli;
 #[path = "train_fast.rs"]

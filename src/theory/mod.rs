@@ -18,6 +18,7 @@
 //! | [`theorem2`] | Theorem 2 as one run: seeds, the check against Euler at half the step, a recorded trajectory |
 //! | [`point`] | one user-given point: gates from a file, loss, gradient and classification there |
 //! | [`profile`] | retrieval accuracy by query offset of a converged model (T-10) |
+//! | [`stagger`] | one chunk grid per head (issue 30): the loss, its gradient, the best one-hot configuration, a multi-start search |
 
 pub mod critical;
 pub mod diagram;
@@ -28,6 +29,7 @@ pub mod noisy;
 pub mod oracle;
 pub mod point;
 pub mod profile;
+pub mod stagger;
 pub mod task;
 pub mod theorem2;
 pub mod vocab;
