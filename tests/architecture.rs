@@ -130,3 +130,46 @@ fn every_import_runs_down_a_floor() {
     assert!(edges.get("report").is_some_and(|t| t.iter().any(|e| e.starts_with("reproduce "))));
     assert!(edges.get("cli").is_some_and(|t| t.len() > 5));
 }
+
+/// Every `proptest-regressions` path a test names (as a string literal in `tests/`) is a file
+/// that exists, so the runner pointed at it replays the committed failures; every committed
+/// regression file is named by some test (one left behind by a renamed runner is never
+/// replayed); and none lies beside the tests (where the macro's default put them before every
+/// runner took the shared config).
+#[test]
+fn every_named_regression_file_exists_and_every_committed_one_is_replayed() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("tests"), &mut files);
+    let mut named = BTreeSet::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (i, _) in text.match_indices("\"proptest-regressions/") {
+            let lit = &text[i + 1..];
+            let path = &lit[..lit.find('"').unwrap()];
+            // a file name, not this test's own prefix or a format string
+            if !path.ends_with('/') && !path.contains('{') {
+                named.insert(path.to_string());
+            }
+        }
+    }
+    // the scan saw the runners it guards (a parser that found nothing would pass vacuously)
+    assert!(named.len() >= 10 && named.contains("proptest-regressions/theorem1.txt"), "{named:?}");
+    let missing: Vec<_> = named.iter().filter(|p| !root.join(p).is_file()).collect();
+    assert!(missing.is_empty(), "regression files named by tests but missing: {missing:?}");
+    let mut orphans = Vec::new();
+    for entry in std::fs::read_dir(root.join("proptest-regressions")).unwrap() {
+        let name = format!("proptest-regressions/{}", entry.unwrap().file_name().to_string_lossy());
+        if !named.contains(&name) {
+            orphans.push(name);
+        }
+    }
+    for entry in std::fs::read_dir(root.join("tests")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        if name.ends_with(".proptest-regressions") {
+            orphans.push(format!("tests/{name}"));
+        }
+    }
+    assert!(orphans.is_empty(), "regression files no runner replays: {orphans:?}");
+}
+

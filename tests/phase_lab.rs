@@ -59,7 +59,7 @@ fn check_prompts(task: &TaskConfig, protocol: Protocol, per_group: usize, seed: 
     );
 }
 
-const REGRESSIONS: &str = "tests/phase_lab.proptest-regressions";
+const REGRESSIONS: &str = "proptest-regressions/phase_lab.txt";
 
 /// At the default task and sample size, every residue group has the same mean (within 1 token)
 /// and standard deviation (within 5 %) of the target position, under both protocols.
