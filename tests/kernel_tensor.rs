@@ -88,12 +88,12 @@ fn param_entry<'a>(p: &'a mut KernelParams<f64>, pname: &str, shape: &[usize], f
 // `O(h^2 + u_64 / h) ~ 1e-10` relative, negligible. A wrong gradient (a dropped gate path, a
 // mis-indexed bias) is off by O(1) of `max|G|`, far above the bound.
 test_device!(every_parameter_receives_a_correct_gradient, |dev: &Device| {
-        let dev = dev.clone();
-        for name in ["w8s4", "w8s6-scalar", "w8s4-tied", "w8s4-uniform", "w4s4-norope", "dsv4-csa", "full"] {
-            let spec = KernelSpec::preset(name).unwrap();
-            let mut r = runner(&format!("grad-{name}"), 4, Some(REGRESSIONS));
-            let entries = proptest::collection::vec(any::<proptest::sample::Index>(), 3);
-            r.run(&(case_strategy(&spec), entries), |(case, picks)| {
+    let dev = dev.clone();
+    for name in ["w8s4", "w8s6-scalar", "w8s4-tied", "w8s4-uniform", "w4s4-norope", "dsv4-csa", "full"] {
+        let spec = KernelSpec::preset(name).unwrap();
+        let mut r = runner(&format!("grad-{name}"), 4, Some(REGRESSIONS));
+        let entries = proptest::collection::vec(any::<proptest::sample::Index>(), 3);
+        r.run(&(case_strategy(&spec), entries), |(case, picks)| {
                 prop_assume!(case.x.nrows() >= spec.geometry.window() + spec.geometry.stride());
                 let kernel = TensorKernel::new(&spec, case.dims, 1, &dev, DType::F32).unwrap();
                 let base = TensorParams::from_heads(&spec, case.dims, std::slice::from_ref(&case.params), &dev, DType::F32)
@@ -150,48 +150,48 @@ test_device!(every_parameter_receives_a_correct_gradient, |dev: &Device| {
                 Ok(())
             })
             .unwrap();
-        }
+    }
 });
 
 test_device!(heads_and_sequences_batch_without_mixing, |dev: &Device| {
-        let dev = dev.clone();
-        for name in ["w8s4", "dsv4-csa", "w8s6-scalar"] {
-            let spec = KernelSpec::preset(name).unwrap();
-            let mut r = runner(&format!("batch-{name}"), 8, Some(REGRESSIONS));
-            let strat = (case_strategy(&spec), case_strategy(&spec), case_strategy(&spec));
-            r.run(&strat, |(a, b, c)| {
-                // Use a's dims and sequence length for all three heads/sequences.
-                let dims = a.dims;
-                let layout_len = phasekv::kernel::ParamLayout::of(&spec, dims).len();
-                let heads: Vec<KernelParams<f64>> = [&a, &b, &c]
-                    .iter()
-                    .map(|k| {
-                        let flat: Vec<f64> = k.params.to_flat().iter().copied().cycle().take(layout_len).collect();
-                        KernelParams::from_flat(&spec, dims, &flat).unwrap()
-                    })
-                    .collect();
-                let seqs = [a.x.clone(), a.other.clone()];
-                let kernel = TensorKernel::new(&spec, dims, 3, &dev, DType::F64).unwrap();
-                let params = TensorParams::from_heads(&spec, dims, &heads, &dev, DType::F64).unwrap();
-                let x = Tensor::from_vec(
-                    seqs.iter().flat_map(|s| s.iter().copied()).collect::<Vec<_>>(),
-                    (2, a.x.nrows(), dims.d_model),
-                    &dev,
-                )
-                .unwrap();
-                let out = kernel.compress(&params, &x).unwrap();
-                for (h, hp) in heads.iter().enumerate() {
-                    for (bi, s) in seqs.iter().enumerate() {
-                        let want = reference::compress(&spec, dims, hp, s.view()).unwrap();
-                        let got = out.to_compressed(bi, h).unwrap();
-                        let d = max_abs_diff(&got.keys, &want.keys).max(max_abs_diff(&got.values, &want.values));
-                        prop_assert!(d <= 1e-12, "{name}: head {h}, sequence {bi} differs by {d}");
-                    }
-                }
-                Ok(())
-            })
+    let dev = dev.clone();
+    for name in ["w8s4", "dsv4-csa", "w8s6-scalar"] {
+        let spec = KernelSpec::preset(name).unwrap();
+        let mut r = runner(&format!("batch-{name}"), 8, Some(REGRESSIONS));
+        let strat = (case_strategy(&spec), case_strategy(&spec), case_strategy(&spec));
+        r.run(&strat, |(a, b, c)| {
+            // Use a's dims and sequence length for all three heads/sequences.
+            let dims = a.dims;
+            let layout_len = phasekv::kernel::ParamLayout::of(&spec, dims).len();
+            let heads: Vec<KernelParams<f64>> = [&a, &b, &c]
+                .iter()
+                .map(|k| {
+                    let flat: Vec<f64> = k.params.to_flat().iter().copied().cycle().take(layout_len).collect();
+                    KernelParams::from_flat(&spec, dims, &flat).unwrap()
+                })
+                .collect();
+            let seqs = [a.x.clone(), a.other.clone()];
+            let kernel = TensorKernel::new(&spec, dims, 3, &dev, DType::F64).unwrap();
+            let params = TensorParams::from_heads(&spec, dims, &heads, &dev, DType::F64).unwrap();
+            let x = Tensor::from_vec(
+                seqs.iter().flat_map(|s| s.iter().copied()).collect::<Vec<_>>(),
+                (2, a.x.nrows(), dims.d_model),
+                &dev,
+            )
             .unwrap();
-        }
+            let out = kernel.compress(&params, &x).unwrap();
+            for (h, hp) in heads.iter().enumerate() {
+                for (bi, s) in seqs.iter().enumerate() {
+                    let want = reference::compress(&spec, dims, hp, s.view()).unwrap();
+                    let got = out.to_compressed(bi, h).unwrap();
+                    let d = max_abs_diff(&got.keys, &want.keys).max(max_abs_diff(&got.values, &want.values));
+                    prop_assert!(d <= 1e-12, "{name}: head {h}, sequence {bi} differs by {d}");
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
 });
 
 /// Grouped-query tensor attention equals the reference attention per query head.

@@ -4,11 +4,9 @@
 
 use candle_core::Device;
 use phasekv::model::fast::{FastDecoder, SUPPORTED_PRESETS};
-use phasekv::model::run::RunDir;
-use phasekv::model::train::{
-    evaluate_batch, train, training_batch, Batch, Model, Observer, Outcome, Silent, StepReport,
-};
-use phasekv::model::{Engine, RunConfig};
+use phasekv::model::train::{train, Observer, Outcome, Silent};
+use phasekv::model::{training_batch, Batch, Engine, Model, RunConfig, StepReport};
+use phasekv::run_dir::RunDir;
 use proptest::prelude::*;
 use rand::SeedableRng;
 use std::ops::ControlFlow;
@@ -122,11 +120,10 @@ fn both(c: &Case, preset: &str) -> Result<Both, String> {
         var.set(&candle_core::Tensor::from_vec(v, var.shape(), &Device::Cpu).unwrap()).unwrap();
     }
     let batch = Batch::new(&training_batch(&cfg, c.step), &Device::Cpu).unwrap();
-    let r = evaluate_batch(&model.decoder, &batch).unwrap();
-    let loss_c = r.loss.to_scalar::<f32>().unwrap() as f64;
+    let r = model.decoder.batch_loss(&batch).unwrap();
     let grads_c = r.loss.backward().unwrap();
     let mut fast = FastDecoder::new(&cfg.model, cfg.task.vocab_size(), model.store.vars()).unwrap();
-    let out = fast.step(&batch).unwrap();
+    let out = fast.gradients(&batch).unwrap();
     let vars = model.store.vars();
     let mut grads = Vec::new();
     for (name, gf) in fast.names().iter().zip(&out.grads) {
@@ -135,8 +132,8 @@ fn both(c: &Case, preset: &str) -> Result<Both, String> {
         grads.push((name.clone(), gf.clone(), gc.flatten_all().unwrap().to_vec1::<f32>().unwrap()));
     }
     Ok(Both {
-        loss: (out.loss, loss_c),
-        counts: ((out.queries, out.tokens), (r.queries, r.tokens)),
+        loss: (out.score.loss, r.score.loss),
+        counts: ((out.score.queries, out.score.tokens), (r.score.queries, r.score.tokens)),
         grads,
         params: vars.len(),
     })
@@ -220,11 +217,35 @@ fn a_one_percent_error_is_rejected_by_the_comparison() {
     }
 }
 
+/// Evaluation runs on the training engine: the fast engine's held-out evaluation of a model
+/// agrees with candle's (loss to [`LOSS_TOL`], the same queries, exact-match counts within one
+/// query of an argmax tie), and its forward pass is the one its training step takes (the same
+/// loss bits).
+#[test]
+fn fast_evaluation_agrees_with_candle_evaluation() {
+    use phasekv::model::{evaluate, TrainEngine};
+    for preset in LOOP_PRESETS {
+        let cfg = tiny(4, preset);
+        let model = Model::new(&cfg, &Device::Cpu).unwrap();
+        let mut fast = FastDecoder::new(&cfg.model, cfg.task.vocab_size(), model.store.vars()).unwrap();
+        let mut candle = &model.decoder;
+        let (tc, task) = (&cfg.train, &cfg.task);
+        let ef = evaluate(&mut fast, task, tc.seed, tc.eval_samples, tc.batch_size, 0).unwrap();
+        let ec = evaluate(&mut candle, task, tc.seed, tc.eval_samples, tc.batch_size, 0).unwrap();
+        assert!((ef.loss - ec.loss).abs() <= LOSS_TOL * ec.loss.abs().max(1.0), "{preset}: {ef:?} {ec:?}");
+        assert_eq!(ef.queries, ec.queries, "{preset}");
+        assert!((ef.accuracy - ec.accuracy).abs() * ec.queries as f64 <= 1.0, "{preset}: {ef:?} {ec:?}");
+        let batch = Batch::new(&training_batch(&cfg, 0), &Device::Cpu).unwrap();
+        let eval = fast.evaluate(&batch).unwrap();
+        assert_eq!(eval, fast.gradients(&batch).unwrap().score, "{preset}");
+    }
+}
+
 #[test]
 fn unsupported_presets_are_refused() {
     let mut cfg = common::configs::tiny_config("dsv4-hca4");
     cfg.train.engine = Engine::Fast;
-    let e = cfg.validate().unwrap_err().to_string();
+    let e = phasekv::model::validate(&cfg).unwrap_err().to_string();
     assert!(e.contains("train.engine") && e.contains("dsv4-hca4"), "{e}");
     let (code, out, err) = phasekv(&["train", "--preset", "dsv4-csa", "--engine", "fast", "--print-config"], "1");
     assert_eq!(code, 2, "{out}{err}");

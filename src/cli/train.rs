@@ -109,7 +109,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(e) = &args.engine {
         config.train.engine = e.parse()?;
     }
-    match (&args.config, config.validate()) {
+    match (&args.config, phasekv::model::validate(&config)) {
         (_, Ok(())) => {}
         (Some(path), Err(e)) => return Err(phasekv::Error::File { path: path.clone(), reason: e.to_string() }.into()),
         (None, Err(e)) => return Err(e.into()),
@@ -119,7 +119,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(steps) = args.bench {
-        let b = phasekv::model::train::bench_steps(&config, 5, steps)?;
+        let b = phasekv::model::bench_steps(&config, 5, steps)?;
         let mut v = serde_json::to_value(&b)?;
         v["impl"] = format!("{}-f32", b.engine).into();
         v["peak_rss_mib"] = peak_rss_mib().map(Into::into).unwrap_or(serde_json::Value::Null);

@@ -24,11 +24,13 @@ mod attention;
 mod compress;
 mod ops;
 use attention::{attention_backward, attention_forward, Mask};
-use compress::{compress_backward, compress_forward, CompressCache, CompressScratch, CompressorShape};
+use compress::{compress_backward, compress_forward, CompressCache, CompressScratch, CompressorShape, Windows};
 
 use super::batch::Batch;
 use super::config::ModelConfig;
 use super::decoder::NORM_EPS;
+use super::engine::{EngineStep, TrainEngine};
+use super::record::BatchScore;
 use crate::kernel::spec::KernelSpec;
 use crate::numeric::{gemm, View};
 use crate::{Error, Result};
@@ -95,18 +97,40 @@ const W_DOWN: usize = 10;
 /// Loss, accuracy counts and gradients of one batch.
 #[derive(Debug)]
 pub struct StepOutput {
-    /// Mean cross-entropy over answer tokens.
-    pub loss: f64,
-    /// Queries whose every answer token is the argmax.
-    pub exact: usize,
-    /// Answer tokens that are the argmax.
-    pub token_hits: usize,
-    /// Queries.
-    pub queries: usize,
-    /// Answer tokens.
-    pub tokens: usize,
+    /// Loss and counts.
+    pub score: BatchScore,
     /// Gradient of every parameter, in the order of [`FastDecoder::names`].
     pub grads: Vec<Vec<f32>>,
+}
+
+/// One batch's ids, checked ([`FastDecoder::inputs`]).
+struct Inputs {
+    b: usize,
+    t: usize,
+    tokens: Vec<u32>,
+    idx: Vec<u32>,
+    targets: Vec<u32>,
+    n_queries: usize,
+}
+
+/// What the forward and backward pass of one batch share ([`FastDecoder::plan`]).
+struct Plan {
+    rope: Option<Rope>,
+    win: Option<Windows>,
+    mask: Mask,
+}
+
+/// The model's and the batch's sizes.
+struct Sizes {
+    d: usize,
+    dh: usize,
+    hq: usize,
+    hkv: usize,
+    ff: usize,
+    nl: usize,
+    vocab: usize,
+    bt: usize,
+    pl: usize,
 }
 
 /// The fast engine bound to a model's parameters (candle `Var`s, read at every step, so the
@@ -265,13 +289,28 @@ impl FastDecoder {
         Ok(store)
     }
 
-    /// Loss, accuracy counts and gradients of `batch` at the variables' current values.
-    pub fn step(&mut self, batch: &Batch) -> Result<StepOutput> {
-        let params: Vec<Vec<f32>> = self
+    /// Loss, accuracy counts and gradients of `batch` at the variables' current values (the
+    /// gradients in the order of [`FastDecoder::names`]).
+    pub fn gradients(&mut self, batch: &Batch) -> Result<StepOutput> {
+        let (w, x) = (self.params()?, self.inputs(batch)?);
+        let plan = self.plan(x.t);
+        let score = self.forward(&w, &x, &plan);
+        let grads = self.backward(&w, &x, &plan);
+        Ok(StepOutput { score, grads })
+    }
+
+    /// Every parameter's current values.
+    fn params(&self) -> Result<Vec<Vec<f32>>> {
+        let params = self
             .vars
             .iter()
             .map(|(_, v)| v.as_tensor().flatten_all()?.to_vec1::<f32>())
             .collect::<candle_core::Result<_>>()?;
+        Ok(params)
+    }
+
+    /// The batch's ids, checked against the vocabulary and the batch's positions.
+    fn inputs(&self, batch: &Batch) -> Result<Inputs> {
         let (b, t) = batch.tokens.dims2()?;
         let tokens = batch.tokens.flatten_all()?.to_vec1::<u32>()?;
         let idx = batch.idx.to_vec1::<u32>()?;
@@ -285,42 +324,53 @@ impl FastDecoder {
         if let Some(&bad) = idx.iter().find(|&&i| i as usize >= b * t) {
             return Err(Error::invalid("batch.idx", format!("position {bad} is outside 0..{}", b * t)));
         }
-        Ok(self.run(&params, b, t, &tokens, &idx, &targets, batch.n_queries))
+        Ok(Inputs { b, t, tokens, idx, targets, n_queries: batch.n_queries })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        &mut self,
-        w: &[Vec<f32>],
-        b: usize,
-        t: usize,
-        tokens: &[u32],
-        idx: &[u32],
-        targets: &[u32],
-        n_queries: usize,
-    ) -> StepOutput {
+    /// RoPE tables, windows and mask of a `t`-token sequence. Compressed layers: windows and
+    /// entries of this length; `full` attends causally (a local window of the whole sequence,
+    /// as the decoder calls it).
+    fn plan(&self, t: usize) -> Plan {
+        let win = self.comp.as_ref().map(|sh| sh.windows(t));
+        let ne = win.as_ref().map_or(0, |w| w.n);
+        let local = if self.comp.is_some() { self.cfg.local_window } else { t.max(1) };
+        Plan {
+            rope: self.rope_freqs.as_ref().map(|f| Rope::new(f, t)),
+            mask: Mask::new(&self.spec.geometry, self.spec.visibility, ne, t, local),
+            win,
+        }
+    }
+
+    /// The sizes of one batch.
+    fn sizes(&self, x: &Inputs) -> Sizes {
         let c = &self.cfg;
-        let (d, dh, hq, hkv, ff, nl, vocab) =
-            (c.d_model, c.d_head, c.n_head, c.n_kv_head, c.d_ff, c.n_layer, self.vocab);
-        let bt = b * t;
+        Sizes {
+            d: c.d_model,
+            dh: c.d_head,
+            hq: c.n_head,
+            hkv: c.n_kv_head,
+            ff: c.d_ff,
+            nl: c.n_layer,
+            vocab: self.vocab,
+            bt: x.b * x.t,
+            pl: self.per_layer,
+        }
+    }
+
+    /// Forward pass through the loss: every layer's cache, the final hidden states and, in
+    /// `work.logits`, the loss's gradient with respect to the logits (what
+    /// [`FastDecoder::backward`] starts from).
+    fn forward(&mut self, w: &[Vec<f32>], x: &Inputs, plan: &Plan) -> BatchScore {
+        let Sizes { d, dh, hq, hkv, ff, nl, vocab, bt, pl } = self.sizes(x);
+        let (b, t, tokens, idx, targets) = (x.b, x.t, &x.tokens, &x.idx, &x.targets);
         let (qw, kw) = (hq * dh, hkv * dh);
         let eps = NORM_EPS as f32;
-        let rope = self.rope_freqs.as_ref().map(|f| Rope::new(f, t));
-        let pl = self.per_layer;
         let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * pl + j] };
         let (embed, final_norm, lm_head) = (&w[0], &w[1 + nl * pl], &w[2 + nl * pl]);
-        // Compressed layers: windows and entries of this sequence length; `full` attends
-        // causally (a local window of the whole sequence, as the decoder calls it).
-        let comp = self.comp.as_ref();
-        let win = comp.map(|sh| sh.windows(t));
-        let ne = win.as_ref().map_or(0, |w| w.n);
-        let local = if comp.is_some() { c.local_window } else { t.max(1) };
-        let mask = Mask::new(&self.spec.geometry, self.spec.visibility, ne, t, local);
-        let cols = ne + t;
+        let (comp, rope, win, mask) = (self.comp.as_ref(), &plan.rope, &plan.win, &plan.mask);
+        let (ne, cols) = (mask.n, mask.n + t);
         let ws = &mut self.work;
         ws.layers.resize_with(nl, LayerCache::default);
-
-        // ---- forward ----
         size(&mut ws.x, bt * d);
         for (row, &tok) in ws.x.chunks_exact_mut(d).zip(tokens) {
             row.copy_from_slice(&embed[tok as usize * d..(tok as usize + 1) * d]);
@@ -422,12 +472,20 @@ impl FastDecoder {
             }
             row[tgt as usize] -= 1.0 / n as f32;
         }
-        let loss = loss / n.max(1) as f64;
-        let per = (hits.len() / n_queries.max(1)).max(1);
-        let exact = hits.chunks(per).filter(|c| c.iter().all(|&h| h)).count();
-        let token_hits = hits.iter().filter(|&&h| h).count();
+        BatchScore::from_hits(loss / n.max(1) as f64, &hits, x.n_queries)
+    }
 
-        // ---- backward ----
+    /// Backward pass from the loss's gradient [`FastDecoder::forward`] left: every parameter's
+    /// gradient.
+    fn backward(&mut self, w: &[Vec<f32>], x: &Inputs, plan: &Plan) -> Vec<Vec<f32>> {
+        let Sizes { d, dh, hq, hkv, ff, nl, vocab, bt, pl } = self.sizes(x);
+        let (b, t, tokens, idx) = (x.b, x.t, &x.tokens, &x.idx);
+        let (qw, kw) = (hq * dh, hkv * dh);
+        let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * pl + j] };
+        let (final_norm, lm_head) = (&w[1 + nl * pl], &w[2 + nl * pl]);
+        let (comp, rope, win, mask) = (self.comp.as_ref(), &plan.rope, &plan.win, &plan.mask);
+        let (ne, cols, n) = (mask.n, mask.n + t, idx.len());
+        let ws = &mut self.work;
         let mut grads: Vec<Vec<f32>> = w.iter().map(|p| vec![0f32; p.len()]).collect();
         let (g_embed_i, g_final_i, g_head_i) = (0, 1 + nl * pl, 2 + nl * pl);
         let dlogits = &ws.logits;
@@ -518,6 +576,27 @@ impl FastDecoder {
                 *a += g;
             }
         }
-        StepOutput { loss, exact, token_hits, queries: n_queries, tokens: n, grads }
+        grads
+    }
+}
+
+impl TrainEngine for FastDecoder {
+    fn name(&self) -> &'static str {
+        "fast"
+    }
+
+    fn supports(model: &ModelConfig) -> Result<()> {
+        check_supported(model)
+    }
+
+    fn step(&mut self, batch: &Batch) -> Result<EngineStep> {
+        let out = self.gradients(batch)?;
+        Ok(EngineStep { score: out.score, grads: self.grad_store(out.grads)? })
+    }
+
+    fn evaluate(&mut self, batch: &Batch) -> Result<BatchScore> {
+        let (w, x) = (self.params()?, self.inputs(batch)?);
+        let plan = self.plan(x.t);
+        Ok(self.forward(&w, &x, &plan))
     }
 }
