@@ -44,5 +44,5 @@ pub use config::{Engine, ModelConfig, RunConfig, TrainConfig};
 pub use decoder::{BatchLoss, Decoder};
 pub use engine::{evaluate, EngineStep, TrainEngine};
 pub use record::{BatchScore, EvalReport, Metrics, StepReport};
-pub use train::{engine_for, train, validate, Observer, Outcome, Silent, DIVERGENCE_FACTOR};
+pub use train::{engine_for, preferred_engine, train, validate, Observer, Outcome, Silent, DIVERGENCE_FACTOR};
 pub use weights::{load_run, verify_run, Model, VerifiedRun, FINAL_WEIGHTS, SNAPSHOT_HASH_EXT};
