@@ -30,8 +30,8 @@ pub struct TrainArgs {
     #[arg(long)]
     lr: Option<f64>,
     /// Engine of the forward and backward pass and of the evaluations: `fast` (hand-derived
-    /// f32 CPU path, 3-4x candle's step; the default wherever it implements the preset, see
-    /// `theory/training.md` §5b) or `candle` (autodiff, the reference, every preset; a config
+    /// f32 CPU path, 3-4x candle's step; every preset; the default, see `theory/training.md`
+    /// §5b) or `candle` (autodiff, the reference, every preset; a config
     /// file that names no engine means candle). Recorded in the run's config and metrics.
     #[arg(long)]
     engine: Option<String>,

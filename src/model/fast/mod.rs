@@ -5,11 +5,11 @@
 //! broadcast ops, no zero-filled gradient tensors per op.
 //!
 //! The candle autodiff path stays the reference: `tests/train_fast.rs` checks the loss and every
-//! parameter's gradient against it. Supported ([`check_supported`], [`SUPPORTED`]): `full`
-//! (causal attention over raw tokens) and the paper's `w{W}s{S}` family with any gate kind,
-//! parameter groups, tying and entry RoPE or none (`compress`: the compressor; `attention`:
-//! local window plus visible entries in one softmax); kernels with shared K/V or an entry
-//! RMSNorm (DeepSeek-V4's `dsv4-*`) are refused (`train.engine`).
+//! parameter's gradient against it. Supported ([`SUPPORTED`]): `full` (causal attention over
+//! raw tokens), the paper's `w{W}s{S}` family with any gate kind, parameter groups, tying and
+//! entry RoPE or none, and DeepSeek-V4's kernels (`dsv4-*`: one shared K/V entry, an RMSNorm on
+//! each entry, partial YaRN RoPE) (`compress`: the compressor; `attention`: local window plus
+//! visible entries in one softmax).
 //!
 //! Determinism: every reduction runs in one fixed order on one thread (GEMM with
 //! `Parallelism::None`, rows and heads in order), so the same parameters and batch give the
@@ -38,34 +38,34 @@ use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use ops::{rms_norm, rms_norm_back, Rope};
 
-/// What the fast engine implements, in words (the error for anything else says it).
-pub const SUPPORTED: &str = "full and w{W}s{S} with its -scalar, -uniform, -tied and -norope ablations";
+/// What the fast engine implements, in words.
+pub const SUPPORTED: &str = "every preset: full, w{W}s{S} with its ablations, and DeepSeek-V4's dsv4-*";
 
 /// Presets of every family the fast engine implements, one each (what the tests compare
-/// against the candle path): full attention, and the paper's `w{W}s{S}` kernels with vector,
-/// scalar and uniform gates, tied or untied, with or without RoPE, overlapping or not.
-pub const SUPPORTED_PRESETS: &[&str] =
-    &["full", "w8s4", "w8s6", "w4s4", "w8s4-scalar", "w8s4-uniform", "w8s4-tied", "w8s4-norope"];
+/// against the candle path): full attention; the paper's `w{W}s{S}` kernels with vector,
+/// scalar and uniform gates, tied or untied, with or without RoPE, overlapping or not; and
+/// DeepSeek-V4's kernels (shared K/V, entry RMSNorm, partial YaRN RoPE on rotated channels),
+/// CSA (padded left, two parameter groups) and HCA (at rate 4, which the tests' sequences hold).
+pub const SUPPORTED_PRESETS: &[&str] = &[
+    "full",
+    "w8s4",
+    "w8s6",
+    "w4s4",
+    "w8s4-scalar",
+    "w8s4-uniform",
+    "w8s4-tied",
+    "w8s4-norope",
+    "dsv4-csa",
+    "dsv4-hca4",
+];
 
-/// Whether the fast engine implements a kernel spec: separate K/V branches without an entry
-/// RMSNorm (the `w{W}s{S}` family; DeepSeek-V4's `dsv4-*` share K/V and norm their entries).
-fn implements(spec: &KernelSpec) -> bool {
-    !spec.shared_kv && !spec.rms_norm
-}
-
-/// Refuses a model the fast engine does not implement, naming the field and what is allowed.
+/// Refuses a model whose preset does not exist (the fast engine implements every kernel spec
+/// the presets make: separate or shared K/V, with or without the entry RMSNorm).
 pub fn check_supported(model: &ModelConfig) -> Result<()> {
-    if model.is_full() || KernelSpec::preset(&model.preset).is_ok_and(|s| implements(&s)) {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "train.engine",
-            format!(
-                "fast supports the presets {SUPPORTED} only, got preset {} (use engine candle for it)",
-                model.preset
-            ),
-        ))
+    if model.is_full() {
+        return Ok(());
     }
+    KernelSpec::preset(&model.preset).map(|_| ()).map_err(|e| Error::invalid("train.engine", e.to_string()))
 }
 
 /// Per-layer parameter names (after `layer{l}.`), in the order of [`FastDecoder`]'s slots.
@@ -566,7 +566,8 @@ impl FastDecoder {
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dv, kw), View::t(lw(l, WV), kw));
             if let (Some(sh), Some(win)) = (comp, &win) {
                 let kg = sh.grads(&mut grads[gi(LAYER.len())..gi(pl)]);
-                compress_backward(sh, win, &cc.comp, &ws.dkc, &ws.dvc, b, t, &mut ws.comp, kg, &mut ws.dhid);
+                let gamma = sh.params(w, gi(LAYER.len())).gamma;
+                compress_backward(sh, win, &cc.comp, &ws.dkc, &ws.dvc, b, t, &mut ws.comp, kg, gamma, &mut ws.dhid);
             }
             rms_norm_back(&cc.x_in, lw(l, ATTN_NORM), &cc.r1, &ws.dhid, dx, true, &mut grads[gi(ATTN_NORM)]);
         }
