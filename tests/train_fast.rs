@@ -281,8 +281,9 @@ fn tmp_dir(label: &str) -> PathBuf {
     d
 }
 
-/// The presets of the training-loop tests (resume, threads): the baseline and a compressed one.
-const LOOP_PRESETS: [&str; 2] = ["full", "w8s4"];
+/// The presets of the training-loop tests (resume, threads): the baseline, a compressed one and
+/// DeepSeek-V4's (shared K/V, normed entries).
+const LOOP_PRESETS: [&str; 3] = ["full", "w8s4", "dsv4-csa"];
 
 fn tiny(steps: usize, preset: &str) -> RunConfig {
     let mut c = common::configs::tiny_config(preset);
