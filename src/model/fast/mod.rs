@@ -430,7 +430,7 @@ impl FastDecoder {
                 let kp = sh.params(w, 1 + l * pl + LAYER.len());
                 compress_forward(sh, win, &kp, &cc.h1, b, t, &mut cc.comp, &mut cc.kc, &mut cc.vc);
             }
-            attention_forward(cc, &mask, b, t, hq, hkv, dh);
+            attention_forward(cc, mask, b, t, hq, hkv, dh);
             gemm(bt, d, qw, &mut cc.x_mid, d, true, View::rows(&cc.o, qw), View::rows(lw(l, WO), d));
             rms_norm(&cc.x_mid, lw(l, MLP_NORM), eps, &mut cc.h2, &mut cc.r2);
             gemm(bt, ff, d, &mut cc.g, ff, false, View::rows(&cc.h2, d), View::rows(lw(l, W_GATE), ff));
@@ -539,7 +539,7 @@ impl FastDecoder {
             // x_mid = x_in + o @ wo
             gemm(qw, d, bt, &mut grads[gi(WO)], d, false, View::t(&cc.o, qw), View::rows(dx, d));
             gemm(bt, qw, d, &mut ws.d_o, qw, false, View::rows(dx, d), View::t(lw(l, WO), d));
-            attention_backward(cc, &mask, &ws.d_o, &mut ws.dq, &mut ws.dkc, &mut ws.dvc, &mut ws.ds, b, t, hq, hkv, dh);
+            attention_backward(cc, mask, &ws.d_o, &mut ws.dq, &mut ws.dkc, &mut ws.dvc, &mut ws.ds, b, t, hq, hkv, dh);
             for (dst, src) in [(&mut ws.dk, &ws.dkc), (&mut ws.dv, &ws.dvc)] {
                 for (row, d) in dst.chunks_exact_mut(dh).enumerate() {
                     let (tok, kv) = (row / hkv, row % hkv);

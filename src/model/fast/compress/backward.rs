@@ -164,7 +164,7 @@ pub(in crate::model::fast) fn compress_backward(
     let nk = norm_back(&cache.ek, &cache.rk, gamma, dgamma.as_deref_mut());
     entry_grads(sh, win, b, t, dkc, shared, nk, &mut s.drow, &mut s.dek);
     if !sh.shared_kv {
-        let nv = norm_back(&cache.ev, &cache.rv, gamma, dgamma.as_deref_mut());
+        let nv = norm_back(&cache.ev, &cache.rv, gamma, dgamma);
         entry_grads(sh, win, b, t, dvc, None, nv, &mut s.drow, &mut s.dev);
     }
     // dA of the key gate (keys, and values when the value branch reads the key gate) and of
