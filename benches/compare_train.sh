@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One training step of phasekv's candle engine, its fast engine and the PyTorch-eager twin
-# (benches/pytorch_train.py), on the same workload (the twin reads its sizes from
-# `phasekv train --print-config`), one thread each, alternating in rounds so that load drifts
-# hit all three alike. Prints the median step of each, the ratios, and GFLOP/s (phasekv's
+# One training step of phasekv's candle engine, its fast engine and the PyTorch twin
+# (benches/pytorch_train.py) eager and `torch.compile`d (inductor), on the same workload (the twin
+# reads its sizes from `phasekv train --print-config`), one thread each, alternating in rounds so
+# that load drifts hit all four alike. Prints the median step of each, the ratios, and GFLOP/s (phasekv's
 # `flops_per_step` for all three) next to the best single-thread sgemm rate measured in the same
 # run (PyTorch's, candle's or the gemm crate's). Needs torch.
 #   benches/compare_train.sh [STEPS] [ROUNDS] [PRESETS]     e.g. benches/compare_train.sh 30 3 full,w8s4
@@ -22,6 +22,7 @@ for _ in $(seq "$rounds"); do
       "$bin" train --preset "$p" --bench "$steps" --engine fast >> "$lines"
     fi
     "$bin" train --preset "$p" --print-config | python3 benches/pytorch_train.py --config - --steps "$steps" --threads 1 >> "$lines"
+    "$bin" train --preset "$p" --print-config | python3 benches/pytorch_train.py --config - --steps "$steps" --threads 1 --compile >> "$lines"
   done
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -48,21 +49,22 @@ for r in rows:
     by.setdefault((r["preset"], r["impl"]), []).append(r)
 print(f"best sgemm, 1 thread: {sgemm:.1f} GFLOP/s (PyTorch 512^3 {torch_sgemm:.1f}, candle {ours['candle_sgemm_gflops']:.1f}, "
       f"gemm crate {ours['gemm_sgemm_gflops']:.1f}); % sgemm is against the best")
-print(f"{'preset':<6} {'impl':<18} {'median s':>9} {'rounds':>6} {'GFLOP/s':>8} {'% sgemm':>8} {'vs PyTorch':>10}")
+print(f"{'preset':<6} {'impl':<19} {'median s':>9} {'rounds':>6} {'GFLOP/s':>8} {'% sgemm':>8} {'vs eager':>10} {'vs compile':>10}")
 for preset in sorted({p for p, _ in by}):
     ref = [r for r in by if r[0] == preset and r[1].startswith("candle")][0]
     flops = by[ref][0]["flops_per_step"]
     want = {k: by[ref][0][k] for k in ("seq_len", "vocab", "tokens_per_step")}
-    torch_rows = by.get((preset, "pytorch-eager-f32"), [])
+    torch_rows = by.get((preset, "pytorch-eager-f32"), []) + by.get((preset, "pytorch-compile-f32"), [])
     for r in torch_rows:
         got = {k: r[k] for k in want}
         if got != want:
             sys.exit(f"error: the twin's workload {got} is not phasekv's {want}")
     med = {i: statistics.median(r["median_s"] for r in rs) for (p, i), rs in by.items() if p == preset}
-    pt = med.get("pytorch-eager-f32")
+    pt, pc = med.get("pytorch-eager-f32"), med.get("pytorch-compile-f32")
     for impl, s in sorted(med.items()):
         g = flops / s / 1e9
         ratio = f"{pt / s:.2f}x" if pt else "-"
-        print(f"{preset:<6} {impl:<18} {s:>9.4f} {len(by[(preset, impl)]):>6} {g:>8.1f} {100 * g / sgemm:>7.1f}% {ratio:>10}")
+        ratio_c = f"{pc / s:.2f}x" if pc else "-"
+        print(f"{preset:<6} {impl:<19} {s:>9.4f} {len(by[(preset, impl)]):>6} {g:>8.1f} {100 * g / sgemm:>7.1f}% {ratio:>10} {ratio_c:>10}")
 PY
 rm -f "$lines"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch-eager twin of phasekv's training step, for timing side by side with
+"""PyTorch twin of phasekv's training step, eager or `torch.compile`d (`--compile`), for timing side by side with
 `phasekv train --bench N` (see README, "Training-step benchmark").
 
 Same model as src/model/decoder.rs: token embedding; n_layer blocks of pre-RMSNorm attention
@@ -159,7 +159,7 @@ def sizes_from_config(a):
     # TaskConfig::vocab_size and TaskConfig::seq_len (src/task).
     a.vocab = 2 + task["n_filler"] + task["n_key"] + task["n_val"]
     a.seq_len = (1 + task["max_prefix"] + task["n_records"] * (task["key_len"] + task["val_len"] + task["max_gap"])
-                 + task["n_queries"] * (1 + task["key_len"] + task["val_len"]))
+                 + task.get("max_tail", 0) + task["n_queries"] * (1 + task["key_len"] + task["val_len"]))
     a.answers = task["n_queries"] * task["val_len"]
 
 
@@ -172,6 +172,8 @@ def main():
                     help="phasekv binary to ask for the config when --config is not given")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (inductor; compiled during the 5 untimed warm-up steps)")
     a = ap.parse_args()
     sizes_from_config(a)
     a.window, a.stride = 8, 4
@@ -179,12 +181,15 @@ def main():
     torch.manual_seed(0)
     m = Model(a)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
+    # The compiled twin runs the same module (same parameters, same optimiser); torch.compile
+    # traces forward and backward on the first steps, which the warm-up leaves untimed.
+    fwd = torch.compile(m) if a.compile else m
     times = []
     for step in range(5 + a.steps):
         t0 = time.perf_counter()
         tokens = torch.randint(0, a.vocab, (a.batch_size, a.seq_len))
         idx = (torch.arange(a.batch_size)[:, None] * a.seq_len + torch.arange(a.seq_len - a.answers - 1, a.seq_len - 1)[None, :]).flatten()
-        loss = F.cross_entropy(m(tokens, idx), tokens.flatten()[idx + 1])
+        loss = F.cross_entropy(fwd(tokens, idx), tokens.flatten()[idx + 1])
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
@@ -194,7 +199,8 @@ def main():
     times.sort()
     med = times[len(times) // 2]
     tok = a.batch_size * a.seq_len
-    print(json.dumps({"impl": "pytorch-eager-f32", "preset": a.preset, "steps": a.steps, "median_s": med,
+    impl = "pytorch-compile-f32" if a.compile else "pytorch-eager-f32"
+    print(json.dumps({"impl": impl, "preset": a.preset, "steps": a.steps, "median_s": med,
                       "mean_s": sum(times) / len(times), "tokens_per_step": tok, "tokens_per_s": tok / med,
                       "seq_len": a.seq_len, "vocab": a.vocab,
                       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,

@@ -33,7 +33,7 @@ pub enum RunStart {
     Resume,
 }
 
-/// A run directory (the only run-directory type; `model::run::RunDir` is this type). One
+/// A run directory (the only run-directory type). One
 /// opened for writing ([`RunDir::create`], [`RunDir::open`]) holds the directory's lock
 /// ([`DirLock`]) for as long as any clone of it lives; one from [`RunDir::open_existing`] only
 /// reads. The run is finished once [`METRICS_FILE`] exists.

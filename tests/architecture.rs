@@ -130,3 +130,282 @@ fn every_import_runs_down_a_floor() {
     assert!(edges.get("report").is_some_and(|t| t.iter().any(|e| e.starts_with("reproduce "))));
     assert!(edges.get("cli").is_some_and(|t| t.len() > 5));
 }
+
+/// Every `proptest-regressions` path a test names (as a string literal in `tests/`) is a file
+/// that exists, so the runner pointed at it replays the committed failures; every committed
+/// regression file is named by some test (one left behind by a renamed runner is never
+/// replayed); and none lies beside the tests (where the macro's default put them before every
+/// runner took the shared config).
+#[test]
+fn every_named_regression_file_exists_and_every_committed_one_is_replayed() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("tests"), &mut files);
+    let mut named = BTreeSet::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (i, _) in text.match_indices("\"proptest-regressions/") {
+            let lit = &text[i + 1..];
+            let path = &lit[..lit.find('"').unwrap()];
+            // a file name, not this test's own prefix or a format string
+            if !path.ends_with('/') && !path.contains('{') {
+                named.insert(path.to_string());
+            }
+        }
+    }
+    // the scan saw the runners it guards (a parser that found nothing would pass vacuously)
+    assert!(named.len() >= 10 && named.contains("proptest-regressions/theorem1.txt"), "{named:?}");
+    let missing: Vec<_> = named.iter().filter(|p| !root.join(p).is_file()).collect();
+    assert!(missing.is_empty(), "regression files named by tests but missing: {missing:?}");
+    let mut orphans = Vec::new();
+    for entry in std::fs::read_dir(root.join("proptest-regressions")).unwrap() {
+        let name = format!("proptest-regressions/{}", entry.unwrap().file_name().to_string_lossy());
+        if !named.contains(&name) {
+            orphans.push(name);
+        }
+    }
+    for entry in std::fs::read_dir(root.join("tests")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        if name.ends_with(".proptest-regressions") {
+            orphans.push(format!("tests/{name}"));
+        }
+    }
+    assert!(orphans.is_empty(), "regression files no runner replays: {orphans:?}");
+}
+
+// ---- no import cycle between the files of a folder ----
+
+/// Module path of a source file: `model/fast/mod.rs` is `model::fast`, `lib.rs` and `main.rs`
+/// are the root.
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().to_string()).collect();
+    if let Some(last) = parts.last_mut() {
+        *last = last.strip_suffix(".rs").unwrap_or(last).to_string();
+    }
+    if parts.last().is_some_and(|l| l == "mod" || l == "lib" || l == "main") {
+        parts.pop();
+    }
+    parts
+}
+
+fn is_ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// The path starting at byte `i` of `s` (`a::b::{c, d::e}` gives `[a, b, c]` and `[a, b, d,
+/// e]`; `a::*` gives `[a]`) and the byte after it.
+fn read_path(s: &str, mut i: usize) -> (Vec<Vec<String>>, usize) {
+    let b = s.as_bytes();
+    let mut prefix = Vec::new();
+    loop {
+        let start = i;
+        while i < b.len() && is_ident(b[i]) {
+            i += 1;
+        }
+        if i == start {
+            return (vec![prefix], i);
+        }
+        prefix.push(s[start..i].to_string());
+        if !s[i..].starts_with("::") {
+            return (vec![prefix], i);
+        }
+        i += 2;
+        if s[i..].starts_with('{') {
+            // a group: one path per top-level item
+            let (mut depth, mut item, mut out) = (0usize, i + 1, Vec::new());
+            let mut k = i + 1;
+            while k < b.len() {
+                match b[k] {
+                    b'{' => depth += 1,
+                    b'}' if depth > 0 => depth -= 1,
+                    b',' | b'}' if depth == 0 => {
+                        let text = &s[item..k];
+                        let lead = text.len() - text.trim_start().len();
+                        for p in read_path(s, item + lead).0 {
+                            out.push(prefix.iter().cloned().chain(p).collect());
+                        }
+                        item = k + 1;
+                        if b[k] == b'}' {
+                            return (out, k + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                k += 1;
+            }
+            return (out, k);
+        }
+    }
+}
+
+/// Import edges between modules of one top-level module: every path a file names that starts
+/// at `crate`, `super`, `self` or a child module it declares, resolved to the deepest module
+/// file it reaches.
+fn module_edges(files: &[(Vec<String>, String)]) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let modules: BTreeSet<&Vec<String>> = files.iter().map(|(m, _)| m).collect();
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (module, text) in files {
+        let src = without_comments(text);
+        let children: BTreeSet<String> = src
+            .split("mod ")
+            .skip(1)
+            .filter_map(|rest| {
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                rest[name.len()..].trim_start().starts_with(';').then_some(name)
+            })
+            .collect();
+        let b = src.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if !(is_ident(b[i]) && (i == 0 || !(is_ident(b[i - 1]) || b[i - 1] == b':'))) {
+                i += 1;
+                continue;
+            }
+            let (paths, end) = read_path(&src, i);
+            i = end.max(i + 1);
+            for path in paths {
+                let Some(first) = path.first() else { continue };
+                let (mut at, rest): (Vec<String>, &[String]) = match first.as_str() {
+                    _ if path.len() < 2 => continue,
+                    "crate" => (Vec::new(), &path[1..]),
+                    "self" => (module.clone(), &path[1..]),
+                    "super" => {
+                        let ups = path.iter().take_while(|s| *s == "super").count();
+                        (module[..module.len().saturating_sub(ups)].to_vec(), &path[ups..])
+                    }
+                    c if children.contains(c) => (module.clone(), &path[..]),
+                    _ => continue,
+                };
+                for seg in rest {
+                    at.push(seg.clone());
+                    if !modules.contains(&at) {
+                        at.pop();
+                        break;
+                    }
+                }
+                if at != *module && !at.is_empty() && !module.is_empty() && at[0] == module[0] {
+                    edges.entry(module.clone()).or_default().insert(at);
+                }
+            }
+        }
+    }
+    edges
+}
+
+/// The import cycles between the files of a folder: each edge `a -> b` becomes an edge between
+/// the two entries of their deepest common folder that hold them (a file, or a sub-folder as
+/// one node); an edge into a file's own folder (`super::Item` of the folder's `mod.rs`, the
+/// folder's front door) or out of it to a descendant is not one. Each cycle is the set of
+/// entries of one strongly connected component, as `a::b` strings.
+fn folder_cycles(files: &[(Vec<String>, String)]) -> BTreeSet<Vec<String>> {
+    let mut graph: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (from, targets) in module_edges(files) {
+        for to in targets {
+            let n = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if n == from.len() || n == to.len() {
+                continue;
+            }
+            let (a, b) = (from[..=n].to_vec(), to[..=n].to_vec());
+            graph.entry(a).or_default().insert(b);
+        }
+    }
+    let reach = |start: &Vec<String>| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![start.clone()];
+        while let Some(v) = stack.pop() {
+            for w in graph.get(&v).into_iter().flatten() {
+                if seen.insert(w.clone()) {
+                    stack.push(w.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reachable: BTreeMap<&Vec<String>, BTreeSet<Vec<String>>> = graph.keys().map(|v| (v, reach(v))).collect();
+    let mut cycles = BTreeSet::new();
+    for (v, r) in &reachable {
+        if !r.contains(*v) {
+            continue;
+        }
+        let scc: Vec<String> =
+            r.iter().filter(|w| reachable.get(w).is_some_and(|rw| rw.contains(*v))).map(|w| w.join("::")).collect();
+        cycles.insert(scc);
+    }
+    cycles
+}
+
+/// Cycles that predate the rule, outside the training code, each to be broken by whoever next
+/// works there (the test fails once one is gone, so the list only shrinks): the phase test's
+/// magnitude reads the verdict's thresholds while the verdict reads the phase test's seed
+/// agreement; the dump's known-answer corpus runs the harness's checks while the harness's
+/// external adapter reads dumps; the fast theory engine batches the flow's states while the
+/// flow dispatches batched seeds to it.
+const KNOWN_CYCLES: &[&[&str]] = &[
+    &["analysis::phase_test", "analysis::verdict"],
+    &["conformance::dump", "conformance::harness"],
+    &["theory::fast", "theory::flow"],
+];
+
+#[test]
+fn no_import_cycle_between_the_files_of_a_folder() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let files: Vec<(Vec<String>, String)> = paths
+        .iter()
+        .map(|p| (module_path(p.strip_prefix(&src).unwrap()), std::fs::read_to_string(p).unwrap()))
+        .collect();
+    let cycles = folder_cycles(&files);
+    let known: BTreeSet<Vec<String>> = KNOWN_CYCLES.iter().map(|c| c.iter().map(|s| s.to_string()).collect()).collect();
+    let new: Vec<_> = cycles.difference(&known).collect();
+    assert!(new.is_empty(), "import cycles between the files of a folder: {new:?}");
+    let gone: Vec<_> = known.difference(&cycles).collect();
+    assert!(gone.is_empty(), "cycles broken since KNOWN_CYCLES was written; remove them from it: {gone:?}");
+    // the scan resolved imports (a parser that found nothing would pass vacuously)
+    let edges = module_edges(&files);
+    let model = |m: &str| m.split("::").map(String::from).collect::<Vec<_>>();
+    assert!(edges.get(&model("model::train")).is_some_and(|t| t.contains(&model("model::engine"))), "{edges:?}");
+}
+
+/// Negative controls of the cycle rule: two sibling files that import each other (through a
+/// `super::` path, a `crate::` path and a group), and a cycle through a sub-folder, are found;
+/// a child reading its folder's `mod.rs` and a chain are not cycles.
+#[test]
+fn the_cycle_rule_finds_cycles_and_only_cycles() {
+    let f = |m: &str, src: &str| (m.split("::").map(String::from).collect::<Vec<_>>(), src.to_string());
+    let files = vec![
+        f("m", "pub mod a;\npub mod b;\npub mod c;\npub mod sub;\npub use a::A;"),
+        f("m::a", "use super::{b::B, A as X};\nuse super::Front;"),
+        f("m::b", "use crate::m::a::A; // a comment naming crate::m::c::C"),
+        f("m::c", "use super::b::B;"),
+        f("m::sub", "mod inner;\nuse inner::I;"),
+        f("m::sub::inner", "use crate::m::d::D;"),
+        f("m::d", "fn g() { super::sub::inner::f() }"),
+    ];
+    let cycles = folder_cycles(&files);
+    let want: BTreeSet<Vec<String>> = [vec!["m::a", "m::b"], vec!["m::d", "m::sub"]]
+        .into_iter()
+        .map(|c| c.into_iter().map(String::from).collect())
+        .collect();
+    assert_eq!(cycles, want);
+}
+
+/// The training engines share one trait, in one file (`src/model/engine.rs`): a second trait
+/// named for an engine is refused.
+#[test]
+fn one_engine_trait_in_one_file() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let mut traits = Vec::new();
+    for p in &paths {
+        let text = without_comments(&std::fs::read_to_string(p).unwrap());
+        for rest in text.split("trait ").skip(1) {
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if name.contains("Engine") {
+                traits.push(format!("{name} ({})", p.strip_prefix(&src).unwrap().display()));
+            }
+        }
+    }
+    assert_eq!(traits, ["TrainEngine (model/engine.rs)"]);
+}

@@ -92,8 +92,8 @@ fn train_bench_refuses_an_unbounded_step_count() {
 fn windows_or_strides_longer_than_the_sequence_are_refused() {
     let dir = scratch("degenerate");
     let out = dir.join("run");
-    // The default task has 98-token sequences.
-    for preset in ["w200s200", "w200s4", "w99s99"] {
+    // The default task (the committed reproduction's) has 122-token sequences.
+    for preset in ["w200s200", "w200s4", "w123s123"] {
         refused(&["train", "--preset", preset, "--out", s(&out), "--quiet"], &["model.preset", preset, "0 compressed"]);
     }
     assert!(!out.exists());

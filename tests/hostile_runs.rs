@@ -351,7 +351,7 @@ fn every_train_config_is_refused_as_bad_input_or_trains_a_step() {
     runner
         .run(&config_strategy(), |c| {
             let result = std::panic::catch_unwind(|| match c.validate() {
-                Ok(()) => phasekv::model::train::bench_steps(&c, 0, 1).map(|_| true),
+                Ok(()) => phasekv::model::bench_steps(&c, 0, 1).map(|_| true),
                 Err(e) => Err(e),
             });
             let result = result.map_err(|_| TestCaseError::fail(format!("panicked on {c:?}")))?;

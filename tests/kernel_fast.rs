@@ -6,10 +6,11 @@
 use crate::common;
 
 use candle_core::{DType, Device, Tensor};
+use common::invariants::assert_exercised;
 use common::strategies::check_every_preset;
 use phasekv::conformance::harness::fast_subject::FastSubject;
 use phasekv::conformance::harness::tolerance::{max_abs, max_abs_diff, reassociation, two_reference_bound};
-use phasekv::conformance::harness::{Invariant, KernelUnderTest};
+use phasekv::conformance::harness::KernelUnderTest;
 use phasekv::kernel::spec::preset_names;
 use phasekv::kernel::tensor::fast::{chunk_windows, FastKernel};
 use phasekv::kernel::tensor::{TensorKernel, TensorParams};
@@ -22,39 +23,20 @@ fn fast(spec: &KernelSpec) -> Box<dyn KernelUnderTest> {
     Box::new(FastSubject::new(spec))
 }
 
+/// The catalogue on every preset, one test per invariant, from the list
+/// `kernel_invariants.rs` runs ([`common::for_each_invariant!`]).
 macro_rules! invariant_tests {
     ($($test:ident => $inv:expr),* $(,)?) => {
         $(
             #[test]
             fn $test() {
-                let reports = check_every_preset($inv, CASES, &fast);
-                let exercised = reports.iter().filter(|(_, r)| r.cases_passed > 0).count();
-                let applicable = match $inv {
-                    // uniform presets and `full` have no gate for these
-                    Invariant::K7UniformLimit | Invariant::K8OneHotLimit | Invariant::K10TiedScalar => reports.len() - 6,
-                    _ => reports.len(),
-                };
-                assert!(exercised >= applicable, "only {exercised} of {applicable} presets exercised: {reports:#?}");
+                assert_exercised($inv, &check_every_preset($inv, CASES, &fast));
             }
         )*
     };
 }
 
-invariant_tests! {
-    k01_count => Invariant::K1Count,
-    k02_locality => Invariant::K2Locality,
-    k03_stride_shift => Invariant::K3StrideShift,
-    k04_phase_not_window => Invariant::K4PhaseNotWindow,
-    k05_normalisation => Invariant::K5Normalisation,
-    k06_convexity => Invariant::K6Convexity,
-    k07_uniform_limit => Invariant::K7UniformLimit,
-    k08_one_hot_limit => Invariant::K8OneHotLimit,
-    k09_permutation => Invariant::K9Permutation,
-    k10_tied_scalar => Invariant::K10TiedScalar,
-    k11_streaming => Invariant::K11Streaming,
-    k12_causality => Invariant::K12Causality,
-    k13_reference_agreement => Invariant::K13ReferenceAgreement,
-}
+common::for_each_invariant!(invariant_tests);
 
 fn f32_tensor(xs: &[ndarray::Array2<f64>]) -> Tensor {
     let (t, d) = xs[0].dim();

@@ -1,11 +1,13 @@
 //! The candle implementation beyond the invariant catalogue: it must be differentiable (every
-//! parameter tensor receives a gradient that matches f64 finite differences), heads and
-//! sequences batch without mixing, and the tensor attention agrees with the reference one.
+//! parameter tensor receives a gradient that matches f64 finite differences) and heads and
+//! sequences batch without mixing, on every available device (`test_device!`), and the tensor
+//! attention agrees with the reference one.
 
 use crate::common;
 
 use candle_core::{DType, Device, Tensor, Var};
 use common::strategies::{case_strategy, runner};
+use common::test_device;
 use phasekv::conformance::harness::tolerance::max_abs_diff;
 use phasekv::kernel::attention::compressed_attention as reference_attention;
 use phasekv::kernel::params::KernelParams;
@@ -13,6 +15,9 @@ use phasekv::kernel::reference;
 use phasekv::kernel::tensor::{compressed_attention, TensorGate, TensorKernel, TensorParams};
 use phasekv::kernel::KernelSpec;
 use proptest::prelude::*;
+
+/// Where the runners of this file save and replay their failures.
+const REGRESSIONS: &str = "proptest-regressions/kernel_tensor.txt";
 
 /// Replaces every tensor of the parameters by a `Var` (same values) and returns both.
 fn as_vars(p: &TensorParams) -> (TensorParams, Vec<(String, Var)>) {
@@ -69,92 +74,90 @@ fn param_entry<'a>(p: &'a mut KernelParams<f64>, pname: &str, shape: &[usize], f
     }
 }
 
-/// Every parameter tensor of every preset family, gates included, receives a gradient from the
-/// f32 tensor kernel that matches a central finite difference of the f64 reference on a few
-/// entries of each tensor drawn by the seeded runner.
-///
-/// Tolerance. Each gradient entry is a sum of products over at most `N = W max(d, d_h)` terms
-/// (the harness's summation length) chained through softmax, RMSNorm and RoPE; in f32 such a sum
-/// carries a relative error up to `gamma_N ~ N u` with `u = 2^-24` (Higham, ch. 3), once in the
-/// forward and once in the backward pass, on top of the rounding of the parameters and inputs to
-/// f32 (relative `u`). Measured against the scale of the terms, which the tensor's largest
-/// gradient bounds from below, the f32 gradient is within `4 N u max(1, max|G|)`; we allow twice
-/// that, `8 N u max(1, max|G|)`. The f64 difference quotient (step `h = 1e-6`) is exact to
-/// `O(h^2 + u_64 / h) ~ 1e-10` relative, negligible. A wrong gradient (a dropped gate path, a
-/// mis-indexed bias) is off by O(1) of `max|G|`, far above the bound.
-#[test]
-fn every_parameter_receives_a_correct_gradient() {
-    let dev = Device::Cpu;
+// Every parameter tensor of every preset family, gates included, receives a gradient from the
+// f32 tensor kernel that matches a central finite difference of the f64 reference on a few
+// entries of each tensor drawn by the seeded runner.
+//
+// Tolerance. Each gradient entry is a sum of products over at most `N = W max(d, d_h)` terms
+// (the harness's summation length) chained through softmax, RMSNorm and RoPE; in f32 such a sum
+// carries a relative error up to `gamma_N ~ N u` with `u = 2^-24` (Higham, ch. 3), once in the
+// forward and once in the backward pass, on top of the rounding of the parameters and inputs to
+// f32 (relative `u`). Measured against the scale of the terms, which the tensor's largest
+// gradient bounds from below, the f32 gradient is within `4 N u max(1, max|G|)`; we allow twice
+// that, `8 N u max(1, max|G|)`. The f64 difference quotient (step `h = 1e-6`) is exact to
+// `O(h^2 + u_64 / h) ~ 1e-10` relative, negligible. A wrong gradient (a dropped gate path, a
+// mis-indexed bias) is off by O(1) of `max|G|`, far above the bound.
+test_device!(every_parameter_receives_a_correct_gradient, |dev: &Device| {
+    let dev = dev.clone();
     for name in ["w8s4", "w8s6-scalar", "w8s4-tied", "w8s4-uniform", "w4s4-norope", "dsv4-csa", "full"] {
         let spec = KernelSpec::preset(name).unwrap();
-        let mut r = runner(&format!("grad-{name}"), 4, None);
+        let mut r = runner(&format!("grad-{name}"), 4, Some(REGRESSIONS));
         let entries = proptest::collection::vec(any::<proptest::sample::Index>(), 3);
         r.run(&(case_strategy(&spec), entries), |(case, picks)| {
-            prop_assume!(case.x.nrows() >= spec.geometry.window() + spec.geometry.stride());
-            let kernel = TensorKernel::new(&spec, case.dims, 1, &dev, DType::F32).unwrap();
-            let base = TensorParams::from_heads(&spec, case.dims, std::slice::from_ref(&case.params), &dev, DType::F32)
+                prop_assume!(case.x.nrows() >= spec.geometry.window() + spec.geometry.stride());
+                let kernel = TensorKernel::new(&spec, case.dims, 1, &dev, DType::F32).unwrap();
+                let base = TensorParams::from_heads(&spec, case.dims, std::slice::from_ref(&case.params), &dev, DType::F32)
+                    .unwrap();
+                let (params, vars) = as_vars(&base);
+                let x = f64_tensor(&case.x, &dev).to_dtype(DType::F32).unwrap();
+                let out = kernel.compress(&params, &x).unwrap();
+                // loss = sum(keys * w) + sum(values * w'), fixed weights so no gradient cancels.
+                let wk = Tensor::arange(0f64, out.keys.elem_count() as f64, &dev)
+                    .unwrap()
+                    .reshape(out.keys.shape())
+                    .unwrap()
+                    .sin()
+                    .unwrap();
+                let wv = wk.cos().unwrap();
+                let (wk, wv) = (wk.to_dtype(DType::F32).unwrap(), wv.to_dtype(DType::F32).unwrap());
+                let loss = ((&out.keys * &wk).unwrap().sum_all().unwrap()
+                    + (&out.values * &wv).unwrap().sum_all().unwrap())
                 .unwrap();
-            let (params, vars) = as_vars(&base);
-            let x = f64_tensor(&case.x, &dev).to_dtype(DType::F32).unwrap();
-            let out = kernel.compress(&params, &x).unwrap();
-            // loss = sum(keys * w) + sum(values * w'), fixed weights so no gradient cancels.
-            let wk = Tensor::arange(0f64, out.keys.elem_count() as f64, &dev)
-                .unwrap()
-                .reshape(out.keys.shape())
-                .unwrap()
-                .sin()
-                .unwrap();
-            let wv = wk.cos().unwrap();
-            let (wk, wv) = (wk.to_dtype(DType::F32).unwrap(), wv.to_dtype(DType::F32).unwrap());
-            let loss = ((&out.keys * &wk).unwrap().sum_all().unwrap()
-                + (&out.values * &wv).unwrap().sum_all().unwrap())
-            .unwrap();
-            let grads = loss.backward().unwrap();
-            let loss_of = |p: &KernelParams<f64>| -> f64 {
-                let c = reference::compress(&spec, case.dims, p, case.x.view()).unwrap();
-                let wk: Vec<f64> = (0..c.keys.len()).map(|k| (k as f64).sin()).collect();
-                let wv: Vec<f64> = (0..c.values.len()).map(|k| (k as f64).sin().cos()).collect();
-                c.keys.iter().zip(&wk).map(|(a, b)| a * b).sum::<f64>()
-                    + c.values.iter().zip(&wv).map(|(a, b)| a * b).sum::<f64>()
-            };
-            let g = spec.geometry;
-            let n_terms = (g.window() * case.dims.d_model.max(case.dims.d_head)) as f64;
-            let u32_roundoff = f32::EPSILON as f64 / 2.0;
-            for (pname, v) in &vars {
-                let grad = grads.get(v.as_tensor()).unwrap_or_else(|| panic!("{name}: no gradient reaches {pname}"));
-                let grad: Vec<f64> =
-                    grad.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-                let scale = grad.iter().fold(0f64, |m, g| m.max(g.abs()));
-                prop_assert!(scale > 0.0 && scale.is_finite(), "{name}: gradient of {pname} has max {scale}");
-                let tol = 8.0 * n_terms * u32_roundoff * scale.max(1.0);
-                let shape = v.as_tensor().dims().to_vec();
-                for pick in &picks {
-                    let flat = pick.index(grad.len());
-                    let h = 1e-6;
-                    let mut plus = case.params.clone();
-                    *param_entry(&mut plus, pname, &shape, flat) += h;
-                    let mut minus = case.params.clone();
-                    *param_entry(&mut minus, pname, &shape, flat) -= h;
-                    let fd = (loss_of(&plus) - loss_of(&minus)) / (2.0 * h);
-                    prop_assert!(
-                        (fd - grad[flat]).abs() <= tol,
-                        "{name}: d loss / d {pname}[{flat}]: f32 gradient {}, f64 finite difference {fd}, tolerance {tol:.3e}",
-                        grad[flat]
-                    );
+                let grads = loss.backward().unwrap();
+                let loss_of = |p: &KernelParams<f64>| -> f64 {
+                    let c = reference::compress(&spec, case.dims, p, case.x.view()).unwrap();
+                    let wk: Vec<f64> = (0..c.keys.len()).map(|k| (k as f64).sin()).collect();
+                    let wv: Vec<f64> = (0..c.values.len()).map(|k| (k as f64).sin().cos()).collect();
+                    c.keys.iter().zip(&wk).map(|(a, b)| a * b).sum::<f64>()
+                        + c.values.iter().zip(&wv).map(|(a, b)| a * b).sum::<f64>()
+                };
+                let g = spec.geometry;
+                let n_terms = (g.window() * case.dims.d_model.max(case.dims.d_head)) as f64;
+                let u32_roundoff = f32::EPSILON as f64 / 2.0;
+                for (pname, v) in &vars {
+                    let grad = grads.get(v.as_tensor()).unwrap_or_else(|| panic!("{name}: no gradient reaches {pname}"));
+                    let grad: Vec<f64> =
+                        grad.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+                    let scale = grad.iter().fold(0f64, |m, g| m.max(g.abs()));
+                    prop_assert!(scale > 0.0 && scale.is_finite(), "{name}: gradient of {pname} has max {scale}");
+                    let tol = 8.0 * n_terms * u32_roundoff * scale.max(1.0);
+                    let shape = v.as_tensor().dims().to_vec();
+                    for pick in &picks {
+                        let flat = pick.index(grad.len());
+                        let h = 1e-6;
+                        let mut plus = case.params.clone();
+                        *param_entry(&mut plus, pname, &shape, flat) += h;
+                        let mut minus = case.params.clone();
+                        *param_entry(&mut minus, pname, &shape, flat) -= h;
+                        let fd = (loss_of(&plus) - loss_of(&minus)) / (2.0 * h);
+                        prop_assert!(
+                            (fd - grad[flat]).abs() <= tol,
+                            "{name}: d loss / d {pname}[{flat}]: f32 gradient {}, f64 finite difference {fd}, tolerance {tol:.3e}",
+                            grad[flat]
+                        );
+                    }
                 }
-            }
-            Ok(())
-        })
-        .unwrap();
+                Ok(())
+            })
+            .unwrap();
     }
-}
+});
 
-#[test]
-fn heads_and_sequences_batch_without_mixing() {
-    let dev = Device::Cpu;
+test_device!(heads_and_sequences_batch_without_mixing, |dev: &Device| {
+    let dev = dev.clone();
     for name in ["w8s4", "dsv4-csa", "w8s6-scalar"] {
         let spec = KernelSpec::preset(name).unwrap();
-        let mut r = runner(&format!("batch-{name}"), 8, None);
+        let mut r = runner(&format!("batch-{name}"), 8, Some(REGRESSIONS));
         let strat = (case_strategy(&spec), case_strategy(&spec), case_strategy(&spec));
         r.run(&strat, |(a, b, c)| {
             // Use a's dims and sequence length for all three heads/sequences.
@@ -189,7 +192,7 @@ fn heads_and_sequences_batch_without_mixing() {
         })
         .unwrap();
     }
-}
+});
 
 /// Grouped-query tensor attention equals the reference attention per query head.
 #[test]
@@ -197,7 +200,7 @@ fn tensor_attention_matches_reference() {
     let dev = Device::Cpu;
     for name in ["w8s4", "dsv4-csa", "w4s4"] {
         let spec = KernelSpec::preset(name).unwrap();
-        let mut r = runner(&format!("attn-{name}"), 8, None);
+        let mut r = runner(&format!("attn-{name}"), 8, Some(REGRESSIONS));
         r.run(&(case_strategy(&spec), case_strategy(&spec)), |(a, b)| {
             prop_assume!(a.x.nrows() > 0);
             let t = a.x.nrows();

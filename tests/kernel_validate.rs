@@ -371,11 +371,8 @@ fn group_maps_with_huge_indices_are_errors_not_overflows() {
 #[test]
 fn mutated_bytes_never_panic() {
     let cases: u32 = std::env::var("PHASEKV_FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(48);
-    let config = proptest::test_runner::Config { cases, failure_persistence: None, ..Default::default() };
-    let mut runner = proptest::test_runner::TestRunner::new_with_rng(
-        config,
-        proptest::test_runner::TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &[7; 32]),
-    );
+    let mut runner =
+        crate::common::runner("validate-mutated-bytes", cases, Some("proptest-regressions/kernel_validate.txt"));
     let d = good_dump("w4s4", DType::F32);
     let (meta, tensors) = parts(&d);
     let base = safetensors_bytes(&meta, &tensors).unwrap();

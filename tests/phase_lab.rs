@@ -7,7 +7,8 @@ use phasekv::analysis::eval::{evaluate, knockout};
 use phasekv::analysis::gates::{concentrations, effective_offsets};
 use phasekv::analysis::protocol::{self, Protocol};
 use phasekv::lab;
-use phasekv::model::train::{train, Model, Outcome, Silent};
+use phasekv::model::train::{train, Outcome, Silent};
+use phasekv::model::Model;
 use phasekv::model::RunConfig;
 use phasekv::task::TaskConfig;
 use proptest::prelude::*;
@@ -59,7 +60,7 @@ fn check_prompts(task: &TaskConfig, protocol: Protocol, per_group: usize, seed: 
     );
 }
 
-const REGRESSIONS: &str = "tests/phase_lab.proptest-regressions";
+const REGRESSIONS: &str = "proptest-regressions/phase_lab.txt";
 
 /// At the default task and sample size, every residue group has the same mean (within 1 token)
 /// and standard deviation (within 5 %) of the target position, under both protocols.
@@ -164,7 +165,7 @@ fn trained_tiny(dir: &std::path::Path) -> RunConfig {
 fn knockouts_lower_accuracy_where_a_head_matters_and_change_nothing_at_zero_weight() {
     let dir = tmp_dir("knockout");
     let cfg = trained_tiny(&dir);
-    let (_, model) = phasekv::model::train::load_run(&dir, None).unwrap();
+    let (_, model) = phasekv::model::load_run(&dir, None).unwrap();
     let prompts = protocol::generate(&cfg.task, Protocol::InSequence, 16, 0).unwrap();
     let clean = evaluate(&model.decoder, &prompts, &mut |_, _| {}).unwrap();
     let acc = clean.iter().filter(|o| o.correct).count() as f64 / clean.len() as f64;

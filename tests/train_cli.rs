@@ -73,9 +73,43 @@ fn print_config_shows_the_recorded_defaults() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["model"]["preset"], "w8s4");
     let back = phasekv::model::RunConfig::from_json(&out).unwrap();
-    let mut want = phasekv::model::RunConfig::default();
+    let mut want = phasekv::model::RunConfig::recommended();
     want.model.preset = "w8s4".into();
     assert_eq!(back, want);
+    assert_eq!(back.train.engine, phasekv::model::Engine::Fast);
+}
+
+/// `phasekv train` with no config trains the task of the committed reproduction: its
+/// `--print-config` task is the one `plans/full.json` composes, and on the fast engine (which
+/// the plan names); a preset the fast engine does not implement falls back to candle, and an
+/// explicit `--engine` wins.
+#[test]
+fn the_default_task_is_the_committed_reproductions() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let plan = phasekv::reproduce::Plan::from_file(&root.join("plans/full.json")).unwrap();
+    let (code, out, err) = phasekv(&["train", "--print-config"]);
+    assert_eq!(code, 0, "{err}");
+    let printed = phasekv::model::RunConfig::from_json(&out).unwrap();
+    assert_eq!(printed.task, plan.run.task);
+    assert_eq!(printed.task, phasekv::model::RunConfig::recommended().task);
+    assert_ne!(printed.task, phasekv::model::RunConfig::default().task, "the plan's task is not the serde default");
+    assert_eq!(
+        (printed.train.engine, plan.run.train.engine),
+        (phasekv::model::Engine::Fast, phasekv::model::Engine::Fast)
+    );
+    let mut dsv4 = phasekv::model::RunConfig::recommended().model;
+    dsv4.preset = "dsv4-csa".into();
+    let dsv4_engine = phasekv::model::preferred_engine(&dsv4).name();
+    for (args, engine) in [
+        (&["train", "--preset", "w8s6-scalar", "--print-config"][..], "fast"),
+        (&["train", "--preset", "dsv4-csa", "--print-config"][..], dsv4_engine),
+        (&["train", "--preset", "w8s4", "--engine", "candle", "--print-config"][..], "candle"),
+    ] {
+        let (code, out, err) = phasekv(args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["train"]["engine"].as_str().unwrap_or("candle"), engine, "{args:?}");
+    }
 }
 
 /// Ctrl-C (SIGINT) stops training after the current step with a checkpoint at that step,

@@ -1,9 +1,10 @@
 //! The training loop: resume after an interruption reproduces the uninterrupted run exactly
 //! (no lost or repeated steps), finished runs are never overwritten, and a tiny model learns.
 
-use phasekv::model::run::RunDir;
-use phasekv::model::train::{train, Observer, Outcome, Silent, StepReport};
+use phasekv::model::train::{train, Observer, Outcome, Silent};
 use phasekv::model::RunConfig;
+use phasekv::model::StepReport;
+use phasekv::run_dir::RunDir;
 use phasekv::Error;
 use std::ops::ControlFlow;
 use std::path::PathBuf;

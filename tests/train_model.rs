@@ -2,8 +2,8 @@
 //! checkpoints round-trip, and configs are validated.
 
 use candle_core::{Device, Tensor};
-use phasekv::model::train::{Batch, Model};
 use phasekv::model::RunConfig;
+use phasekv::model::{Batch, Model};
 use proptest::prelude::*;
 
 use crate::common;
@@ -67,7 +67,7 @@ fn every_parameter_of_every_preset_receives_a_gradient() {
         let cfg = tiny(preset);
         let model = Model::new(&cfg, &dev).unwrap();
         let batch = Batch::new(&cfg.task.batch(0, 0, 2), &dev).unwrap();
-        let r = phasekv::model::train::evaluate_batch(&model.decoder, &batch).unwrap();
+        let r = model.decoder.batch_loss(&batch).unwrap();
         let grads = r.loss.backward().unwrap();
         let opt = phasekv::model::optim::AdamW::new(model.store.vars(), 0.9, 0.98, 0.0).unwrap();
         assert_eq!(opt.missing_grads(&grads), Vec::<String>::new(), "{preset}");
@@ -158,7 +158,7 @@ fn bad_configs_are_one_line_errors_naming_the_field() {
 
 #[test]
 fn the_curriculum_starts_easy_and_ends_on_the_full_task() {
-    use phasekv::model::train::training_batch;
+    use phasekv::model::training_batch;
     let mut cfg = tiny("full");
     cfg.task.n_records = 6;
     cfg.task.n_queries = 6;

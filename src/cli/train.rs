@@ -1,4 +1,6 @@
-//! `phasekv train`: train one model on the retrieval task and print its accuracy.
+//! `phasekv train`: train one model on the retrieval task and print its accuracy. Without
+//! `--config` it trains [`RunConfig::recommended`] (the committed reproduction's task, the fast
+//! engine wherever it implements the preset).
 
 use super::progress::Progress as Bar;
 use clap::Args;
@@ -13,7 +15,9 @@ pub struct TrainArgs {
     /// Kernel preset of the attention layers (`full`, `w8s4`, `w8s4-norope`, `dsv4-csa`, ...).
     #[arg(long)]
     preset: Option<String>,
-    /// JSON config (sections `task`, `model`, `train`; missing fields take the defaults).
+    /// JSON config (sections `task`, `model`, `train`; missing fields take the serde defaults,
+    /// `train.engine` candle among them). Without it: the committed reproduction's task
+    /// (`plans/full.json`) on the fast engine (`--print-config` shows it).
     #[arg(long)]
     config: Option<PathBuf>,
     /// Optimiser steps (overrides the config).
@@ -25,8 +29,10 @@ pub struct TrainArgs {
     /// Peak learning rate (overrides the config).
     #[arg(long)]
     lr: Option<f64>,
-    /// Engine of the forward and backward pass: `candle` (autodiff, every preset) or `fast`
-    /// (hand-derived f32 CPU path; preset `full`). Recorded in the run's config and metrics.
+    /// Engine of the forward and backward pass and of the evaluations: `fast` (hand-derived
+    /// f32 CPU path, 3-4x candle's step; every preset; the default, see `theory/training.md`
+    /// §5b) or `candle` (autodiff, the reference, every preset; a config
+    /// file that names no engine means candle). Recorded in the run's config and metrics.
     #[arg(long)]
     engine: Option<String>,
     /// Run directory (default `runs/<preset>-seed<seed>`); an unfinished run there with the
@@ -92,10 +98,13 @@ impl Observer for Progress {
 pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     let mut config = match &args.config {
         Some(path) => RunConfig::from_file(path)?,
-        None => RunConfig::default(),
+        None => RunConfig::recommended(),
     };
     if let Some(p) = &args.preset {
         config.model.preset = p.clone();
+    }
+    if args.config.is_none() {
+        config.train.engine = phasekv::model::preferred_engine(&config.model);
     }
     if let Some(s) = args.steps {
         config.train.steps = s;
@@ -109,7 +118,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(e) = &args.engine {
         config.train.engine = e.parse()?;
     }
-    match (&args.config, config.validate()) {
+    match (&args.config, phasekv::model::validate(&config)) {
         (_, Ok(())) => {}
         (Some(path), Err(e)) => return Err(phasekv::Error::File { path: path.clone(), reason: e.to_string() }.into()),
         (None, Err(e)) => return Err(e.into()),
@@ -119,7 +128,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(steps) = args.bench {
-        let b = phasekv::model::train::bench_steps(&config, 5, steps)?;
+        let b = phasekv::model::bench_steps(&config, 5, steps)?;
         let mut v = serde_json::to_value(&b)?;
         v["impl"] = format!("{}-f32", b.engine).into();
         v["peak_rss_mib"] = peak_rss_mib().map(Into::into).unwrap_or(serde_json::Value::Null);

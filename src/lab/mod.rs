@@ -24,7 +24,7 @@ use crate::analysis::protocol::{self, Balance, Protocol};
 use crate::analysis::stats::GroupAccuracy;
 use crate::figures::lab as figures;
 use crate::kernel::spec::KernelSpec;
-use crate::model::train::{list_snapshots, load_run, verify_run, EVAL_STREAM};
+use crate::model::{list_snapshots, load_run, verify_run, EVAL_STREAM};
 use crate::run_dir::{atomic_write, write_csv_atomic, write_json_atomic, DirLock};
 use crate::task::{layout, Sample};
 use crate::{Error, Result};
@@ -163,7 +163,7 @@ fn existing<T: DeserializeOwned>(path: &Path, same: impl Fn(&T) -> bool) -> Resu
 
 /// A run directory must exist and hold `config.json`.
 fn check_run(run: &Path) -> Result<()> {
-    if !run.join(crate::model::run::CONFIG_FILE).is_file() {
+    if !run.join(crate::run_dir::CONFIG_FILE).is_file() {
         return Err(Error::File {
             path: run.to_path_buf(),
             reason: "not a run directory (no config.json; train one with `phasekv train`)".into(),

@@ -1,9 +1,10 @@
 //! Timing of training steps without a run directory (`phasekv train --bench`), and the FLOP
 //! count both engines and the PyTorch twin are measured against.
 
-use super::batch::{engine_for, loss_and_grads, training_batch, Batch};
+use super::batch::{training_batch, Batch};
 use super::config::RunConfig;
 use super::optim::AdamW;
+use super::train::{engine_for, validate};
 use super::weights::Model;
 use crate::Result;
 use candle_core::Device;
@@ -68,11 +69,11 @@ pub fn step_flops(config: &RunConfig, scored_positions: usize) -> f64 {
 /// Times `steps` training steps of `config` after `warmup` untimed ones (batches of steps
 /// `0..warmup + steps`, same as training).
 pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<StepBench> {
-    config.validate()?;
+    validate(config)?;
     crate::limits::check_range("--bench", steps, 1, crate::limits::MAX_BENCH_STEPS)?;
     let device = Device::Cpu;
     let model = Model::new(config, &device)?;
-    let mut fast = engine_for(config, &model)?;
+    let mut engine = engine_for(config, &model)?;
     let tc = &config.train;
     let mut opt = AdamW::new(model.store.vars(), tc.beta1, tc.beta2, tc.weight_decay)?;
     let mut times = Vec::with_capacity(steps);
@@ -81,10 +82,8 @@ pub fn bench_steps(config: &RunConfig, warmup: usize, steps: usize) -> Result<St
         let t0 = Instant::now();
         let batch = Batch::new(&training_batch(config, step), &device)?;
         scored = batch.idx.dim(0)?;
-        let (_, _, _, grads) = loss_and_grads(&model.decoder, fast.as_mut(), &batch)?;
-        let norm = opt.grad_norm(&grads)?;
-        let scale = if tc.grad_clip > 0.0 && norm > tc.grad_clip { tc.grad_clip / norm } else { 1.0 };
-        opt.step(&grads, tc.lr_at(step), scale)?;
+        let grads = engine.step(&batch)?.grads;
+        opt.clipped_step(&grads, tc.lr_at(step), tc.grad_clip)?;
         if step >= warmup {
             times.push(t0.elapsed().as_secs_f64());
         }

@@ -16,9 +16,13 @@
 //! the relative position. A `-norope` kernel (`nope_model`) makes the whole model NoPE.
 //!
 //! Every op is differentiable (candle-nn's fused RMSNorm, softmax and RoPE drop gradients; none
-//! is used here).
+//! is used here). As a [`TrainEngine`] (`&Decoder`, engine `candle`) it is the autodiff
+//! reference every preset trains on and the fast engine is checked against.
 
+use super::batch::Batch;
 use super::config::ModelConfig;
+use super::engine::{EngineStep, TrainEngine};
+use super::record::BatchScore;
 use crate::kernel::spec::{KernelDims, KernelSpec};
 use crate::kernel::tensor::{self, TensorKernel, TensorParams};
 use crate::{Error, Result};
@@ -338,6 +342,49 @@ impl Decoder {
         };
         let o = out.output.transpose(1, 2)?.contiguous()?.reshape((b, t, hq * dh))?;
         Ok((apply(&o, &a.wo)?, cap))
+    }
+}
+
+/// The loss of one batch as a graph node (what autodiff differentiates), with its score.
+#[derive(Debug)]
+pub struct BatchLoss {
+    /// Mean cross-entropy over answer tokens, `[]`.
+    pub loss: Tensor,
+    /// Its value and the exact-match counts.
+    pub score: BatchScore,
+}
+
+impl Decoder {
+    /// Loss and exact-match counts of this model on `batch`.
+    pub fn batch_loss(&self, batch: &Batch) -> Result<BatchLoss> {
+        let fwd = self.forward(&batch.tokens)?;
+        let logits = self.logits_at(&fwd, &batch.idx)?;
+        let loss = candle_nn::loss::cross_entropy(&logits, &batch.targets)?;
+        let pred = logits.argmax(1)?.to_vec1::<u32>()?;
+        let tgt = batch.targets.to_vec1::<u32>()?;
+        let hits: Vec<bool> = pred.iter().zip(&tgt).map(|(a, b)| a == b).collect();
+        let value = loss.to_scalar::<f32>()? as f64;
+        Ok(BatchLoss { loss, score: BatchScore::from_hits(value, &hits, batch.n_queries) })
+    }
+}
+
+impl TrainEngine for &Decoder {
+    fn name(&self) -> &'static str {
+        "candle"
+    }
+
+    /// Every preset.
+    fn supports(_model: &ModelConfig) -> Result<()> {
+        Ok(())
+    }
+
+    fn step(&mut self, batch: &Batch) -> Result<EngineStep> {
+        let r = self.batch_loss(batch)?;
+        Ok(EngineStep { score: r.score, grads: r.loss.backward()? })
+    }
+
+    fn evaluate(&mut self, batch: &Batch) -> Result<BatchScore> {
+        Ok(self.batch_loss(batch)?.score)
     }
 }
 

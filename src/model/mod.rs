@@ -1,30 +1,48 @@
 //! Controlled pretraining: a small Qwen3-style decoder whose attention uses any kernel preset,
 //! trained on the retrieval task of [`crate::task`].
 //!
+//! The training loop is an executor over engines, the way argmin keeps a problem apart from
+//! its executor: the data ([`batch`]) and the run's record ([`record`]) are plain types, an
+//! engine ([`engine::TrainEngine`]) turns a batch into a loss, counts and gradients, and
+//! [`train`] drives an engine, the optimiser, an [`Observer`] and the [`checkpoint`]s.
+//!
 //! | file | owns |
 //! |---|---|
 //! | [`config`] | model, optimiser and run configs with validation; the recorded defaults |
+//! | [`batch`] | batches as tensors, the seeded batch of each step with the curriculum |
+//! | [`record`] | the run's record: batch scores, step and evaluation reports, metrics |
+//! | [`engine`] | the engine trait and the held-out evaluation on an engine |
 //! | [`params`] | a seeded parameter store (candle's CPU RNG cannot be seeded) |
-//! | [`decoder`] | the decoder: RMSNorm, GQA with q/k norms and RoPE, SwiGLU, compressed attention |
-//! | [`fast`] | the fast engine: hand-derived f32 forward and backward on the CPU (`full`) |
+//! | [`decoder`] | the decoder on candle (the autodiff engine `candle`): RMSNorm, GQA with q/k norms and RoPE, SwiGLU, compressed attention |
+//! | [`fast`] | the fast engine `fast`: hand-derived f32 forward and backward on the CPU ([`fast::SUPPORTED`]) |
 //! | [`optim`] | AdamW with exposed state (exact resume) and gradient clipping |
-//! | [`run`] | run directories: config, environment, log, metrics; never overwrite a finished run |
-//! | [`batch`] | batches as tensors, one step's loss and gradients on either engine, held-out evaluation |
-//! | [`weights`] | the model's weights: save/load, checkpoints, snapshots, the provenance check |
+//! | [`weights`] | the model's weights: save/load and the provenance check of a finished run |
+//! | [`checkpoint`] | checkpoints (read, write, retention, resume) and parameter snapshots |
+//! | [`train`] | the executor: validation, engine choice, the training loop, the observer |
 //! | [`bench`] | step timing (`train --bench`) and the FLOP count of a step |
-//! | [`train`] | the training loop, its reports and metrics, the observer trait |
+//!
+//! Run directories are [`crate::run_dir`]'s. Files of this folder import one another in one
+//! direction only (`tests/architecture.rs`); this file is the front door.
 
 pub mod batch;
 pub mod bench;
+pub mod checkpoint;
 pub mod config;
 pub mod decoder;
+pub mod engine;
 pub mod fast;
 pub mod optim;
 pub mod params;
-pub mod run;
+pub mod record;
 pub mod train;
 pub mod weights;
 
+pub use batch::{training_batch, Batch, EVAL_STREAM};
+pub use bench::{bench_steps, step_flops, StepBench};
+pub use checkpoint::{list_snapshots, snapshot_name, CheckpointIndex, CHECKPOINT_INDEX, SNAPSHOT_DIR};
 pub use config::{Engine, ModelConfig, RunConfig, TrainConfig};
-pub use decoder::Decoder;
-pub use train::{train, EvalReport, Metrics, Model, Observer, Outcome, StepReport};
+pub use decoder::{BatchLoss, Decoder};
+pub use engine::{evaluate, EngineStep, TrainEngine};
+pub use record::{BatchScore, EvalReport, Metrics, StepReport};
+pub use train::{engine_for, preferred_engine, train, validate, Observer, Outcome, Silent, DIVERGENCE_FACTOR};
+pub use weights::{load_run, verify_run, Model, VerifiedRun, FINAL_WEIGHTS, SNAPSHOT_HASH_EXT};

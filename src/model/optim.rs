@@ -96,6 +96,15 @@ impl AdamW {
         Ok(())
     }
 
+    /// One step at learning rate `lr` with the gradients clipped to global norm `clip` (0 = no
+    /// clipping); returns the norm before clipping.
+    pub fn clipped_step(&mut self, grads: &GradStore, lr: f64, clip: f64) -> Result<f64> {
+        let norm = self.grad_norm(grads)?;
+        let scale = if clip > 0.0 && norm > clip { clip / norm } else { 1.0 };
+        self.step(grads, lr, scale)?;
+        Ok(norm)
+    }
+
     /// The state as named tensors (`adam.m.<name>`, `adam.v.<name>`) plus the step count.
     pub fn state(&self) -> (HashMap<String, Tensor>, usize) {
         let mut map = HashMap::new();

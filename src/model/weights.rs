@@ -1,132 +1,20 @@
 //! A trained model's weights: the [`Model`] (decoder and parameter store) with safetensors save
-//! and load, checkpoints and their index, parameter snapshots across training, and the provenance
-//! check every analysis starts from ([`verify_run`], [`load_run`]).
+//! and load, and the provenance check every analysis starts from ([`verify_run`], [`load_run`]).
+//! Checkpoints and snapshots are [`crate::model::checkpoint`]'s.
 
-use super::batch::EvalReport;
 use super::config::RunConfig;
 use super::decoder::{Decoder, MODEL_DTYPE};
 use super::params::ParamStore;
-use super::run::{write_atomic, RunDir};
-use super::train::Metrics;
+use super::record::Metrics;
+use crate::run_dir::{atomic_write as write_atomic, CONFIG_FILE, METRICS_FILE};
 use crate::{Error, Result};
 use candle_core::{Device, Tensor};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
 
-/// File naming the latest checkpoint.
-pub const CHECKPOINT_INDEX: &str = "checkpoint.json";
-/// Directory (in a run directory) of the parameter snapshots kept at every checkpoint step,
-/// for analyses across training (gate trajectories); the optimiser state is not kept there.
-pub const SNAPSHOT_DIR: &str = "snapshots";
-
-/// Extension of the file beside each snapshot that holds its content hash.
+/// Extension of the file beside saved weights (a snapshot) that holds their content hash, which
+/// [`load_run`] checks.
 pub const SNAPSHOT_HASH_EXT: &str = "hash";
-
-/// File name of the parameter snapshot at `step` (inside [`SNAPSHOT_DIR`]).
-pub fn snapshot_name(step: usize) -> String {
-    format!("step-{step:07}.safetensors")
-}
-
-/// Steps and paths of the parameter snapshots of the run in `run`, in step order.
-pub fn list_snapshots(run: &Path) -> Result<Vec<(usize, std::path::PathBuf)>> {
-    let dir = run.join(SNAPSHOT_DIR);
-    if !dir.is_dir() {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
-        let path = entry.map_err(|e| Error::io(&dir, e))?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if let Some(step) = name.strip_prefix("step-").and_then(|n| n.strip_suffix(".safetensors")) {
-            if let Ok(step) = step.parse::<usize>() {
-                out.push((step, path));
-            }
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// The latest checkpoint, as recorded in `checkpoint.json`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct CheckpointIndex {
-    /// Steps completed at the checkpoint.
-    pub step: usize,
-    /// The safetensors file (in the run directory).
-    pub file: String,
-    /// Training seconds so far.
-    pub elapsed_s: f64,
-    /// Evaluations so far.
-    pub evals: Vec<EvalReport>,
-    /// Content hash of the checkpoint file; a resume refuses a file that does not match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checksum: Option<String>,
-    /// Training loss of the first step, the reference of the divergence check.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub initial_loss: Option<f64>,
-    /// The checkpoint before this one (kept on disk), to resume from if this one is damaged
-    /// or removed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub previous: Option<Box<CheckpointIndex>>,
-}
-
-impl CheckpointIndex {
-    /// The checkpoint file's bytes when it exists and matches its checksum; `Ok(None)` when
-    /// the file is missing, an error naming the file when it fails its checksum.
-    fn read_checked(&self, run: &RunDir) -> Result<Option<Vec<u8>>> {
-        let path = run.file(&self.file);
-        if !path.exists() {
-            return Ok(None);
-        }
-        let bytes = crate::limits::read_file(&path, crate::limits::MAX_WEIGHTS_BYTES)?;
-        match &self.checksum {
-            Some(want) if crate::limits::content_hash(&bytes) != *want => Err(Error::File {
-                path,
-                reason: format!("checkpoint of step {} fails its checksum (saved as {want})", self.step),
-            }),
-            _ => Ok(Some(bytes)),
-        }
-    }
-}
-
-/// The checkpoint to resume from: the latest one in `idx` when intact; the previous one when
-/// the latest file was removed (the way to resume from it). A latest checkpoint that fails its
-/// checksum is refused, naming the step that can be resumed from instead.
-pub(super) fn checkpoint_to_resume(idx: CheckpointIndex, run: &RunDir) -> Result<(CheckpointIndex, Vec<u8>)> {
-    let latest = run.file(&idx.file);
-    let previous = match idx.previous.as_deref() {
-        Some(p) => p.read_checked(run).ok().flatten().map(|_| p.step),
-        None => None,
-    };
-    match idx.read_checked(run) {
-        Ok(Some(bytes)) => Ok((idx, bytes)),
-        Err(Error::File { path, reason }) => {
-            let hint = match previous {
-                Some(p) => format!(
-                    "the checkpoint of step {p} is intact: delete {} and rerun the same command to resume from step {p}",
-                    path.display()
-                ),
-                None => format!(
-                    "no intact checkpoint is left, so the run can only restart from step 0: move {} away and rerun",
-                    run.path().display()
-                ),
-            };
-            Err(Error::File { path, reason: format!("{reason} and is refused; {hint}") })
-        }
-        Err(e) => Err(e),
-        Ok(None) => match idx.previous {
-            Some(p) => match p.read_checked(run)? {
-                Some(bytes) => Ok((*p, bytes)),
-                None => Err(Error::File { path: latest, reason: "missing, and so is the previous checkpoint".into() }),
-            },
-            None => Err(Error::File {
-                path: latest,
-                reason: format!("missing; move {} away to restart from step 0", run.path().display()),
-            }),
-        },
-    }
-}
 
 /// A model with its parameter store, ready to train or evaluate.
 #[derive(Debug)]
@@ -227,12 +115,12 @@ pub(super) fn read_json_file<T: serde::de::DeserializeOwned>(path: &Path, what: 
 /// saved with. Every analysis starts here, so an edited config or swapped weights are refused
 /// instead of being evaluated under the wrong label.
 pub fn verify_run(run: &Path) -> Result<VerifiedRun> {
-    let cfg_path = run.join(super::run::CONFIG_FILE);
+    let cfg_path = run.join(CONFIG_FILE);
     let text = crate::limits::read_text(&cfg_path, crate::limits::MAX_JSON_BYTES)?;
     let config = RunConfig::from_json(&text)
         .map_err(|e| Error::File { path: cfg_path.clone(), reason: format!("not a run config: {e}") })?;
     config.validate().map_err(|e| Error::File { path: cfg_path.clone(), reason: e.to_string() })?;
-    let metrics_path = run.join(super::run::METRICS_FILE);
+    let metrics_path = run.join(METRICS_FILE);
     if !metrics_path.exists() {
         return Err(Error::File {
             path: metrics_path,

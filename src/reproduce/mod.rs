@@ -243,7 +243,7 @@ fn run_model(out: &Path, unit: &ModelUnit, lab_settings: &LabSettings, progress:
         return Ok(false);
     }
     let config = &unit.config;
-    if !dir.join(crate::model::run::METRICS_FILE).exists() {
+    if !dir.join(crate::run_dir::METRICS_FILE).exists() {
         progress.message(&format!("{preset}: training {} steps", config.train.steps));
         let env = serde_json::json!({ "command": "phasekv reproduce" });
         match crate::model::train(config, &dir, env, progress.trainer())? {

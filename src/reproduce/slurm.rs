@@ -57,7 +57,7 @@ pub fn measured_seconds(out: &Path, unit: &Unit) -> Option<f64> {
         Unit::Theory => num(out.join("theory").join("theory.json"), "seconds"),
         Unit::Model(m) => {
             let dir = out.join(ModelUnit::dir(m));
-            let train = num(dir.join(crate::model::run::METRICS_FILE), "train_seconds")?;
+            let train = num(dir.join(crate::run_dir::METRICS_FILE), "train_seconds")?;
             Some(train + num(dir.join("unit.json"), "analysis_seconds").unwrap_or(0.0))
         }
     }

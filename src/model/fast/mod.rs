@@ -5,11 +5,11 @@
 //! broadcast ops, no zero-filled gradient tensors per op.
 //!
 //! The candle autodiff path stays the reference: `tests/train_fast.rs` checks the loss and every
-//! parameter's gradient against it. Supported ([`check_supported`], [`SUPPORTED`]): `full`
-//! (causal attention over raw tokens) and the paper's `w{W}s{S}` family with any gate kind,
-//! parameter groups, tying and entry RoPE or none (`compress`: the compressor; `attention`:
-//! local window plus visible entries in one softmax); kernels with shared K/V or an entry
-//! RMSNorm (DeepSeek-V4's `dsv4-*`) are refused (`train.engine`).
+//! parameter's gradient against it. Supported ([`SUPPORTED`]): `full` (causal attention over
+//! raw tokens), the paper's `w{W}s{S}` family with any gate kind, parameter groups, tying and
+//! entry RoPE or none, and DeepSeek-V4's kernels (`dsv4-*`: one shared K/V entry, an RMSNorm on
+//! each entry, partial YaRN RoPE) (`compress`: the compressor; `attention`: local window plus
+//! visible entries in one softmax).
 //!
 //! Determinism: every reduction runs in one fixed order on one thread (GEMM with
 //! `Parallelism::None`, rows and heads in order), so the same parameters and batch give the
@@ -24,11 +24,13 @@ mod attention;
 mod compress;
 mod ops;
 use attention::{attention_backward, attention_forward, Mask};
-use compress::{compress_backward, compress_forward, CompressCache, CompressScratch, CompressorShape};
+use compress::{compress_backward, compress_forward, CompressCache, CompressScratch, CompressorShape, Windows};
 
 use super::batch::Batch;
 use super::config::ModelConfig;
 use super::decoder::NORM_EPS;
+use super::engine::{EngineStep, TrainEngine};
+use super::record::BatchScore;
 use crate::kernel::spec::KernelSpec;
 use crate::numeric::{gemm, View};
 use crate::{Error, Result};
@@ -36,34 +38,34 @@ use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use ops::{rms_norm, rms_norm_back, Rope};
 
-/// What the fast engine implements, in words (the error for anything else says it).
-pub const SUPPORTED: &str = "full and w{W}s{S} with its -scalar, -uniform, -tied and -norope ablations";
+/// What the fast engine implements, in words.
+pub const SUPPORTED: &str = "every preset: full, w{W}s{S} with its ablations, and DeepSeek-V4's dsv4-*";
 
 /// Presets of every family the fast engine implements, one each (what the tests compare
-/// against the candle path): full attention, and the paper's `w{W}s{S}` kernels with vector,
-/// scalar and uniform gates, tied or untied, with or without RoPE, overlapping or not.
-pub const SUPPORTED_PRESETS: &[&str] =
-    &["full", "w8s4", "w8s6", "w4s4", "w8s4-scalar", "w8s4-uniform", "w8s4-tied", "w8s4-norope"];
+/// against the candle path): full attention; the paper's `w{W}s{S}` kernels with vector,
+/// scalar and uniform gates, tied or untied, with or without RoPE, overlapping or not; and
+/// DeepSeek-V4's kernels (shared K/V, entry RMSNorm, partial YaRN RoPE on rotated channels),
+/// CSA (padded left, two parameter groups) and HCA (at rate 4, which the tests' sequences hold).
+pub const SUPPORTED_PRESETS: &[&str] = &[
+    "full",
+    "w8s4",
+    "w8s6",
+    "w4s4",
+    "w8s4-scalar",
+    "w8s4-uniform",
+    "w8s4-tied",
+    "w8s4-norope",
+    "dsv4-csa",
+    "dsv4-hca4",
+];
 
-/// Whether the fast engine implements a kernel spec: separate K/V branches without an entry
-/// RMSNorm (the `w{W}s{S}` family; DeepSeek-V4's `dsv4-*` share K/V and norm their entries).
-fn implements(spec: &KernelSpec) -> bool {
-    !spec.shared_kv && !spec.rms_norm
-}
-
-/// Refuses a model the fast engine does not implement, naming the field and what is allowed.
+/// Refuses a model whose preset does not exist (the fast engine implements every kernel spec
+/// the presets make: separate or shared K/V, with or without the entry RMSNorm).
 pub fn check_supported(model: &ModelConfig) -> Result<()> {
-    if model.is_full() || KernelSpec::preset(&model.preset).is_ok_and(|s| implements(&s)) {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "train.engine",
-            format!(
-                "fast supports the presets {SUPPORTED} only, got preset {} (use engine candle for it)",
-                model.preset
-            ),
-        ))
+    if model.is_full() {
+        return Ok(());
     }
+    KernelSpec::preset(&model.preset).map(|_| ()).map_err(|e| Error::invalid("train.engine", e.to_string()))
 }
 
 /// Per-layer parameter names (after `layer{l}.`), in the order of [`FastDecoder`]'s slots.
@@ -95,18 +97,40 @@ const W_DOWN: usize = 10;
 /// Loss, accuracy counts and gradients of one batch.
 #[derive(Debug)]
 pub struct StepOutput {
-    /// Mean cross-entropy over answer tokens.
-    pub loss: f64,
-    /// Queries whose every answer token is the argmax.
-    pub exact: usize,
-    /// Answer tokens that are the argmax.
-    pub token_hits: usize,
-    /// Queries.
-    pub queries: usize,
-    /// Answer tokens.
-    pub tokens: usize,
+    /// Loss and counts.
+    pub score: BatchScore,
     /// Gradient of every parameter, in the order of [`FastDecoder::names`].
     pub grads: Vec<Vec<f32>>,
+}
+
+/// One batch's ids, checked ([`FastDecoder::inputs`]).
+struct Inputs {
+    b: usize,
+    t: usize,
+    tokens: Vec<u32>,
+    idx: Vec<u32>,
+    targets: Vec<u32>,
+    n_queries: usize,
+}
+
+/// What the forward and backward pass of one batch share ([`FastDecoder::plan`]).
+struct Plan {
+    rope: Option<Rope>,
+    win: Option<Windows>,
+    mask: Mask,
+}
+
+/// The model's and the batch's sizes.
+struct Sizes {
+    d: usize,
+    dh: usize,
+    hq: usize,
+    hkv: usize,
+    ff: usize,
+    nl: usize,
+    vocab: usize,
+    bt: usize,
+    pl: usize,
 }
 
 /// The fast engine bound to a model's parameters (candle `Var`s, read at every step, so the
@@ -265,13 +289,28 @@ impl FastDecoder {
         Ok(store)
     }
 
-    /// Loss, accuracy counts and gradients of `batch` at the variables' current values.
-    pub fn step(&mut self, batch: &Batch) -> Result<StepOutput> {
-        let params: Vec<Vec<f32>> = self
+    /// Loss, accuracy counts and gradients of `batch` at the variables' current values (the
+    /// gradients in the order of [`FastDecoder::names`]).
+    pub fn gradients(&mut self, batch: &Batch) -> Result<StepOutput> {
+        let (w, x) = (self.params()?, self.inputs(batch)?);
+        let plan = self.plan(x.t);
+        let score = self.forward(&w, &x, &plan);
+        let grads = self.backward(&w, &x, &plan);
+        Ok(StepOutput { score, grads })
+    }
+
+    /// Every parameter's current values.
+    fn params(&self) -> Result<Vec<Vec<f32>>> {
+        let params = self
             .vars
             .iter()
             .map(|(_, v)| v.as_tensor().flatten_all()?.to_vec1::<f32>())
             .collect::<candle_core::Result<_>>()?;
+        Ok(params)
+    }
+
+    /// The batch's ids, checked against the vocabulary and the batch's positions.
+    fn inputs(&self, batch: &Batch) -> Result<Inputs> {
         let (b, t) = batch.tokens.dims2()?;
         let tokens = batch.tokens.flatten_all()?.to_vec1::<u32>()?;
         let idx = batch.idx.to_vec1::<u32>()?;
@@ -285,42 +324,53 @@ impl FastDecoder {
         if let Some(&bad) = idx.iter().find(|&&i| i as usize >= b * t) {
             return Err(Error::invalid("batch.idx", format!("position {bad} is outside 0..{}", b * t)));
         }
-        Ok(self.run(&params, b, t, &tokens, &idx, &targets, batch.n_queries))
+        Ok(Inputs { b, t, tokens, idx, targets, n_queries: batch.n_queries })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        &mut self,
-        w: &[Vec<f32>],
-        b: usize,
-        t: usize,
-        tokens: &[u32],
-        idx: &[u32],
-        targets: &[u32],
-        n_queries: usize,
-    ) -> StepOutput {
+    /// RoPE tables, windows and mask of a `t`-token sequence. Compressed layers: windows and
+    /// entries of this length; `full` attends causally (a local window of the whole sequence,
+    /// as the decoder calls it).
+    fn plan(&self, t: usize) -> Plan {
+        let win = self.comp.as_ref().map(|sh| sh.windows(t));
+        let ne = win.as_ref().map_or(0, |w| w.n);
+        let local = if self.comp.is_some() { self.cfg.local_window } else { t.max(1) };
+        Plan {
+            rope: self.rope_freqs.as_ref().map(|f| Rope::new(f, t)),
+            mask: Mask::new(&self.spec.geometry, self.spec.visibility, ne, t, local),
+            win,
+        }
+    }
+
+    /// The sizes of one batch.
+    fn sizes(&self, x: &Inputs) -> Sizes {
         let c = &self.cfg;
-        let (d, dh, hq, hkv, ff, nl, vocab) =
-            (c.d_model, c.d_head, c.n_head, c.n_kv_head, c.d_ff, c.n_layer, self.vocab);
-        let bt = b * t;
+        Sizes {
+            d: c.d_model,
+            dh: c.d_head,
+            hq: c.n_head,
+            hkv: c.n_kv_head,
+            ff: c.d_ff,
+            nl: c.n_layer,
+            vocab: self.vocab,
+            bt: x.b * x.t,
+            pl: self.per_layer,
+        }
+    }
+
+    /// Forward pass through the loss: every layer's cache, the final hidden states and, in
+    /// `work.logits`, the loss's gradient with respect to the logits (what
+    /// [`FastDecoder::backward`] starts from).
+    fn forward(&mut self, w: &[Vec<f32>], x: &Inputs, plan: &Plan) -> BatchScore {
+        let Sizes { d, dh, hq, hkv, ff, nl, vocab, bt, pl } = self.sizes(x);
+        let (b, t, tokens, idx, targets) = (x.b, x.t, &x.tokens, &x.idx, &x.targets);
         let (qw, kw) = (hq * dh, hkv * dh);
         let eps = NORM_EPS as f32;
-        let rope = self.rope_freqs.as_ref().map(|f| Rope::new(f, t));
-        let pl = self.per_layer;
         let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * pl + j] };
         let (embed, final_norm, lm_head) = (&w[0], &w[1 + nl * pl], &w[2 + nl * pl]);
-        // Compressed layers: windows and entries of this sequence length; `full` attends
-        // causally (a local window of the whole sequence, as the decoder calls it).
-        let comp = self.comp.as_ref();
-        let win = comp.map(|sh| sh.windows(t));
-        let ne = win.as_ref().map_or(0, |w| w.n);
-        let local = if comp.is_some() { c.local_window } else { t.max(1) };
-        let mask = Mask::new(&self.spec.geometry, self.spec.visibility, ne, t, local);
-        let cols = ne + t;
+        let (comp, rope, win, mask) = (self.comp.as_ref(), &plan.rope, &plan.win, &plan.mask);
+        let (ne, cols) = (mask.n, mask.n + t);
         let ws = &mut self.work;
         ws.layers.resize_with(nl, LayerCache::default);
-
-        // ---- forward ----
         size(&mut ws.x, bt * d);
         for (row, &tok) in ws.x.chunks_exact_mut(d).zip(tokens) {
             row.copy_from_slice(&embed[tok as usize * d..(tok as usize + 1) * d]);
@@ -380,7 +430,7 @@ impl FastDecoder {
                 let kp = sh.params(w, 1 + l * pl + LAYER.len());
                 compress_forward(sh, win, &kp, &cc.h1, b, t, &mut cc.comp, &mut cc.kc, &mut cc.vc);
             }
-            attention_forward(cc, &mask, b, t, hq, hkv, dh);
+            attention_forward(cc, mask, b, t, hq, hkv, dh);
             gemm(bt, d, qw, &mut cc.x_mid, d, true, View::rows(&cc.o, qw), View::rows(lw(l, WO), d));
             rms_norm(&cc.x_mid, lw(l, MLP_NORM), eps, &mut cc.h2, &mut cc.r2);
             gemm(bt, ff, d, &mut cc.g, ff, false, View::rows(&cc.h2, d), View::rows(lw(l, W_GATE), ff));
@@ -422,12 +472,20 @@ impl FastDecoder {
             }
             row[tgt as usize] -= 1.0 / n as f32;
         }
-        let loss = loss / n.max(1) as f64;
-        let per = (hits.len() / n_queries.max(1)).max(1);
-        let exact = hits.chunks(per).filter(|c| c.iter().all(|&h| h)).count();
-        let token_hits = hits.iter().filter(|&&h| h).count();
+        BatchScore::from_hits(loss / n.max(1) as f64, &hits, x.n_queries)
+    }
 
-        // ---- backward ----
+    /// Backward pass from the loss's gradient [`FastDecoder::forward`] left: every parameter's
+    /// gradient.
+    fn backward(&mut self, w: &[Vec<f32>], x: &Inputs, plan: &Plan) -> Vec<Vec<f32>> {
+        let Sizes { d, dh, hq, hkv, ff, nl, vocab, bt, pl } = self.sizes(x);
+        let (b, t, tokens, idx) = (x.b, x.t, &x.tokens, &x.idx);
+        let (qw, kw) = (hq * dh, hkv * dh);
+        let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * pl + j] };
+        let (final_norm, lm_head) = (&w[1 + nl * pl], &w[2 + nl * pl]);
+        let (comp, rope, win, mask) = (self.comp.as_ref(), &plan.rope, &plan.win, &plan.mask);
+        let (ne, cols, n) = (mask.n, mask.n + t, idx.len());
+        let ws = &mut self.work;
         let mut grads: Vec<Vec<f32>> = w.iter().map(|p| vec![0f32; p.len()]).collect();
         let (g_embed_i, g_final_i, g_head_i) = (0, 1 + nl * pl, 2 + nl * pl);
         let dlogits = &ws.logits;
@@ -481,7 +539,7 @@ impl FastDecoder {
             // x_mid = x_in + o @ wo
             gemm(qw, d, bt, &mut grads[gi(WO)], d, false, View::t(&cc.o, qw), View::rows(dx, d));
             gemm(bt, qw, d, &mut ws.d_o, qw, false, View::rows(dx, d), View::t(lw(l, WO), d));
-            attention_backward(cc, &mask, &ws.d_o, &mut ws.dq, &mut ws.dkc, &mut ws.dvc, &mut ws.ds, b, t, hq, hkv, dh);
+            attention_backward(cc, mask, &ws.d_o, &mut ws.dq, &mut ws.dkc, &mut ws.dvc, &mut ws.ds, b, t, hq, hkv, dh);
             for (dst, src) in [(&mut ws.dk, &ws.dkc), (&mut ws.dv, &ws.dvc)] {
                 for (row, d) in dst.chunks_exact_mut(dh).enumerate() {
                     let (tok, kv) = (row / hkv, row % hkv);
@@ -508,7 +566,8 @@ impl FastDecoder {
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dv, kw), View::t(lw(l, WV), kw));
             if let (Some(sh), Some(win)) = (comp, &win) {
                 let kg = sh.grads(&mut grads[gi(LAYER.len())..gi(pl)]);
-                compress_backward(sh, win, &cc.comp, &ws.dkc, &ws.dvc, b, t, &mut ws.comp, kg, &mut ws.dhid);
+                let gamma = sh.params(w, gi(LAYER.len())).gamma;
+                compress_backward(sh, win, &cc.comp, &ws.dkc, &ws.dvc, b, t, &mut ws.comp, kg, gamma, &mut ws.dhid);
             }
             rms_norm_back(&cc.x_in, lw(l, ATTN_NORM), &cc.r1, &ws.dhid, dx, true, &mut grads[gi(ATTN_NORM)]);
         }
@@ -518,6 +577,27 @@ impl FastDecoder {
                 *a += g;
             }
         }
-        StepOutput { loss, exact, token_hits, queries: n_queries, tokens: n, grads }
+        grads
+    }
+}
+
+impl TrainEngine for FastDecoder {
+    fn name(&self) -> &'static str {
+        "fast"
+    }
+
+    fn supports(model: &ModelConfig) -> Result<()> {
+        check_supported(model)
+    }
+
+    fn step(&mut self, batch: &Batch) -> Result<EngineStep> {
+        let out = self.gradients(batch)?;
+        Ok(EngineStep { score: out.score, grads: self.grad_store(out.grads)? })
+    }
+
+    fn evaluate(&mut self, batch: &Batch) -> Result<BatchScore> {
+        let (w, x) = (self.params()?, self.inputs(batch)?);
+        let plan = self.plan(x.t);
+        Ok(self.forward(&w, &x, &plan))
     }
 }

@@ -100,7 +100,7 @@ pub fn arm_of(name: &str) -> &str {
 }
 
 fn read_run(dir: &Path) -> Result<Option<RunData>> {
-    let Some(config) = opt_json::<RunConfig>(&dir.join(crate::model::run::CONFIG_FILE))? else { return Ok(None) };
+    let Some(config) = opt_json::<RunConfig>(&dir.join(crate::run_dir::CONFIG_FILE))? else { return Ok(None) };
     let mut evals = BTreeMap::new();
     let mut records = BTreeMap::new();
     for p in Protocol::ALL {
@@ -121,7 +121,7 @@ fn read_run(dir: &Path) -> Result<Option<RunData>> {
         arm: arm_of(&name).to_string(),
         seed: config.train.seed,
         dir: dir.to_path_buf(),
-        metrics: opt_json(&dir.join(crate::model::run::METRICS_FILE))?,
+        metrics: opt_json(&dir.join(crate::run_dir::METRICS_FILE))?,
         evals,
         records,
         knockouts: Protocol::ALL
@@ -130,7 +130,7 @@ fn read_run(dir: &Path) -> Result<Option<RunData>> {
             .collect::<Result<_>>()?,
         gates: opt_json(&dir.join("gates.json"))?,
         unit: opt_json(&dir.join("unit.json"))?,
-        environment: opt_json(&dir.join(crate::model::run::ENVIRONMENT_FILE))?,
+        environment: opt_json(&dir.join(crate::run_dir::ENVIRONMENT_FILE))?,
         config,
     }))
 }

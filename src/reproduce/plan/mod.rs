@@ -307,7 +307,7 @@ impl Plan {
             v["model"]["preset"] = Value::String(preset.to_string());
             let config: RunConfig =
                 serde_json::from_value(v).map_err(|e| Error::invalid(format!("{field}.overrides"), e.to_string()))?;
-            config.validate().map_err(|e| Error::invalid(field, format!("arm '{name}': {e}")))?;
+            crate::model::validate(&config).map_err(|e| Error::invalid(field, format!("arm '{name}': {e}")))?;
             out.push((name, config));
             Ok(())
         };

@@ -2,22 +2,68 @@
 //! `theory/training.md` §5b): `dE` from the attention's entry rows, the gate and softmax
 //! backward, and the GEMMs into `dC`, `dZ`, `db` and `dX`.
 
+use super::super::ops::rms_norm_back;
 use super::*;
 
-/// `dE` of one branch, `[R, H*d_h]`, from the entry rows of `dkc: [B, H, n + T, d_h]`
-/// (inverse RoPE).
-fn entry_grads(sh: &CompressorShape, win: &Windows, b: usize, t: usize, dkc: &[f32], de: &mut Vec<f32>) {
+/// The entry RMSNorm of one branch as its backward pass reads it: the pre-norm entries and
+/// `1 / rms` the forward kept, the weight, and the weight's gradient (accumulated into).
+struct NormBack<'a> {
+    pre: &'a [f32],
+    inv: &'a [f32],
+    gamma: &'a [f32],
+    dgamma: &'a mut [f32],
+}
+
+/// The [`NormBack`] of a branch when the spec norms its entries.
+fn norm_back<'a>(
+    pre: &'a [f32],
+    inv: &'a [f32],
+    gamma: Option<&'a [f32]>,
+    dgamma: Option<&'a mut [f32]>,
+) -> Option<NormBack<'a>> {
+    Some(NormBack { pre, inv, gamma: gamma?, dgamma: dgamma? })
+}
+
+/// `dE` of one branch, `[R, H*d_h]`, from the entry rows of `dkc: [B, H, n + T, d_h]` (plus
+/// those of `shared`, the value rows of a shared K/V entry): inverse RoPE, then the RMSNorm's
+/// backward when there is one.
+#[allow(clippy::too_many_arguments)]
+fn entry_grads(
+    sh: &CompressorShape,
+    win: &Windows,
+    b: usize,
+    t: usize,
+    dkc: &[f32],
+    shared: Option<&[f32]>,
+    mut norm: Option<NormBack>,
+    drow: &mut Vec<f32>,
+    de: &mut Vec<f32>,
+) {
     let (n, h, dh) = (win.n, sh.h, sh.dh);
     let (r, hd, rows) = (b * n, h * dh, n + t);
     size(de, r * hd);
+    size(drow, dh);
     for row in 0..r {
         let (bb, j) = (row / n, row % n);
         for hh in 0..h {
-            let src = &dkc[((bb * h + hh) * rows + j) * dh..((bb * h + hh) * rows + j + 1) * dh];
-            let dst = &mut de[row * hd + hh * dh..row * hd + (hh + 1) * dh];
-            dst.copy_from_slice(src);
+            let at = ((bb * h + hh) * rows + j) * dh..((bb * h + hh) * rows + j + 1) * dh;
+            drow.copy_from_slice(&dkc[at.clone()]);
+            if let Some(dv) = shared {
+                for (a, &v) in drow.iter_mut().zip(&dv[at]) {
+                    *a += v;
+                }
+            }
             if let Some(rope) = &win.rope {
-                rope.apply(dst, win.positions[j], true);
+                rope.apply(drow, win.positions[j], true);
+            }
+            let dst = &mut de[row * hd + hh * dh..row * hd + (hh + 1) * dh];
+            match norm.as_mut() {
+                Some(nb) => {
+                    let k = (bb * h + hh) * n + j;
+                    let (g, dg) = (&nb.gamma[hh * dh..(hh + 1) * dh], &mut nb.dgamma[hh * dh..(hh + 1) * dh]);
+                    rms_norm_back(&nb.pre[k * dh..(k + 1) * dh], g, &nb.inv[k..k + 1], drow, dst, false, dg);
+                }
+                None => dst.copy_from_slice(drow),
             }
         }
     }
@@ -101,6 +147,7 @@ pub(in crate::model::fast) fn compress_backward(
     t: usize,
     s: &mut CompressScratch,
     grads: KernelGrads,
+    gamma: Option<&[f32]>,
     dx: &mut [f32],
 ) {
     let (w, n, d, hd, c) = (sh.w, win.n, sh.d, sh.h * sh.dh, sh.h * sh.gw);
@@ -110,8 +157,16 @@ pub(in crate::model::fast) fn compress_backward(
     if r == 0 {
         return;
     }
-    entry_grads(sh, win, b, t, dkc, &mut s.dek);
-    entry_grads(sh, win, b, t, dvc, &mut s.dev);
+    let KernelGrads { proj_k, proj_v, gate_k, gate_v, gamma: mut dgamma } = grads;
+    // The entry RMSNorm's backward per branch (both branches add to its weight's gradient);
+    // with shared K/V one branch whose upstream is the key rows plus the value rows.
+    let shared = sh.shared_kv.then_some(dvc);
+    let nk = norm_back(&cache.ek, &cache.rk, gamma, dgamma.as_deref_mut());
+    entry_grads(sh, win, b, t, dkc, shared, nk, &mut s.drow, &mut s.dek);
+    if !sh.shared_kv {
+        let nv = norm_back(&cache.ev, &cache.rv, gamma, dgamma);
+        entry_grads(sh, win, b, t, dvc, None, nv, &mut s.drow, &mut s.dev);
+    }
     // dA of the key gate (keys, and values when the value branch reads the key gate) and of
     // the value gate's own parameters, then dS in place.
     let av: &[f32] = if sh.gate_v { &cache.av } else { &cache.ak };
@@ -119,7 +174,7 @@ pub(in crate::model::fast) fn compress_backward(
         size(&mut s.dak, w * r * c);
         s.dak.fill(0.0);
         gate_grad(sh, r, &s.dek, &cache.y, nc, 0, &mut s.dak);
-        if !sh.gate_v {
+        if !sh.gate_v && !sh.shared_kv {
             gate_grad(sh, r, &s.dev, &cache.y, nc, cv, &mut s.dak);
         }
         softmax_offsets_back(&cache.ak, &mut s.dak, w, r, c);
@@ -134,9 +189,11 @@ pub(in crate::model::fast) fn compress_backward(
     size(&mut s.dx, r * d);
     size(&mut s.dwp, groups * d * nc);
     s.dwp.fill(0.0);
-    let KernelGrads { proj_k, proj_v, gate_k, gate_v } = grads;
     let (mut gbk, mut gbv) = (None, None);
-    let mut unpack = vec![(proj_k, 0, hd), (proj_v, cv, hd)];
+    let mut unpack = vec![(proj_k, 0, hd)];
+    if let Some(pv) = proj_v {
+        unpack.push((pv, cv, hd));
+    }
     if let Some((z, bias)) = gate_k {
         unpack.push((z, sk, c));
         gbk = Some(bias);
@@ -149,7 +206,9 @@ pub(in crate::model::fast) fn compress_backward(
         let g = sh.spec.group_of(i);
         let xi = &cache.xw[i * r * d..(i + 1) * r * d];
         scale_by_gate(sh, &cache.ak[i * r * c..(i + 1) * r * c], &s.dek, &mut s.dy, nc, 0);
-        scale_by_gate(sh, &av[i * r * c..(i + 1) * r * c], &s.dev, &mut s.dy, nc, cv);
+        if !sh.shared_kv {
+            scale_by_gate(sh, &av[i * r * c..(i + 1) * r * c], &s.dev, &mut s.dy, nc, cv);
+        }
         for (ds, col, bias) in [(&s.dak, sk, gbk.as_deref_mut()), (&s.dav, sv, gbv.as_deref_mut())] {
             let Some(bias) = bias else { continue };
             let dsi = &ds[i * r * c..(i + 1) * r * c];

@@ -18,7 +18,7 @@
 //! `dZ_{g(i)} += X_i^T dS_i`, `db_i += colsum(dS_i)`, `dX_i = dP_i C^T + dS_i Z^T`, scattered
 //! back onto the slot's token row. Offsets, rows and heads go in one fixed order.
 
-use super::ops::Rope;
+use super::ops::{rms_norm, Rope};
 use super::size;
 use crate::kernel::spec::{GateKind, KernelSpec};
 use crate::numeric::{gemm, View};
@@ -44,12 +44,17 @@ pub(super) struct CompressorShape {
     pub gate_k: bool,
     /// The value gate has parameters of its own (untied, not uniform).
     pub gate_v: bool,
+    /// Keys and values are one vector (DeepSeek-V4): no value projection, and the value entry
+    /// is the key entry.
+    pub shared_kv: bool,
+    /// Epsilon of the RMSNorm on each pooled entry (learned weight `gamma: [H, d_h]`), if any.
+    pub norm_eps: Option<f32>,
     /// Inverse RoPE frequencies of the entries (`None`: no RoPE on entries).
     pub rope_freqs: Option<Vec<f64>>,
 }
 
 impl CompressorShape {
-    /// The shape for a supported spec (no shared K/V, no entry RMSNorm: checked by the caller).
+    /// The shape of a spec's compressor.
     pub fn new(spec: &KernelSpec, d: usize, dh: usize, h: usize) -> Self {
         let gw = if spec.gate == GateKind::Vector { dh } else { 1 };
         let rope_freqs = spec.rope.as_ref().and_then(|rs| {
@@ -65,41 +70,52 @@ impl CompressorShape {
             gw,
             gate_k: spec.gate != GateKind::Uniform,
             gate_v: spec.has_value_gate(),
+            shared_kv: spec.shared_kv,
+            norm_eps: spec.rms_norm.then_some(spec.rms_norm_eps as f32),
             rope_freqs,
         }
     }
 
     /// Parameter names after `layer{l}.attn.kernel.`, in the order of [`KernelParams`] slots.
     pub fn param_names(&self) -> Vec<&'static str> {
-        let mut v = vec!["proj_k", "proj_v"];
+        let mut v = vec!["proj_k"];
+        if !self.shared_kv {
+            v.push("proj_v");
+        }
         if self.gate_k {
             v.extend(["gate_k.z", "gate_k.b"]);
         }
         if self.gate_v {
             v.extend(["gate_v.z", "gate_v.b"]);
         }
+        if self.norm_eps.is_some() {
+            v.push("gamma");
+        }
         v
     }
 
     /// One layer's parameters, whose first ([`Self::param_names`] order) is `w[k0]`.
     pub fn params<'a>(&self, w: &'a [Vec<f32>], k0: usize) -> KernelParams<'a> {
-        let gv = k0 + 2 + 2 * usize::from(self.gate_k);
-        KernelParams {
-            proj_k: &w[k0],
-            proj_v: &w[k0 + 1],
-            gate_k: self.gate_k.then(|| (&w[k0 + 2][..], &w[k0 + 3][..])),
-            gate_v: self.gate_v.then(|| (&w[gv][..], &w[gv + 1][..])),
-        }
+        let mut it = w[k0..].iter().map(|v| &v[..]);
+        let mut next = || it.next().expect("one tensor per kernel parameter");
+        let proj_k = next();
+        let proj_v = (!self.shared_kv).then(&mut next);
+        let gate_k = self.gate_k.then(|| (next(), next()));
+        let gate_v = self.gate_v.then(|| (next(), next()));
+        let gamma = self.norm_eps.map(|_| next());
+        KernelParams { proj_k, proj_v, gate_k, gate_v, gamma }
     }
 
     /// One layer's gradients, `g` in [`Self::param_names`] order.
     pub fn grads<'a>(&self, g: &'a mut [Vec<f32>]) -> KernelGrads<'a> {
         let mut it = g.iter_mut().map(|v| &mut v[..]);
         let mut next = || it.next().expect("one gradient per kernel parameter");
-        let (proj_k, proj_v) = (next(), next());
+        let proj_k = next();
+        let proj_v = (!self.shared_kv).then(&mut next);
         let gate_k = self.gate_k.then(|| (next(), next()));
         let gate_v = self.gate_v.then(|| (next(), next()));
-        KernelGrads { proj_k, proj_v, gate_k, gate_v }
+        let gamma = self.norm_eps.map(|_| next());
+        KernelGrads { proj_k, proj_v, gate_k, gate_v, gamma }
     }
 
     /// The windows of a `t`-token sequence: slot tokens `[n, W]`, valid slots per window and
@@ -126,20 +142,24 @@ pub(super) struct Windows {
 }
 
 /// One layer's compressor parameters (row-major, the candle tensors' layout):
-/// `C: [G, d, H*d_h]`, `Z: [G, d, H*gw]`, `b: [W, H*gw]`.
+/// `C: [G, d, H*d_h]`, `Z: [G, d, H*gw]`, `b: [W, H*gw]`, `gamma: [H, d_h]`.
 pub(super) struct KernelParams<'a> {
     pub proj_k: &'a [f32],
-    pub proj_v: &'a [f32],
+    /// `None` with shared K/V.
+    pub proj_v: Option<&'a [f32]>,
     pub gate_k: Option<(&'a [f32], &'a [f32])>,
     pub gate_v: Option<(&'a [f32], &'a [f32])>,
+    /// The entry RMSNorm's weight, if the spec has one.
+    pub gamma: Option<&'a [f32]>,
 }
 
 /// Gradients of [`KernelParams`], same layout (accumulated into; zero on entry).
 pub(super) struct KernelGrads<'a> {
     pub proj_k: &'a mut [f32],
-    pub proj_v: &'a mut [f32],
+    pub proj_v: Option<&'a mut [f32]>,
     pub gate_k: Option<(&'a mut [f32], &'a mut [f32])>,
     pub gate_v: Option<(&'a mut [f32], &'a mut [f32])>,
+    pub gamma: Option<&'a mut [f32]>,
 }
 
 /// What the compressor forward keeps for its backward pass.
@@ -155,6 +175,12 @@ pub(super) struct CompressCache {
     /// Gate weights `[W, R, H*gw]` of the key gate and (own parameters only) the value gate.
     ak: Vec<f32>,
     av: Vec<f32>,
+    /// Pooled entries before the RMSNorm, `[B, H, n, d_h]` per branch (keys, values; the keys'
+    /// only with shared K/V), and the norm's `1 / rms` per entry row `[B, H, n]`.
+    ek: Vec<f32>,
+    ev: Vec<f32>,
+    rk: Vec<f32>,
+    rv: Vec<f32>,
 }
 
 /// Scratch buffers of the backward pass.
@@ -169,6 +195,8 @@ pub(super) struct CompressScratch {
     dak: Vec<f32>,
     dav: Vec<f32>,
     dx: Vec<f32>,
+    /// Gradient of one entry row after the RMSNorm.
+    drow: Vec<f32>,
 }
 
 /// Softmax over the offset axis of `s: [W, R, C]` in place, per window row and channel, over
@@ -208,10 +236,10 @@ fn softmax_offsets(s: &mut [f32], win: &Windows, w: usize, r: usize, c: usize) {
 
 impl CompressorShape {
     /// Columns `N` of the side-by-side matrices, and the first column of each part:
-    /// `(N, P^V, S^K, S^V)` (`P^K` starts at 0).
+    /// `(N, P^V, S^K, S^V)` (`P^K` starts at 0; with shared K/V there is no `P^V`).
     fn columns(&self) -> (usize, usize, usize, usize) {
         let (hd, c) = (self.h * self.dh, self.h * self.gw);
-        let sk = 2 * hd;
+        let sk = if self.shared_kv { hd } else { 2 * hd };
         let sv = sk + if self.gate_k { c } else { 0 };
         (sv + if self.gate_v { c } else { 0 }, hd, sk, sv)
     }
@@ -258,8 +286,8 @@ fn gate_forward(
 }
 
 /// `E = sum_i A_i (.) P_i` (`P_i` in columns `col..` of `y`) into the entry rows of
-/// `kc: [B, H, n + T, d_h]` (rows `0..n` of each sequence and head), rotated at the entry
-/// positions.
+/// `kc: [B, H, n + T, d_h]` (rows `0..n` of each sequence and head), RMS-normed with `gamma`
+/// (the pre-norm entries into `pre`, `1 / rms` into `inv`) and rotated at the entry positions.
 #[allow(clippy::too_many_arguments)]
 fn pool(
     sh: &CompressorShape,
@@ -270,10 +298,17 @@ fn pool(
     nc: usize,
     col: usize,
     a: &[f32],
+    gamma: Option<&[f32]>,
+    pre: &mut Vec<f32>,
+    inv: &mut Vec<f32>,
     kc: &mut [f32],
 ) {
     let (w, n, h, dh, gw) = (sh.w, win.n, sh.h, sh.dh, sh.gw);
     let (r, c, rows) = (b * n, h * gw, n + t);
+    if gamma.is_some() {
+        size(pre, r * h * dh);
+        size(inv, r * h);
+    }
     for row in 0..r {
         let (bb, j) = (row / n, row % n);
         for hh in 0..h {
@@ -292,6 +327,11 @@ fn pool(
                         *ev += av * pv;
                     }
                 }
+            }
+            if let (Some(gamma), Some(eps)) = (gamma, sh.norm_eps) {
+                let k = (bb * h + hh) * n + j;
+                pre[k * dh..(k + 1) * dh].copy_from_slice(e);
+                rms_norm(&pre[k * dh..(k + 1) * dh], &gamma[hh * dh..(hh + 1) * dh], eps, e, &mut inv[k..k + 1]);
             }
             if let Some(rope) = &win.rope {
                 rope.apply(e, win.positions[j], false);
@@ -336,7 +376,7 @@ pub(super) fn compress_forward(
     }
     let parts = [
         Some((prm.proj_k, 0, hd)),
-        Some((prm.proj_v, cv, hd)),
+        prm.proj_v.map(|p| (p, cv, hd)),
         prm.gate_k.map(|(z, _)| (z, sk, c)),
         prm.gate_v.map(|(z, _)| (z, sv, c)),
     ];
@@ -352,11 +392,19 @@ pub(super) fn compress_forward(
         gemm(r, nc, d, yi, nc, false, xi, View::rows(&cache.wp[g * d * nc..(g + 1) * d * nc], nc));
     }
     gate_forward(sh, win, r, &cache.y, nc, sk, prm.gate_k.map(|(_, bias)| bias), &mut cache.ak);
-    pool(sh, win, b, t, &cache.y, nc, 0, &cache.ak, kc);
-    if sh.gate_v {
+    let g = prm.gamma;
+    pool(sh, win, b, t, &cache.y, nc, 0, &cache.ak, g, &mut cache.ek, &mut cache.rk, kc);
+    if sh.shared_kv {
+        // The value entry is the key entry (normed and rotated once).
+        let (rows, dh) = (n + t, sh.dh);
+        for bh in 0..b * sh.h {
+            let at = bh * rows * dh..(bh * rows + n) * dh;
+            vc[at.clone()].copy_from_slice(&kc[at]);
+        }
+    } else if sh.gate_v {
         gate_forward(sh, win, r, &cache.y, nc, sv, prm.gate_v.map(|(_, bias)| bias), &mut cache.av);
-        pool(sh, win, b, t, &cache.y, nc, cv, &cache.av, vc);
+        pool(sh, win, b, t, &cache.y, nc, cv, &cache.av, g, &mut cache.ev, &mut cache.rv, vc);
     } else {
-        pool(sh, win, b, t, &cache.y, nc, cv, &cache.ak, vc);
+        pool(sh, win, b, t, &cache.y, nc, cv, &cache.ak, g, &mut cache.ev, &mut cache.rv, vc);
     }
 }
