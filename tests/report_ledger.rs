@@ -595,8 +595,10 @@ fn a_changed_ledger_does_not_render_to_the_committed_readme() {
     let b = phasekv::analysis::stats::BootInterval::from_sorted(1.0, &[3.0, 4.0, 5.0, 6.0, 7.0]);
     assert_eq!(b.bias(), 4.0);
     let (pp, lo, hi) = b.corrected();
-    assert!((pp + 3.0).abs() < 1e-12 && (lo + 0.9).abs() < 1e-12 && (hi - 2.9).abs() < 1e-12, "{pp} {lo} {hi}");
-    // The percentile interval [3.1, 6.9] misses the estimate 1.0; the corrected one contains -3.0.
+    assert!((pp + 3.0).abs() < 1e-12 && (lo + 4.9).abs() < 1e-12 && (hi + 1.1).abs() < 1e-12, "{pp} {lo} {hi}");
+    // The percentile interval [3.1, 6.9] misses the estimate 1.0, and so does it shifted by the
+    // bias ([-0.9, 2.9] against -3.0); the basic interval contains the corrected estimate.
+    assert!(!(b.lo - b.bias() <= pp && pp <= b.hi - b.bias()));
     assert!(!(b.lo <= b.estimate && b.estimate <= b.hi) && lo <= pp && pp <= hi);
 }
 

@@ -359,9 +359,11 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
 /// A statistic with its bootstrap replicates summarised: the 95 % percentile interval and the
 /// replicates' mean. A max-minus-min statistic is biased upward under resampling (the percentile
 /// interval of a gap near 0 can lie wholly above it), so [`BootInterval::corrected`] gives the
-/// bias-corrected estimate `2 m - mean(m*)` with the percentile interval shifted by the same
-/// bias, `[q_2.5 - bias, q_97.5 - bias]` (`theory/phase-lab.md` §8.7): it contains its estimate
-/// whenever the replicates' mean lies inside their own 95 % range.
+/// bias-corrected estimate `2 m - mean(m*)` with the basic (reverse-percentile) bootstrap
+/// interval `[2 m - q_97.5, 2 m - q_2.5]`: it contains its estimate whenever the replicates'
+/// mean lies inside their own 95 % range. (The percentile interval shifted by the bias, as
+/// `theory/phase-lab.md` §8.7 words it, contains the estimate only when `m` itself lies in the
+/// percentile interval, which is exactly what fails for these gaps; see §7.9.)
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BootInterval {
     /// The statistic on the data.
@@ -386,10 +388,10 @@ impl BootInterval {
         self.boot_mean - self.estimate
     }
 
-    /// The bias-corrected estimate and its interval `(estimate, lo, hi)`.
+    /// The bias-corrected estimate and its basic bootstrap interval `(estimate, lo, hi)`.
     pub fn corrected(&self) -> (f64, f64, f64) {
-        let b = self.bias();
-        (self.estimate - b, self.lo - b, self.hi - b)
+        let m = self.estimate;
+        (m - self.bias(), 2.0 * m - self.hi, 2.0 * m - self.lo)
     }
 }
 

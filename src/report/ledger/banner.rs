@@ -7,9 +7,14 @@ use super::claims::{Claim, Verdict};
 use super::collect::{arms, Collected};
 use serde::{Deserialize, Serialize};
 
-/// Held-out exact match below which a seed is named as not trained: the v2 training-success
-/// threshold (`theory/phase-lab.md` §8.2). v1 has no such rule (§7.3), so the banner only names
-/// the seed; it stays in every v1 test and verdict as run.
+/// Held-out exact match below which a seed did not learn the task: it is named first in the
+/// banner, drawn apart in the figures and pooled into no line. v1 has no rule for it (§7.3), so
+/// it stays in every v1 test and verdict as run. The committed run's seeds are at 86.9 % or
+/// more except `full-seed2` (35.6 %).
+pub const FAILED_ACCURACY: f64 = 0.5;
+
+/// The v2 training-success threshold (`theory/phase-lab.md` §8.2): seeds below it are listed in
+/// the banner (reported only; v1 has no such rule).
 pub const SUCCESS_ACCURACY: f64 = 0.90;
 
 /// `ledger.json`: the banner and the claims.
@@ -47,7 +52,7 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
     for a in arms(c) {
         for r in &a.runs {
             let Some(m) = &r.metrics else { continue };
-            if m.final_eval.accuracy >= SUCCESS_ACCURACY {
+            if m.final_eval.accuracy >= FAILED_ACCURACY {
                 continue;
             }
             let others: Vec<String> = a
@@ -72,6 +77,24 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
                 claims: claims_of(claims, &a.name),
             });
         }
+    }
+    let below: Vec<String> = c
+        .runs
+        .iter()
+        .filter_map(|r| r.metrics.as_ref().map(|m| (r, m.final_eval.accuracy)))
+        .filter(|(_, a)| (FAILED_ACCURACY..SUCCESS_ACCURACY).contains(a))
+        .map(|(r, a)| format!("`{}` {:.1} %", r.label, 100.0 * a))
+        .collect();
+    if !below.is_empty() {
+        out.push(BannerEntry {
+            kind: "below the v2 training-success threshold".into(),
+            text: format!(
+                "{} learned the task but end below the {:.0} % held-out exact match that the v2 rules require (§8.2); v1 has no such rule, so they are used as run everywhere (reported only)",
+                below.join(", "),
+                100.0 * SUCCESS_ACCURACY
+            ),
+            claims: vec![],
+        });
     }
     let mut ceiling: Vec<&str> = Vec::new();
     for cl in claims {

@@ -60,11 +60,11 @@ fn two_column_panels(stem: &Path, title: &str, panels: &[Panel], cell: (u32, u32
     Ok(())
 }
 
-/// Whether a run trained: its held-out exact match reached [`super::SUCCESS_ACCURACY`] (or is
+/// Whether a run trained: its held-out exact match reached [`super::FAILED_ACCURACY`] (or is
 /// unknown). A run that did not is drawn in a panel of its own and left out of every pooled line
 /// and reference.
 fn trained(r: &RunData) -> bool {
-    r.metrics.as_ref().is_none_or(|m| m.final_eval.accuracy >= super::SUCCESS_ACCURACY)
+    r.metrics.as_ref().is_none_or(|m| m.final_eval.accuracy >= super::FAILED_ACCURACY)
 }
 
 /// One panel per arm under protocol `p` (each seed thin, the seeds pooled bold with Wilson
@@ -180,7 +180,7 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
         write_csv_atomic(&out.join(format!("figures/{name}.csv")), &csv)?;
         caps.push((
             format!("figures/{name}.png"),
-            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride. A seed that did not train (held-out below {:.0} %) has a panel of its own and is pooled into no line.", p.name(), 100.0 * super::SUCCESS_ACCURACY),
+            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride. A seed that did not train (held-out below {:.0} %) has a panel of its own and is pooled into no line.", p.name(), 100.0 * super::FAILED_ACCURACY),
         ));
         if !fpanels.is_empty() {
             let name = format!("folded-{}", p.name());

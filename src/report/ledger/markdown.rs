@@ -142,7 +142,7 @@ fn section(md: &mut String, c: &Claim) {
     if !c.measures.is_empty() {
         let _ = writeln!(
             md,
-            "\nMagnitudes, seeds pooled (estimate bias-corrected with its bias-shifted 95 % bootstrap interval; the raw statistic and its percentile interval, which the v1 verdict reads, beside it):\n\n| arm | protocol | what | phases | estimate [95 % interval] | raw | bias | percentile interval | noise floor | perm. p | paper | decides |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "\nMagnitudes, seeds pooled (estimate bias-corrected with its basic 95 % bootstrap interval; the raw statistic and its percentile interval, which the v1 verdict reads, beside it):\n\n| arm | protocol | what | phases | estimate [95 % interval] | raw | bias | percentile interval | noise floor | perm. p | paper | decides |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for m in &c.measures {
             let v = &m.value;

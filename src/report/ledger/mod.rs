@@ -23,7 +23,7 @@ mod figures;
 mod markdown;
 mod runs_doc;
 
-pub use banner::{banner, BannerEntry, Ledger, SUCCESS_ACCURACY};
+pub use banner::{banner, BannerEntry, Ledger, FAILED_ACCURACY, SUCCESS_ACCURACY};
 pub use claims::{
     claims, ArmVerdict, Claim, Interval, LedgerClaim, Measure, SeedLine, SeedTest, TestRecord, Verdict, ALPHA, LEDGER,
 };

@@ -156,17 +156,17 @@ pub struct Measure {
     pub decides: bool,
 }
 
-/// A bootstrap estimate, shown bias-corrected with the bias-shifted interval
+/// A bootstrap estimate, shown bias-corrected with the basic bootstrap interval
 /// ([`stats::BootInterval::corrected`]); the raw statistic and the percentile interval the v1
 /// verdicts were judged on are kept beside it (flagged: interval method changed after the run,
 /// issue 31, `theory/phase-lab.md` §7.9).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
-    /// The bias-corrected estimate `2 m - mean(m*)`, pp.
+    /// The bias-corrected estimate `2 m - mean(m*)`, pp (`raw_pp - bias_pp`).
     pub pp: f64,
-    /// Its interval's lower end, pp.
+    /// Its interval's lower end `2 m - q_97.5`, pp.
     pub lo_pp: f64,
-    /// Its interval's upper end, pp.
+    /// Its interval's upper end `2 m - q_2.5`, pp.
     pub hi_pp: f64,
     /// The statistic on the data `m`, pp.
     pub raw_pp: f64,
@@ -215,7 +215,7 @@ pub struct SeedLine {
 }
 
 /// The flag every claim with a bootstrap magnitude carries (issue 31).
-pub const INTERVAL_FLAG: &str = "flagged: interval method changed after the run (issue 31): magnitudes are shown bias-corrected (2 m - mean of the bootstrap replicates) with the percentile interval shifted by the same bias, because a percentile interval of a max-minus-min statistic is biased upward and need not contain its estimate; the raw value and percentile interval are kept beside each, and the v1 verdict is still judged on them (theory/phase-lab.md §7.9)";
+pub const INTERVAL_FLAG: &str = "flagged: interval method changed after the run (issue 31): magnitudes are shown bias-corrected (2 m - mean of the bootstrap replicates) with the basic bootstrap interval [2 m - q97.5, 2 m - q2.5], because a percentile interval of a max-minus-min statistic is biased upward and need not contain its estimate; the raw value and its percentile interval are kept beside each, and the v1 verdict is still judged on them (theory/phase-lab.md §7.9)";
 
 /// One claim of the ledger.
 pub trait LedgerClaim: Sync {
