@@ -213,8 +213,11 @@ fn audit_analyze_refuses_fabricated_or_contradictory_results() {
     // A group that contradicts the line's own target_pos; correct contradicting prob.
     let f = write("pos.jsonl", "{\"group\": 3, \"target_pos\": 28, \"correct\": true}\n");
     refused(&["audit", "analyze", s(&f)], &["line 1", "contradicts target_pos 28"]);
-    let f = write("prob.jsonl", "{\"group\": 3, \"correct\": true, \"prob\": 0.01}\n");
-    refused(&["audit", "analyze", s(&f)], &["line 1", "contradicts prob 0.01"]);
+    // (`correct` is the greedy decoding, `prob` teacher-forced: only a miss above 0.5 contradicts.)
+    let f = write("prob.jsonl", "{\"group\": 3, \"correct\": false, \"prob\": 0.99}\n");
+    refused(&["audit", "analyze", s(&f)], &["line 1", "contradicts prob 0.99"]);
+    let f = write("position.jsonl", "{\"group\": 3, \"position\": 28, \"correct\": true}\n");
+    refused(&["audit", "analyze", s(&f)], &["line 1", "contradicts position 28"]);
     // Every flag honoured or rejected.
     let f = write("honest.jsonl", &honest);
     for stride in ["5", "0", "48"] {

@@ -12,8 +12,15 @@
 //! **Results**, one JSON object per line (blank lines skipped, other fields ignored): `group`
 //! (an integer in `0..M`, required), and `correct` (boolean) or `prob` (the answer's
 //! probability, in `[0, 1]`; counted correct when `>= 0.5` if `correct` is absent); `id`
-//! (non-negative integer) is optional and defaults to the line's index. Every problem is
-//! reported with its line number.
+//! (non-negative integer) is optional and defaults to the line's index; `position` (the
+//! target's source-key position, `group = position mod M`) and `depth` (query position minus
+//! it), both optional, give the depth-controlled phase test its records without an export.
+//! Every problem is reported with its line number. The suite's own outcome files
+//! (`eval-<protocol>-outcomes.jsonl`) are results in this format: there `correct` is the greedy
+//! (argmax) decoding of the answer and `prob` its teacher-forced probability, so `correct: true`
+//! with `prob < 0.5` is legitimate (each answer token can be the argmax while their product is
+//! below 0.5); the reverse, `correct: false` with `prob > 0.5`, cannot happen (a token whose
+//! teacher-forced probability exceeds 0.5 is the argmax) and is refused.
 
 use super::phase::Outcome;
 use super::protocol::{Prompt, Protocol};
@@ -225,6 +232,21 @@ pub fn phase_records(
         .collect()
 }
 
+/// The phase-test records of results that carry their own `position` and `depth` (the suite's
+/// outcome files), or `None` when some line lacks either.
+pub fn own_records(outcomes: &[Outcome]) -> Option<Vec<crate::analysis::phase_test::PhaseRecord>> {
+    outcomes
+        .iter()
+        .map(|o| {
+            Some(crate::analysis::phase_test::PhaseRecord {
+                position: o.position?,
+                depth: o.depth?,
+                correct: o.correct,
+            })
+        })
+        .collect()
+}
+
 /// Reads per-sample results (see the module docs); `m` is the residue modulus. Errors name
 /// the line (1-based) and the field.
 pub fn parse_results(text: &str, m: usize) -> Result<Vec<Outcome>> {
@@ -272,20 +294,30 @@ pub fn parse_results_checked(text: &str, m: usize, manifest: Option<&Manifest>) 
                 format!("id {id} repeats line {first}; each prompt's result must appear once"),
             ));
         }
-        if let Some(pos) = obj.get("target_pos") {
-            let pos = pos.as_u64().ok_or_else(|| {
-                Error::invalid(at("target_pos"), format!("must be a non-negative integer, got {pos}"))
-            })?;
-            if pos % m as u64 != group {
-                return Err(Error::invalid(
-                    at("group"),
-                    format!(
-                        "group {group} contradicts target_pos {pos} (mod {m} = {}); is --modulus right?",
-                        pos % m as u64
-                    ),
-                ));
+        let uint = |field: &str| -> Result<Option<u64>> {
+            match obj.get(field) {
+                None | Some(Value::Null) => Ok(None),
+                Some(x) => x
+                    .as_u64()
+                    .map(Some)
+                    .ok_or_else(|| Error::invalid(at(field), format!("must be a non-negative integer, got {x}"))),
+            }
+        };
+        for field in ["target_pos", "position"] {
+            if let Some(pos) = uint(field)? {
+                if pos % m as u64 != group {
+                    return Err(Error::invalid(
+                        at("group"),
+                        format!(
+                            "group {group} contradicts {field} {pos} (mod {m} = {}); is --modulus right?",
+                            pos % m as u64
+                        ),
+                    ));
+                }
             }
         }
+        let position = uint("position")?.map(|p| p as usize);
+        let depth = uint("depth")?.map(|d| d as usize);
         if let Some(manifest) = manifest {
             match manifest.get(&(id as u64)) {
                 None => return Err(Error::invalid(at("id"), format!("id {id} was never exported"))),
@@ -309,10 +341,12 @@ pub fn parse_results_checked(text: &str, m: usize, manifest: Option<&Manifest>) 
             }
         };
         let correct = match (obj.get("correct"), prob) {
-            (Some(Value::Bool(b)), Some(p)) if *b != (p >= 0.5) => {
+            // `correct` is the greedy decoding, `prob` the teacher-forced probability: a miss
+            // whose every token had probability above 0.5 is impossible (see the module doc).
+            (Some(Value::Bool(false)), Some(p)) if p > 0.5 => {
                 return Err(Error::invalid(
                     at("correct"),
-                    format!("{b} contradicts prob {p} (counted correct at >= 0.5); give one or make them agree"),
+                    format!("false contradicts prob {p}: an answer whose teacher-forced probability exceeds 0.5 is the greedy decoding, so it is correct; give one or make them agree"),
                 ))
             }
             (Some(Value::Bool(b)), _) => *b,
@@ -320,7 +354,7 @@ pub fn parse_results_checked(text: &str, m: usize, manifest: Option<&Manifest>) 
             (None, Some(p)) => p >= 0.5,
             (None, None) => return Err(Error::invalid(at("correct"), "missing (give `correct` or `prob`)")),
         };
-        out.push(Outcome { id, group: group as usize, correct, prob, position: None, depth: None });
+        out.push(Outcome { id, group: group as usize, correct, prob, position, depth });
     }
     if out.is_empty() {
         return Err(Error::invalid("results", "no result lines"));

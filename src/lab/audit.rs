@@ -45,8 +45,12 @@ pub fn audit_analyze(
     let outcomes = crate::analysis::audit::parse_results_checked(&text, m, manifest.as_ref())
         .map_err(|e| Error::File { path: results.to_path_buf(), reason: e.to_string() })?;
     let profile = phase::profile(&outcomes, m, stride, seed)?;
-    // The pre-registered statistics need each prompt's depth: positions from the export only.
-    let records = manifest.as_ref().and_then(|mf| crate::analysis::audit::phase_records(mf, &outcomes));
+    // The pre-registered statistics need each prompt's depth: positions from the export, else
+    // from the results themselves where every line carries them (the suite's outcome files).
+    let records = match manifest.as_ref() {
+        Some(mf) => crate::analysis::audit::phase_records(mf, &outcomes),
+        None => crate::analysis::audit::own_records(&outcomes),
+    };
     let statistics = match records {
         Some(r) => Some(phase::statistics(&r, m, stride, seed)?),
         None => None,
@@ -67,12 +71,14 @@ pub fn audit_analyze(
 }
 
 /// What `audit analyze` found: the per-group profile, and with an export that carries
-/// positions, the pre-registered statistics (the depth-controlled phase test at the stride,
+/// positions (or results whose every line carries `position` and `depth`), the pre-registered
+/// statistics (the depth-controlled phase test at the stride,
 /// the corrected period scan, gaps with their noise floors).
 #[derive(Clone, Debug)]
 pub struct AuditAnalysis {
     /// Per-group accuracy and the exploratory statistics of [`phase::profile`].
     pub profile: PhaseProfile,
-    /// [`phase::statistics`] from the export's positions (`None` without `--export`).
+    /// [`phase::statistics`] from the export's positions or the results' own (`None` without
+    /// either).
     pub statistics: Option<phase::PhaseStatistics>,
 }

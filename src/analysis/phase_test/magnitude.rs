@@ -2,6 +2,7 @@
 //! interval (E4 of `theory/phase-lab.md` §7.5).
 
 use super::*;
+use crate::analysis::stats::BootInterval;
 use crate::analysis::verdict::Magnitude;
 
 /// The mean of the seeds' depth-adjusted phase spreads ([`PhaseTest::adjusted_gap_pp`]: max
@@ -9,6 +10,18 @@ use crate::analysis::verdict::Magnitude;
 /// 95 % percentile interval from `rounds` stratified bootstrap resamples: each seed's records
 /// are resampled with replacement within each phase and the model is refitted. Seeded by `seed`.
 pub fn adjusted_gap_interval(seeds: &[Vec<PhaseRecord>], stride: usize, rounds: usize, seed: u64) -> Result<Magnitude> {
+    let b = adjusted_gap_bootstrap(seeds, stride, rounds, seed)?;
+    Ok(Magnitude { pp: b.estimate, lo_pp: b.lo, hi_pp: b.hi })
+}
+
+/// [`adjusted_gap_interval`] with the replicates' mean kept, for the bias-corrected estimate and
+/// interval ([`BootInterval::corrected`], `theory/phase-lab.md` §8.7). The same replicates.
+pub fn adjusted_gap_bootstrap(
+    seeds: &[Vec<PhaseRecord>],
+    stride: usize,
+    rounds: usize,
+    seed: u64,
+) -> Result<BootInterval> {
     if seeds.is_empty() {
         return Err(Error::invalid("seeds", "no seeds to pool"));
     }
@@ -50,11 +63,7 @@ pub fn adjusted_gap_interval(seeds: &[Vec<PhaseRecord>], stride: usize, rounds: 
         boot.push(gap(&set)?);
     }
     boot.sort_by(f64::total_cmp);
-    Ok(Magnitude {
-        pp,
-        lo_pp: super::super::stats::quantile_sorted(&boot, 0.025),
-        hi_pp: super::super::stats::quantile_sorted(&boot, 0.975),
-    })
+    Ok(BootInterval::from_sorted(pp, &boot))
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ mod magnitude;
 
 pub use knockout::*;
 use logistic::*;
-pub use magnitude::adjusted_gap_interval;
+pub use magnitude::{adjusted_gap_bootstrap, adjusted_gap_interval};
 
 /// Significance level of every pre-registered test.
 pub const ALPHA: f64 = 0.01;

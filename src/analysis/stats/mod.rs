@@ -356,6 +356,45 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
 }
 
+/// A statistic with its bootstrap replicates summarised: the 95 % percentile interval and the
+/// replicates' mean. A max-minus-min statistic is biased upward under resampling (the percentile
+/// interval of a gap near 0 can lie wholly above it), so [`BootInterval::corrected`] gives the
+/// bias-corrected estimate `2 m - mean(m*)` with the basic (reverse-percentile) bootstrap
+/// interval `[2 m - q_97.5, 2 m - q_2.5]`: it contains its estimate whenever the replicates'
+/// mean lies inside their own 95 % range. (The percentile interval shifted by the bias, as
+/// `theory/phase-lab.md` §8.7 words it, contains the estimate only when `m` itself lies in the
+/// percentile interval, which is exactly what fails for these gaps; see §7.9.)
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BootInterval {
+    /// The statistic on the data.
+    pub estimate: f64,
+    /// The replicates' 2.5 % quantile.
+    pub lo: f64,
+    /// The replicates' 97.5 % quantile.
+    pub hi: f64,
+    /// The replicates' mean.
+    pub boot_mean: f64,
+}
+
+impl BootInterval {
+    /// From the statistic on the data and its replicates, sorted ascending.
+    pub fn from_sorted(estimate: f64, sorted: &[f64]) -> Self {
+        let boot_mean = if sorted.is_empty() { f64::NAN } else { sorted.iter().sum::<f64>() / sorted.len() as f64 };
+        BootInterval { estimate, lo: quantile_sorted(sorted, 0.025), hi: quantile_sorted(sorted, 0.975), boot_mean }
+    }
+
+    /// The bootstrap bias `mean(m*) - m`.
+    pub fn bias(&self) -> f64 {
+        self.boot_mean - self.estimate
+    }
+
+    /// The bias-corrected estimate and its basic bootstrap interval `(estimate, lo, hi)`.
+    pub fn corrected(&self) -> (f64, f64, f64) {
+        let m = self.estimate;
+        (m - self.bias(), 2.0 * m - self.hi, 2.0 * m - self.lo)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

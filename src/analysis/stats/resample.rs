@@ -142,12 +142,27 @@ pub struct GapSummary {
     pub noise_floor_pp: f64,
     /// Permutation p-value of the gap.
     pub p: PValue,
+    /// The bootstrap replicates' mean, for the bias-corrected interval ([`GapSummary::boot`]);
+    /// `None` in results written before issue 31.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_mean_pp: Option<f64>,
 }
 
 impl GapSummary {
     /// Whether the gap exceeds its noise floor.
     pub fn above_floor(&self) -> bool {
         self.gap_pp > self.noise_floor_pp
+    }
+
+    /// The gap with its bootstrap replicates summarised (for the bias-corrected interval), when
+    /// computed in this process.
+    pub fn boot(&self) -> Option<super::BootInterval> {
+        self.boot_mean_pp.map(|m| super::BootInterval {
+            estimate: self.gap_pp,
+            lo: self.ci_lo_pp,
+            hi: self.ci_hi_pp,
+            boot_mean: m,
+        })
     }
 }
 
@@ -191,13 +206,15 @@ pub fn gap_summary(
         boot.push(gap_of(&nf, &fold_counts(&draw, s)));
     }
     boot.sort_by(f64::total_cmp);
+    let b = super::BootInterval::from_sorted(observed, &boot);
     Ok(GapSummary {
         groups: s,
         gap_pp: observed,
-        ci_lo_pp: quantile_sorted(&boot, 0.025),
-        ci_hi_pp: quantile_sorted(&boot, 0.975),
+        ci_lo_pp: b.lo,
+        ci_hi_pp: b.hi,
         noise_floor_pp: quantile_sorted(&null, 0.95),
         p: PValue::resampled(exceed, cfg.permutation_rounds),
+        boot_mean_pp: Some(b.boot_mean),
     })
 }
 

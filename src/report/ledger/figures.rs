@@ -60,13 +60,21 @@ fn two_column_panels(stem: &Path, title: &str, panels: &[Panel], cell: (u32, u32
     Ok(())
 }
 
+/// Whether a run trained: its held-out exact match reached [`super::FAILED_ACCURACY`] (or is
+/// unknown). A run that did not is drawn in a panel of its own and left out of every pooled line
+/// and reference.
+fn trained(r: &RunData) -> bool {
+    r.metrics.as_ref().is_none_or(|m| m.final_eval.accuracy >= super::FAILED_ACCURACY)
+}
+
 /// One panel per arm under protocol `p` (each seed thin, the seeds pooled bold with Wilson
 /// intervals), and per compressed arm one folded by its stride with full attention's pooled
 /// accuracy folded the same way as a dashed reference.
 fn arm_panels(c: &Collected, p: Protocol, panels: &mut Vec<Panel>, fpanels: &mut Vec<Panel>) {
     let arms = super::collect::arms(c);
+    // A seed that did not train is drawn apart, never pooled into a line (issue 31).
     let groups_of = |a: &super::collect::Arm| -> Vec<Vec<GroupAccuracy>> {
-        a.runs.iter().filter_map(|r| r.evals.get(&p)).map(|e| e.profile.groups.clone()).collect()
+        a.runs.iter().filter(|r| trained(r)).filter_map(|r| r.evals.get(&p)).map(|e| e.profile.groups.clone()).collect()
     };
     let full: Option<Vec<GroupAccuracy>> = arms
         .iter()
@@ -75,11 +83,23 @@ fn arm_panels(c: &Collected, p: Protocol, panels: &mut Vec<Panel>, fpanels: &mut
         .filter(|g| !g.is_empty())
         .map(|g| figures::pool_groups(&g.iter().map(Vec::as_slice).collect::<Vec<_>>()));
     for (i, a) in arms.iter().enumerate() {
+        let stride = a.runs.iter().filter_map(|r| r.evals.get(&p)).find_map(|e| e.stride);
+        for r in a.runs.iter().filter(|r| !trained(r)) {
+            if let Some(e) = r.evals.get(&p) {
+                panels.push(figures::seeds_panel(
+                    format!("{}: did not train (not pooled)", r.label),
+                    format!("residue group (source-key position mod {})", e.profile.groups.len()),
+                    &[e.profile.groups.as_slice()],
+                    None,
+                    stride,
+                    i,
+                ));
+            }
+        }
         let seeds = groups_of(a);
         if seeds.is_empty() {
             continue;
         }
-        let stride = a.runs.iter().filter_map(|r| r.evals.get(&p)).find_map(|e| e.stride);
         let m = seeds[0].len();
         let slices: Vec<&[GroupAccuracy]> = seeds.iter().map(Vec::as_slice).collect();
         let n = seeds.len();
@@ -100,7 +120,7 @@ fn arm_panels(c: &Collected, p: Protocol, panels: &mut Vec<Panel>, fpanels: &mut
             format!("{} (S = {s})", a.name),
             format!("phase (source-key position mod {s})"),
             &fslices,
-            reference.as_deref().map(|r| ("full attention, folded alike", r)),
+            reference.as_deref().map(|r| ("full attention (trained seeds), folded alike", r)),
             None,
             i,
         ));
@@ -160,7 +180,7 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
         write_csv_atomic(&out.join(format!("figures/{name}.csv")), &csv)?;
         caps.push((
             format!("figures/{name}.png"),
-            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride.", p.name()),
+            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride. A seed that did not train (held-out below {:.0} %) has a panel of its own and is pooled into no line.", p.name(), 100.0 * super::FAILED_ACCURACY),
         ));
         if !fpanels.is_empty() {
             let name = format!("folded-{}", p.name());
@@ -173,7 +193,7 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
             write_csv_atomic(&out.join(format!("figures/{name}.csv")), &folded)?;
             caps.push((
                 format!("figures/{name}.png"),
-                format!("Accuracy folded by each kernel's phase under {} padding (seeds thin, pooled bold with Wilson 95 % intervals; dashed: full attention folded the same way).", p.name()),
+                format!("Accuracy folded by each kernel's phase under {} padding (seeds thin, pooled bold with Wilson 95 % intervals; dashed: full attention's trained seeds pooled and folded the same way).", p.name()),
             ));
         }
     }
@@ -202,6 +222,10 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
             caps.push((
                 format!("figures/{name}-trajectory.png"),
                 format!("{}: every gate's (static, input-dependent) concentration across checkpoints; below the diagonal = more input-dependent.", r.label),
+            ));
+            caps.push((
+                format!("figures/{name}-scatter.png"),
+                format!("{}: every gate at the last checkpoint in the (static, input-dependent) concentration plane, with the diagonal.", r.label),
             ));
             caps.push((
                 format!("figures/{name}-profile.png"),

@@ -1,8 +1,13 @@
-//! The report's `README.md`: the ledger table, the models, the theory, the figures with their
-//! captions, configuration and environment. Renders only; computes no verdict.
+//! The report's `README.md`, in layers: the banner (what a reader must know before any number),
+//! the top table (one row per claim, short cells), one section per claim with every test and
+//! magnitude, then the appendix (models, arms over seeds, theory, a figure gallery by arm,
+//! configuration and environment). The ledger part ([`render_ledger`]) renders from
+//! `ledger.json` alone ([`Ledger`]); the appendix reads the run data. Renders only; computes no
+//! verdict.
 
-use super::claims::{fmt_p, period_word, Claim};
+use super::claims::{fmt_p, period_word, Claim, Verdict};
 use super::collect::{arms, Collected};
+use super::Ledger;
 use crate::analysis::protocol::Protocol;
 use crate::{Error, Result};
 use serde::Serialize;
@@ -11,16 +16,6 @@ use std::path::Path;
 
 fn to_json<T: Serialize>(v: &T) -> Result<String> {
     serde_json::to_string_pretty(v).map(|s| s + "\n").map_err(|e| Error::invalid("report", e.to_string()))
-}
-
-fn links(v: &[String]) -> String {
-    if v.is_empty() {
-        return "-".into();
-    }
-    v.iter()
-        .map(|f| format!("[{}]({f})", Path::new(f).file_name().and_then(|n| n.to_str()).unwrap_or(f)))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// `values` in percent, one per seed (`-` where missing), and the mean (min..max) of those present.
@@ -68,13 +63,202 @@ fn arm_table(md: &mut String, c: &Collected) {
     }
 }
 
+/// The symbol of a verdict in the top table's per-arm column.
+pub fn symbol(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Reproduced => "✓",
+        Verdict::ReproducedSmaller => "◐",
+        Verdict::NotReproduced => "✗",
+        Verdict::NotTestableCeiling => "⊤",
+        Verdict::NotRun => "·",
+    }
+}
+
+/// The anchor of a claim's section.
+fn anchor(id: &str) -> String {
+    id.to_lowercase()
+}
+
+fn file_link(f: &str) -> String {
+    format!("[{}]({f})", Path::new(f).file_name().and_then(|n| n.to_str()).unwrap_or(f))
+}
+
+fn pv(p: &crate::analysis::stats::PValue) -> String {
+    p.to_string()
+}
+
+/// One claim's section: verdict, claim, criterion, flags, each arm's part, every test, every
+/// magnitude, per-seed results, figures (thumbnails) and data.
+fn section(md: &mut String, c: &Claim) {
+    let _ = writeln!(md, "<a id=\"{}\"></a>\n\n### {}: {}\n", anchor(&c.id), c.id, c.short);
+    let _ = writeln!(md, "**Verdict: {}.** Ours: {}. Paper: {}.\n", c.verdict.word(), c.ours, c.paper);
+    let _ = writeln!(md, "- **Claim** (the paper's): {}", c.claim);
+    let _ = writeln!(md, "- **Criterion** (pre-registered, `theory/phase-lab.md` §7.5): {}", c.criterion);
+    for f in &c.flags {
+        let _ = writeln!(md, "- **Flag**: {f}");
+    }
+    if !c.arms.is_empty() {
+        let _ = writeln!(md, "\n| arm | verdict | what was measured |\n|---|---|---|");
+        for a in &c.arms {
+            let _ = writeln!(
+                md,
+                "| {} | {} {} | {} |",
+                a.arm,
+                symbol(a.verdict),
+                a.verdict.word(),
+                a.text.replace('|', "/")
+            );
+        }
+    }
+    if !c.tests.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nPooled phase tests (depth-controlled, §7.2-§7.3; \"decides\": the claim's verdict reads it, otherwise reported):\n\n| arm | protocol | decides | S | level | pooled LR | df | method | pooled p | seeds: p | seeds: depth-adjusted spread (pp) | seeds significant (need) |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for t in &c.tests {
+            let ps: Vec<String> = t.seeds.iter().map(|s| format!("{}: {}", s.seed, pv(&s.p))).collect();
+            let gaps: Vec<String> = t.seeds.iter().map(|s| format!("{:.1}", s.adjusted_gap_pp)).collect();
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {:.1} | {} | {} | {}{} | {} | {} | {}/{} ({}) |",
+                t.arm,
+                t.protocol,
+                if t.decides { "yes" } else { "no" },
+                t.stride,
+                fmt_p(t.alpha),
+                t.statistic,
+                t.df,
+                t.method,
+                pv(&t.p),
+                if t.pooled_significant { " (significant)" } else { "" },
+                ps.join(" / "),
+                gaps.join(" / "),
+                t.significant_seeds,
+                t.seeds.len(),
+                t.required_seeds
+            );
+        }
+    }
+    if !c.measures.is_empty() {
+        let _ = writeln!(
+            md,
+            "\nMagnitudes, seeds pooled (estimate bias-corrected with its basic 95 % bootstrap interval; the raw statistic and its percentile interval, which the v1 verdict reads, beside it):\n\n| arm | protocol | what | phases | estimate [95 % interval] | raw | bias | percentile interval | noise floor | perm. p | paper | decides |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for m in &c.measures {
+            let v = &m.value;
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {:.1} | {:.1} | [{:.1}, {:.1}] | {} | {} | {} | {} |",
+                m.arm,
+                m.protocol,
+                m.what,
+                m.groups,
+                v.words(),
+                v.raw_pp,
+                v.bias_pp,
+                v.percentile_pp.0,
+                v.percentile_pp.1,
+                m.noise_floor_pp.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into()),
+                m.p.as_ref().map(pv).unwrap_or_else(|| "-".into()),
+                m.paper_pp.map(|x| format!("{x} pp")).unwrap_or_else(|| "-".into()),
+                if m.decides { "yes" } else { "no" }
+            );
+        }
+    }
+    if !c.seeds.is_empty() {
+        let _ = writeln!(md, "\nPer seed:\n\n| arm | seed | meets the rule | what was measured |\n|---|---|---|---|");
+        for s in &c.seeds {
+            let meets = match s.meets {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "not testable",
+            };
+            let _ = writeln!(md, "| {} | {} | {meets} | {} |", s.arm, s.seed, s.text.replace('|', "/"));
+        }
+    }
+    if !c.figures.is_empty() {
+        let thumbs: Vec<String> = c
+            .figures
+            .iter()
+            .take(THUMBNAILS)
+            .map(|f| format!("<a href=\"{f}\"><img src=\"{f}\" width=\"260\"></a>"))
+            .collect();
+        let _ = writeln!(md, "\n{}", thumbs.join(" "));
+        if c.figures.len() > THUMBNAILS {
+            let rest: Vec<String> = c.figures[THUMBNAILS..].iter().map(|f| file_link(f)).collect();
+            let _ = writeln!(md, "\nMore figures: {}", rest.join(", "));
+        }
+    }
+    if !c.data.is_empty() {
+        let _ = writeln!(md, "\nData: {}", c.data.iter().map(|f| file_link(f)).collect::<Vec<_>>().join(", "));
+    }
+    let _ = writeln!(md);
+}
+
+/// Thumbnails per claim section; further figures are linked.
+const THUMBNAILS: usize = 4;
+
+/// The ledger part of the README: banner, top table and one section per claim, from
+/// `ledger.json` alone.
+pub fn render_ledger(l: &Ledger) -> String {
+    let mut md = String::new();
+    if !l.banner.is_empty() {
+        let _ = writeln!(md, "## Read this first\n");
+        for b in &l.banner {
+            let links: Vec<String> = b.claims.iter().map(|id| format!("[{id}](#{})", anchor(id))).collect();
+            let _ = writeln!(
+                md,
+                "- **{}**: {}{}",
+                b.kind,
+                b.text,
+                if links.is_empty() { String::new() } else { format!(" ({})", links.join(", ")) }
+            );
+        }
+        let _ = writeln!(md);
+    }
+    let _ = writeln!(md, "## Claims ledger\n");
+    let _ = writeln!(
+        md,
+        "| id | claim | paper | ours [95 % interval] (arm) | verdict | per arm | figure |\n|---|---|---|---|---|---|---|"
+    );
+    for c in &l.claims {
+        let arms: Vec<String> = c.arms.iter().map(|a| format!("{} {}", a.arm, symbol(a.verdict))).collect();
+        let _ = writeln!(
+            md,
+            "| [{}](#{}) | {} | {} | {} | **{}** | {} | {} |",
+            c.id,
+            anchor(&c.id),
+            c.short,
+            c.paper,
+            c.ours.replace('|', "/"),
+            c.verdict.word(),
+            if arms.is_empty() { "-".into() } else { arms.join(", ") },
+            c.figures.first().map(|f| file_link(f)).unwrap_or_else(|| "-".into())
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nPer arm: {} reproduced, {} reproduced qualitatively (smaller), {} not reproduced, {} not testable (ceiling), {} not run. Intervals: bias-corrected bootstrap (flagged, issue 31). Each id links its section.\n",
+        symbol(Verdict::Reproduced),
+        symbol(Verdict::ReproducedSmaller),
+        symbol(Verdict::NotReproduced),
+        symbol(Verdict::NotTestableCeiling),
+        symbol(Verdict::NotRun)
+    );
+    let _ = writeln!(md, "## Claims in detail\n");
+    for c in &l.claims {
+        section(&mut md, c);
+    }
+    md
+}
+
 /// The Markdown of the report.
-pub fn render(c: &Collected, claims: &[Claim], caps: &[(String, String)]) -> Result<String> {
+pub fn render(c: &Collected, ledger: &Ledger, caps: &[(String, String)]) -> Result<String> {
     let mut md = String::new();
     let _ = writeln!(md, "# phasekv reproduction report\n");
     let _ = writeln!(
         md,
-        "Generated by `phasekv report` from run data; every number and verdict below is computed from the files linked here. Do not edit by hand: rerun `phasekv report`.\n"
+        "Generated by `phasekv report` from run data; every number and verdict below is computed from the files linked here. Do not edit by hand: rerun `phasekv report`. The ledger below renders from `ledger.json` alone; the data files are documented in [runs/README.md](runs/README.md).\n"
     );
     if let Some(p) = &c.plan {
         let arms: Vec<String> = p.arms()?.into_iter().map(|(name, _)| name).collect();
@@ -87,26 +271,15 @@ pub fn render(c: &Collected, claims: &[Claim], caps: &[(String, String)]) -> Res
             );
         }
     }
-    let _ = writeln!(md, "## Claims ledger\n");
-    let _ =
-        writeln!(md, "| id | claim | measured | criterion | verdict | figures | data |\n|---|---|---|---|---|---|---|");
-    for cl in claims {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | **{}** | {} | {} |",
-            cl.id,
-            cl.claim,
-            cl.measured.replace('|', "/"),
-            cl.criterion,
-            cl.verdict.word(),
-            links(&cl.figures),
-            links(&cl.data)
-        );
-    }
-    let _ = writeln!(md, "\n## Models\n");
+    md += &render_ledger(ledger);
+    let _ = writeln!(md, "## Appendix A: models\n");
     let _ = writeln!(
         md,
-        "| preset | steps | held-out accuracy | train min | protocol | mean acc. | max gap (pp) | period (runner-up) | chi2 p | perm. p | balance: mean / std spread |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "One row per run and protocol. Held-out exact match is the training run's final evaluation; the other columns are the protocol's evaluation: mean of the per-group accuracies, their max minus min, the uncorrected period estimate, the chi-square test of equal accuracy across groups and the permutation p of the max gap (exploratory, §7.4; the verdicts use the depth-controlled test of the claim sections). The last column is the balance of the prompt set: the spread across residue groups of the *target position* (largest minus smallest group mean, in tokens; largest minus smallest group std over the largest), the same for every model of a protocol because the prompts are.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| run | training steps | held-out exact match | training minutes | protocol | mean group accuracy | max - min group accuracy (pp) | period, uncorrected (runner-up) | chi-square p, equal groups | permutation p, max gap | target-position spread: mean (tokens) / std (%) |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in &c.runs {
         let (steps, acc, mins) = match &r.metrics {
@@ -141,15 +314,12 @@ pub fn render(c: &Collected, claims: &[Claim], caps: &[(String, String)]) -> Res
     if let Some(t) = &c.theory {
         let _ = writeln!(
             md,
-            "\n## Theory\n\nTheorem 1 phase diagram ('+' holds, 'k' vertex not KKT, 'g' KKT but beaten):\n\n```\n{}```",
+            "\n## Appendix B: theory\n\nTheorem 1 phase diagram ('+' holds, 'k' vertex not KKT, 'g' KKT but beaten):\n\n```\n{}```",
             t.diagram
         );
     }
-    let _ = writeln!(md, "\n## Figures\n");
-    for (f, cap) in caps {
-        let _ = writeln!(md, "- [{f}]({f}): {cap}");
-    }
-    let _ = writeln!(md, "\n## Configuration and environment\n");
+    gallery(&mut md, c, caps);
+    let _ = writeln!(md, "\n## Appendix D: configuration and environment\n");
     if let Some(p) = &c.plan {
         let _ = writeln!(md, "Plan (`plan.json`):\n\n```json\n{}```\n", to_json(p)?);
     }
@@ -188,4 +358,43 @@ pub fn render(c: &Collected, claims: &[Claim], caps: &[(String, String)]) -> Res
         let _ = writeln!(md, "\n- reproduce invocation: `{}`", serde_json::to_string(t).unwrap_or_default());
     }
     Ok(md)
+}
+
+/// Every figure with its caption, grouped by arm (figures of one run under its arm; the rest
+/// under "whole report").
+fn gallery(md: &mut String, c: &Collected, caps: &[(String, String)]) {
+    let _ = writeln!(md, "\n## Appendix C: figures by arm\n");
+    // A run's figures name it: `<kind>-<label>-<rest>` or `<kind>-<label>.png`.
+    let of_run = |f: &str, label: &str| {
+        let name = Path::new(f).file_name().and_then(|n| n.to_str()).unwrap_or(f);
+        name.contains(&format!("-{label}-")) || name.ends_with(&format!("-{label}.png"))
+    };
+    let mut used = vec![false; caps.len()];
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for a in arms(c) {
+        let mut idx = Vec::new();
+        for r in &a.runs {
+            for (i, (f, _)) in caps.iter().enumerate() {
+                if !used[i] && of_run(f, &r.label) {
+                    used[i] = true;
+                    idx.push(i);
+                }
+            }
+        }
+        if !idx.is_empty() {
+            groups.push((a.name.clone(), idx));
+        }
+    }
+    let rest: Vec<usize> = (0..caps.len()).filter(|&i| !used[i]).collect();
+    if !rest.is_empty() {
+        groups.insert(0, ("whole report".into(), rest));
+    }
+    for (name, idx) in groups {
+        let _ = writeln!(md, "### {name}\n");
+        for i in idx {
+            let (f, cap) = &caps[i];
+            let _ = writeln!(md, "- [{f}]({f}): {cap}");
+        }
+        let _ = writeln!(md);
+    }
 }

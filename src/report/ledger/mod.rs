@@ -3,7 +3,8 @@
 //! each unit's directory is taken from the first output that has it), computes each claim's
 //! verdict from the data with the criterion stated beside it, and writes into `out`:
 //! `README.md` (ledger, models, figures with captions, configuration and environment),
-//! `ledger.json` (the claims, machine-readable, no timings: identical for identical data) and
+//! `ledger.json` ([`Ledger`]: the banner and the claims with every number structured, no timings:
+//! identical for identical data; the ledger part of `README.md` renders from it alone) and
 //! `figures/` (SVG + PNG, each with its data as CSV or JSON beside it).
 //!
 //! | module | does |
@@ -11,15 +12,23 @@
 //! | `collect` | reads and merges the outputs ([`collect`], [`Collected`]) |
 //! | `claims` | one module per claim, registered in [`LEDGER`] ([`LedgerClaim`]) |
 //! | `figures` | the figures of the whole report and their data |
+//! | `banner` | what a reader must know before any number ([`Ledger::banner`]) |
 //! | `markdown` | `README.md` |
+//! | `runs_doc` | `runs/README.md`: every run, file and column of the data |
 
+mod banner;
 mod claims;
 mod collect;
 mod figures;
 mod markdown;
+mod runs_doc;
 
-pub use claims::{claims, Claim, LedgerClaim, Verdict, ALPHA, LEDGER};
+pub use banner::{banner, BannerEntry, Ledger, FAILED_ACCURACY, SUCCESS_ACCURACY};
+pub use claims::{
+    claims, ArmVerdict, Claim, Interval, LedgerClaim, Measure, SeedLine, SeedTest, TestRecord, Verdict, ALPHA, LEDGER,
+};
 pub use collect::{arm_of, arms, collect, Arm, Collected, RunData};
+pub use markdown::{render_ledger, symbol};
 
 use crate::run_dir::{atomic_write, write_json_atomic};
 use crate::{Error, Result};
@@ -57,7 +66,11 @@ pub fn build_report(from: &[PathBuf], out: &Path) -> Result<Vec<Claim>> {
     let mut caps = figures::build_figures(&c, out)?;
     caps.extend(claims::draw_claim_figures(&c, out)?);
     let claims = claims(&c);
-    write_json(out, "ledger.json", &claims)?;
-    write(out, "README.md", &markdown::render(&c, &claims, &caps)?)?;
-    Ok(claims)
+    let ledger = Ledger { banner: banner(&c, &claims), claims };
+    write_json(out, "ledger.json", &ledger)?;
+    write(out, "README.md", &markdown::render(&c, &ledger, &caps)?)?;
+    if !c.runs.is_empty() {
+        write(out, "runs/README.md", &runs_doc::runs_readme(&c))?;
+    }
+    Ok(ledger.claims)
 }

@@ -17,29 +17,31 @@ impl LedgerClaim for E1 {
             return not_run("E1", claim, both_data());
         }
         let mut parts = Vec::new();
-        let mut also = Vec::new();
+        let mut also = Reported::default();
         for a in comp {
             match stride_of(&a.preset).ok().flatten() {
                 Some(s) => {
                     parts.push(holds(a, PRIMARY, s).0);
-                    also.push(reported(a, Protocol::Prefix, s, ALPHA));
+                    also.test(a, Protocol::Prefix, s, ALPHA);
                 }
-                None => parts.push(Part { verdict: Verdict::NotRun, text: format!("{}: no stride", a.name) }),
+                None => parts.push(Part::new(&a.name, Verdict::NotRun, format!("{}: no stride", a.name))),
             }
         }
         for a in full {
             parts.push(absent(a, PRIMARY, &BASELINE_STRIDES));
         }
-        Claim {
-            id: "E1".into(),
-            claim: claim.into(),
-            measured: format!("{} || {}", texts(&parts), also.join(" | ")),
-            criterion: format!(
+        let mut c = Claim::from_parts(
+            "E1",
+            claim,
+            format!(
                 "in-sequence, seeds pooled: for every compressed model the depth-controlled phase test at its own S rejects at {ALPHA} pooled and in at least required_seeds(n) seeds; for full attention the effect is absent at each of S = 4, 6, 8 (each at {ALPHA}/3); a model at the ceiling is not testable"
             ),
-            verdict: combine(&parts),
-            figures: both_figs(),
-            data: both_data(),
-        }
+            parts,
+            also,
+        );
+        c.ours = count_ours(&c);
+        c.figures = both_figs();
+        c.data = both_data();
+        c
     }
 }

@@ -10,16 +10,22 @@ impl LedgerClaim for E2 {
     fn check(&self, c: &Collected) -> Claim {
         let arms = arms(c);
         let mut parts = Vec::new();
-        let mut also = Vec::new();
+        let mut also = Reported::default();
+        let mut declared = Vec::new();
         for (preset, s) in [("w8s4", 4), ("w8s6", 6), ("w8s8", 8)] {
             let Some(a) = arm_for(&arms, preset, false) else {
-                parts.push(Part { verdict: Verdict::NotRun, text: format!("{preset}: not run") });
+                parts.push(Part::new(preset, Verdict::NotRun, format!("{preset}: not run")));
                 continue;
             };
             let (mut part, test) = holds(a, PRIMARY, s);
             if test.is_some() {
                 match period(a, PRIMARY) {
                     Ok((scan, stability)) => {
+                        declared.push(format!(
+                            "{}: {}",
+                            a.name,
+                            scan.period.map(|p| p.to_string()).unwrap_or_else(|| "none".into())
+                        ));
                         if scan.period != Some(s) && part.verdict == Verdict::Reproduced {
                             part.verdict = Verdict::NotReproduced;
                         }
@@ -38,19 +44,25 @@ impl LedgerClaim for E2 {
                 }
             }
             parts.push(part);
-            also.push(reported(a, Protocol::Prefix, s, ALPHA));
+            also.test(a, Protocol::Prefix, s, ALPHA);
         }
-        Claim {
-            id: "E2".into(),
-            claim: "the period follows the stride: S in {4, 6, 8} (W = 8) give periods 4, 6, 8".into(),
-            measured: format!("{} || {}", texts(&parts), also.join(" | ")),
-            criterion: format!(
+        let mut c = Claim::from_parts(
+            "E2",
+            "the period follows the stride: S in {4, 6, 8} (W = 8) give periods 4, 6, 8",
+            format!(
                 "in-sequence, seeds pooled: for each of w8s4, w8s6, w8s8 the phase effect at its own S holds (pooled p < {ALPHA} and required_seeds(n) seeds) and the corrected period scan declares exactly S (p < {})",
                 crate::analysis::phase::PERIOD_ALPHA
             ),
-            verdict: combine(&parts),
-            figures: both_figs(),
-            data: both_data(),
-        }
+            parts,
+            also,
+        );
+        c.ours = if declared.is_empty() {
+            count_ours(&c)
+        } else {
+            format!("declared period {}; {}", declared.join(", "), count_ours(&c))
+        };
+        c.figures = both_figs();
+        c.data = both_data();
+        c
     }
 }

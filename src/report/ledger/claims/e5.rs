@@ -16,15 +16,24 @@ fn magnitude(g: &GapSummary) -> Magnitude {
 }
 
 /// The compressed part: the model with the largest folded prefix gap must show an effect that
-/// holds, its gap beside the paper's.
-fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>) -> Part {
+/// holds, its gap beside the paper's. Every compressed gap goes to `gaps` (words) and `measures`.
+fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>, measures: &mut Vec<Measure>) -> Part {
     let mut best: Option<(&Arm, usize, GapSummary)> = None;
     for &a in comp {
         let Some(s) = stride_of(&a.preset).ok().flatten() else { continue };
-        let all = gap(a, P, None).map(|g| gap_words(&g)).unwrap_or_else(|e| e);
+        let all = gap(a, P, None);
+        let all_words = all.as_ref().map(gap_words).unwrap_or_else(|e| e.clone());
+        if let Ok(g) = &all {
+            measures.extend(gap_measure(a, P, g, None, false));
+        }
         match gap(a, P, Some(s)) {
             Ok(g) => {
-                gaps.push(format!("{}: folded by {s} {}; over {} groups {all}", a.name, gap_words(&g), modulus(a)));
+                gaps.push(format!(
+                    "{}: folded by {s} {}; over {} groups {all_words}",
+                    a.name,
+                    gap_words(&g),
+                    modulus(a)
+                ));
                 if best.as_ref().is_none_or(|b| g.gap_pp > b.2.gap_pp) {
                     best = Some((a, s, g));
                 }
@@ -33,8 +42,16 @@ fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>) -> Part {
         }
     }
     let Some((a, s, g)) = best else {
-        return Part { verdict: Verdict::NotRun, text: format!("compressed: {NO_OUTCOMES}") };
+        return Part::new("compressed", Verdict::NotRun, format!("compressed: {NO_OUTCOMES}"));
     };
+    for &x in comp {
+        if let Some(sx) = stride_of(&x.preset).ok().flatten() {
+            if let Ok(gx) = gap(x, P, Some(sx)) {
+                let paper = (x.name == a.name).then_some(PAPER_COMPRESSED_GAP_PP);
+                measures.extend(gap_measure(x, P, &gx, paper, x.name == a.name));
+            }
+        }
+    }
     let (mut part, test) = holds(a, P, s);
     if let Some(t) = test {
         part.verdict = verdict::verdict(
@@ -44,15 +61,13 @@ fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>) -> Part {
             magnitude(&g),
         );
     }
+    let (also, also_test) = reported(a, PRIMARY, s, ALPHA);
+    let value = g.boot().map(|b| Interval::of(&b).full_words()).unwrap_or_else(|| format!("{:.1} pp", g.gap_pp));
     part.text = format!(
-        "largest folded prefix gap {} ({:.1} pp [{:.1}, {:.1}], paper: up to {PAPER_COMPRESSED_GAP_PP} pp): {}; {}",
-        a.name,
-        g.gap_pp,
-        g.ci_lo_pp,
-        g.ci_hi_pp,
-        part.text,
-        reported(a, PRIMARY, s, ALPHA)
+        "largest folded prefix gap {} ({value}, paper: up to {PAPER_COMPRESSED_GAP_PP} pp): {}; {}",
+        a.name, part.text, also
     );
+    part.tests.extend(also_test);
     part
 }
 
@@ -67,23 +82,32 @@ fn baseline_part(a: &Arm) -> Part {
     for s in BASELINE_STRIDES {
         let part = match (pooled(a, P, s, alpha), gap(a, P, Some(s))) {
             (Ok(t), Ok(g)) => Part {
-                verdict: verdict::verdict(
-                    verdict::Claim::NoEffect { paper_max_pp: PAPER_BASELINE_GAP_PP },
-                    false,
-                    &t.agreement,
-                    magnitude(&g),
-                ),
-                text: format!(
-                    "{}; folded gap {} (paper: at most {PAPER_BASELINE_GAP_PP} pp)",
-                    describe(&t),
-                    gap_words(&g)
-                ),
+                tests: vec![record(a, P, &t, true)],
+                measures: gap_measure(a, P, &g, Some(PAPER_BASELINE_GAP_PP), true).into_iter().collect(),
+                ..Part::new(
+                    &a.name,
+                    verdict::verdict(
+                        verdict::Claim::NoEffect { paper_max_pp: PAPER_BASELINE_GAP_PP },
+                        false,
+                        &t.agreement,
+                        magnitude(&g),
+                    ),
+                    format!(
+                        "{}; folded gap {} (paper: at most {PAPER_BASELINE_GAP_PP} pp)",
+                        describe(&t),
+                        gap_words(&g)
+                    ),
+                )
             },
-            (Err(e), _) | (_, Err(e)) => Part { verdict: Verdict::NotRun, text: format!("S = {s}: {e}") },
+            (Err(e), _) | (_, Err(e)) => Part::new(&a.name, Verdict::NotRun, format!("S = {s}: {e}")),
         };
         parts.push(part);
     }
-    Part { verdict: combine(&parts), text: format!("{} prefix: {}", a.name, texts(&parts).replace(" | ", "; ")) }
+    Part {
+        tests: parts.iter().flat_map(|p| p.tests.clone()).collect(),
+        measures: parts.iter().flat_map(|p| p.measures.clone()).collect(),
+        ..Part::new(&a.name, combine(&parts), format!("{} prefix: {}", a.name, texts(&parts).replace(" | ", "; ")))
+    }
 }
 
 impl LedgerClaim for E5 {
@@ -97,27 +121,53 @@ impl LedgerClaim for E5 {
             return not_run("E5", claim, vec![]);
         }
         let mut gaps = Vec::new();
-        let mut parts = vec![compressed_part(&comp, &mut gaps)];
+        let mut measures = Vec::new();
+        let mut parts = vec![compressed_part(&comp, &mut gaps, &mut measures)];
         for a in full {
+            let all = gap(a, P, None);
+            if let Ok(g) = &all {
+                measures.extend(gap_measure(a, P, g, None, false));
+            }
             gaps.push(format!(
                 "{}: over {} groups {}",
                 a.name,
                 modulus(a),
-                gap(a, P, None).map(|g| gap_words(&g)).unwrap_or_else(|e| e)
+                all.as_ref().map(gap_words).unwrap_or_else(|e| e.clone())
             ));
             parts.push(baseline_part(a));
         }
-        Claim {
-            id: "E5".into(),
-            claim: claim.into(),
-            measured: format!("{} || gaps (seeds pooled, 95 % bootstrap interval): {}", texts(&parts), gaps.join("; ")),
-            criterion: format!(
+        let mut rep = Reported::default();
+        rep.texts.push(format!("gaps (seeds pooled, 95 % bootstrap interval): {}", gaps.join("; ")));
+        let mut c = Claim::from_parts(
+            "E5",
+            claim,
+            format!(
                 "prefix protocol, seeds pooled: the compressed model with the largest folded-by-S gap has a phase effect that holds (pooled p < {ALPHA} and required_seeds(n) seeds), reproduced when that gap is at least {} of {PAPER_COMPRESSED_GAP_PP} pp, else reproduced qualitatively (smaller); full attention: the effect is absent at each of S = 4, 6, 8 (each at {ALPHA}/3) and the lower end of each folded gap's interval is at most {PAPER_BASELINE_GAP_PP} pp; a model at the ceiling is not testable",
                 verdict::MAGNITUDE_FRACTION
             ),
-            verdict: combine(&parts),
-            figures: vec![phase_fig(P)],
-            data: vec![phase_data(P)],
-        }
+            parts,
+            rep,
+        );
+        // Every measure once: the compressed ones were gathered apart from the parts.
+        c.measures.extend(measures);
+        c.measures.sort_by(|x, y| (&x.arm, x.groups).cmp(&(&y.arm, y.groups)));
+        c.measures.dedup_by(|x, y| x.arm == y.arm && x.groups == y.groups && x.protocol == y.protocol);
+        let head = c.measures.iter().find(|m| m.decides && m.paper_pp == Some(PAPER_COMPRESSED_GAP_PP));
+        let full_max = c
+            .measures
+            .iter()
+            .filter(|m| m.decides && m.paper_pp == Some(PAPER_BASELINE_GAP_PP))
+            .max_by(|x, y| x.value.pp.total_cmp(&y.value.pp));
+        c.ours = match (head, full_max) {
+            (Some(h), Some(f)) => {
+                format!("{} ({}); full: largest folded {} (S = {})", h.value.words(), h.arm, f.value.words(), f.groups)
+            }
+            (Some(h), None) => format!("{} ({})", h.value.words(), h.arm),
+            _ => count_ours(&c),
+        };
+        c.flags.push(INTERVAL_FLAG.into());
+        c.figures = vec![phase_fig(P)];
+        c.data = vec![phase_data(P)];
+        c
     }
 }

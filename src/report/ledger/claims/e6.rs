@@ -21,21 +21,27 @@ fn significant_rows(k: &KnockoutResult, stride: usize, alpha: f64) -> std::resul
 /// meets it when every protocol's map does, and the arm in at least `required_seeds(n)` of its
 /// `n` seeds with a map.
 fn part(a: &Arm, full: bool) -> Part {
-    let seeds_maps: Vec<Vec<&KnockoutResult>> =
-        a.runs.iter().map(|r| r.knockouts.values().collect::<Vec<_>>()).filter(|m| !m.is_empty()).collect();
+    let seeds_maps: Vec<(u64, Vec<&KnockoutResult>)> = a
+        .runs
+        .iter()
+        .map(|r| (r.seed, r.knockouts.values().collect::<Vec<_>>()))
+        .filter(|(_, m)| !m.is_empty())
+        .collect();
     let strides: Vec<usize> = if full {
         BASELINE_STRIDES.to_vec()
     } else {
         match stride_of(&a.preset).ok().flatten() {
             Some(s) => vec![s],
-            None => return Part { verdict: Verdict::NotRun, text: format!("{}: no stride", a.name) },
+            None => return Part::new(&a.name, Verdict::NotRun, format!("{}: no stride", a.name)),
         }
     };
     let alpha = ALPHA / strides.len() as f64;
     let mut ok = 0;
     let mut seeds = Vec::new();
-    for maps in &seeds_maps {
+    let mut lines = Vec::new();
+    for (seed, maps) in &seeds_maps {
         let mut meets = true;
+        let mut seed_texts = Vec::new();
         for k in maps {
             let mut sig = Vec::new();
             let mut min_p = 1.0f64;
@@ -45,13 +51,13 @@ fn part(a: &Arm, full: bool) -> Part {
                         sig.push(n);
                         min_p = min_p.min(p);
                     }
-                    Err(e) => return Part { verdict: Verdict::NotRun, text: format!("{} (S = {s}): {e}", a.name) },
+                    Err(e) => return Part::new(&a.name, Verdict::NotRun, format!("{} (S = {s}): {e}", a.name)),
                 }
             }
             let total: usize = sig.iter().sum();
             meets &= if full { total == 0 } else { total > 0 };
             let at: Vec<String> = strides.iter().zip(&sig).map(|(s, n)| format!("{n} at S = {s}")).collect();
-            seeds.push(format!(
+            seed_texts.push(format!(
                 "{} {} of {} rows significant (smallest corrected p {})",
                 k.protocol.name(),
                 at.join(", "),
@@ -60,11 +66,17 @@ fn part(a: &Arm, full: bool) -> Part {
             ));
         }
         ok += usize::from(meets);
+        lines.push(SeedLine { arm: a.name.clone(), seed: *seed, meets: Some(meets), text: seed_texts.join(" / ") });
+        seeds.extend(seed_texts);
     }
     let need = required_seeds(seeds_maps.len());
     Part {
-        verdict: if ok >= need { Verdict::Reproduced } else { Verdict::NotReproduced },
-        text: format!("{}: {}; {ok}/{} seeds meet the rule (need {need})", a.name, seeds.join(" / "), seeds_maps.len()),
+        seeds: lines,
+        ..Part::new(
+            &a.name,
+            if ok >= need { Verdict::Reproduced } else { Verdict::NotReproduced },
+            format!("{}: {}; {ok}/{} seeds meet the rule (need {need})", a.name, seeds.join(" / "), seeds_maps.len()),
+        )
     }
 }
 
@@ -101,11 +113,10 @@ impl LedgerClaim for E6 {
             .flat_map(|a| &a.runs)
             .flat_map(|r| r.knockouts.keys().map(move |p| knockout_figure(&r.label, *p)))
             .collect();
-        Claim {
-            id: "E6".into(),
-            claim: claim.into(),
-            measured: format!("{coverage} || {}", texts(&parts)),
-            criterion: format!(
+        let mut c = Claim::from_parts(
+            "E6",
+            claim,
+            format!(
                 "per seed, each row folded by S and tested for a knockout x phase interaction, Bonferroni over the rows: every compressed model has at least one row significant at {ALPHA} at its own S, full attention none at any of S = 4, 6, 8 (rows x 3 strides in the correction); each model in at least required_seeds(n) seeds; a seed meets the rule when every protocol's map does. {POST_RUN_FIX}{}",
                 if missing.is_empty() {
                     ""
@@ -113,13 +124,21 @@ impl LedgerClaim for E6 {
                     " (departure from the pre-registration, flagged: it asks for both protocols, but the runs hold knockout maps under one only; the missing protocol is not tested)"
                 }
             ),
-            verdict: combine(&parts),
-            figures: files.iter().map(|f| format!("figures/{f}.png")).collect(),
-            data: files.iter().map(|f| format!("figures/{f}.json")).collect(),
-        }
+            parts,
+            Reported::default(),
+        );
+        c.measured = format!("{coverage} || {}", c.measured);
+        c.ours = seeds_ours(&c);
+        c.flags.push(POST_RUN_FLAG.into());
+        c.figures = files.iter().map(|f| format!("figures/{f}.png")).collect();
+        c.data = files.iter().map(|f| format!("figures/{f}.json")).collect();
+        c
     }
 }
 
 /// Flagged in the criterion: a correction made after the committed issue-17 run was first
 /// reported (`theory/phase-lab.md` §7.9).
 const POST_RUN_FIX: &str = "Flagged, changed after seeing the committed run's data: a numerical fix, not a new rule (a likelihood ratio within the fits' precision now reads as 0; before it, the fits' leftover gap under separation, about 1e-8, put flat rows at the bootstrap floor). A row whose clean map is at 100 % in every group has no identifiable interaction on the logit scale and cannot be significant (theory/phase-lab.md §7.9)";
+
+/// The flag of [`POST_RUN_FIX`], short.
+const POST_RUN_FLAG: &str = "flagged, changed after seeing the data: a numerical fix to the likelihood ratio (not a new rule); a row whose clean map is at 100 % in every group cannot be significant (theory/phase-lab.md §7.9)";

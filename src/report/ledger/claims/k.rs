@@ -36,6 +36,12 @@ impl LedgerClaim for K {
                     verdict: if failed.is_empty() { Verdict::Reproduced } else { Verdict::NotReproduced },
                     figures: vec![],
                     data: vec!["kernels/kernels.json".into()],
+                    ours: format!(
+                        "{} pass, {} fail",
+                        k.rows.iter().filter(|r| r.status == InvariantStatus::Pass).count(),
+                        failed.len()
+                    ),
+                    ..not_run("K", "", vec![])
                 }
             }
         }

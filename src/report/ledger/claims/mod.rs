@@ -37,24 +37,185 @@ pub const T2_MIN_CONVERGED: f64 = 0.95;
 /// A claim's verdict, computed from data (one type for the ledger and the analysis).
 pub use crate::analysis::verdict::Verdict;
 
-/// One line of the ledger.
+/// One line of the ledger: the prose (`measured`, `criterion`) and every number in it
+/// structured (`arms`, `tests`, `measures`, `seeds`), so that the Markdown renders from
+/// `ledger.json` alone.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Claim {
     /// `T1`, `T2`, `E1`..`E7`, `K`.
     pub id: String,
     /// The paper's claim.
     pub claim: String,
-    /// What was measured, with the numbers.
+    /// The claim in at most 12 words (the top table).
+    pub short: String,
+    /// The paper's value, in words (the top table).
+    pub paper: String,
+    /// Our headline value (the top table): a number with its interval and the arm it comes
+    /// from where the claim has a magnitude, else the count the verdict rests on.
+    pub ours: String,
+    /// What was measured, with the numbers (the claim's section).
     pub measured: String,
     /// The criterion the verdict applies.
     pub criterion: String,
     /// The verdict.
     pub verdict: Verdict,
+    /// The verdict of every arm the claim rests on.
+    #[serde(default)]
+    pub arms: Vec<ArmVerdict>,
+    /// Every pooled phase test run for the claim, deciding or reported.
+    #[serde(default)]
+    pub tests: Vec<TestRecord>,
+    /// Every magnitude, with its interval.
+    #[serde(default)]
+    pub measures: Vec<Measure>,
+    /// Per-seed results of the claims judged seed by seed (E6, E7).
+    #[serde(default)]
+    pub seeds: Vec<SeedLine>,
+    /// What a reader must know first: changes made after seeing the data, and their reason.
+    #[serde(default)]
+    pub flags: Vec<String>,
     /// Figures (relative to the report directory).
     pub figures: Vec<String>,
     /// Data files (relative to the report directory).
     pub data: Vec<String>,
 }
+
+/// One arm's part of a claim.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArmVerdict {
+    /// The arm (for E5's compressed part, the arm with the largest gap).
+    pub arm: String,
+    /// Its verdict.
+    pub verdict: Verdict,
+    /// What was measured, in words.
+    pub text: String,
+}
+
+/// A pooled phase test (`phase_test::pooled_phase_test`) as the ledger records it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TestRecord {
+    /// The arm tested.
+    pub arm: String,
+    /// The protocol.
+    pub protocol: String,
+    /// Whether the test decides the claim (`false`: reported only).
+    pub decides: bool,
+    /// The stride tested.
+    pub stride: usize,
+    /// The level it is judged at.
+    pub alpha: f64,
+    /// The pooled likelihood-ratio statistic.
+    pub statistic: f64,
+    /// Its degrees of freedom.
+    pub df: usize,
+    /// `chi-square` or `bootstrap`.
+    pub method: String,
+    /// The pooled p-value.
+    pub p: stats::PValue,
+    /// Each seed's test.
+    pub seeds: Vec<SeedTest>,
+    /// Seeds significant on their own.
+    pub significant_seeds: usize,
+    /// Seeds required (`required_seeds(n)`).
+    pub required_seeds: usize,
+    /// Whether the pooled test rejects.
+    pub pooled_significant: bool,
+}
+
+/// One seed's phase test.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeedTest {
+    /// The training seed.
+    pub seed: u64,
+    /// Its p-value.
+    pub p: stats::PValue,
+    /// Its depth-adjusted phase spread (max minus min adjusted phase accuracy), pp.
+    pub adjusted_gap_pp: f64,
+}
+
+/// A magnitude with its interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measure {
+    /// The arm.
+    pub arm: String,
+    /// The protocol.
+    pub protocol: String,
+    /// What is measured (`folded gap`, `24-group gap`, `depth-adjusted phase spread`).
+    pub what: String,
+    /// Phases compared (the stride folded by, or the residue groups).
+    pub groups: usize,
+    /// The estimate and its interval.
+    pub value: Interval,
+    /// The noise floor (95th percentile of the statistic under permutation), where computed.
+    pub noise_floor_pp: Option<f64>,
+    /// The permutation p-value, where computed.
+    pub p: Option<stats::PValue>,
+    /// The paper's value it is set beside, pp.
+    pub paper_pp: Option<f64>,
+    /// Whether the claim's verdict reads it.
+    pub decides: bool,
+}
+
+/// A bootstrap estimate, shown bias-corrected with the basic bootstrap interval
+/// ([`stats::BootInterval::corrected`]); the raw statistic and the percentile interval the v1
+/// verdicts were judged on are kept beside it (flagged: interval method changed after the run,
+/// issue 31, `theory/phase-lab.md` §7.9).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// The bias-corrected estimate `2 m - mean(m*)`, pp (`raw_pp - bias_pp`).
+    pub pp: f64,
+    /// Its interval's lower end `2 m - q_97.5`, pp.
+    pub lo_pp: f64,
+    /// Its interval's upper end `2 m - q_2.5`, pp.
+    pub hi_pp: f64,
+    /// The statistic on the data `m`, pp.
+    pub raw_pp: f64,
+    /// The bootstrap bias `mean(m*) - m`, pp.
+    pub bias_pp: f64,
+    /// The percentile interval (what the v1 verdict was judged on), pp.
+    pub percentile_pp: (f64, f64),
+}
+
+impl Interval {
+    /// From a bootstrap summary.
+    pub fn of(b: &stats::BootInterval) -> Self {
+        let (pp, lo_pp, hi_pp) = b.corrected();
+        Interval { pp, lo_pp, hi_pp, raw_pp: b.estimate, bias_pp: b.bias(), percentile_pp: (b.lo, b.hi) }
+    }
+
+    /// `pp [lo, hi]`, bias-corrected.
+    pub fn words(&self) -> String {
+        format!("{:.1} pp [{:.1}, {:.1}]", self.pp, self.lo_pp, self.hi_pp)
+    }
+
+    /// The words with the raw statistic, its bias and the percentile interval beside them.
+    pub fn full_words(&self) -> String {
+        format!(
+            "{} (bias-corrected; raw {:.1} pp, bias {:.1} pp, percentile [{:.1}, {:.1}])",
+            self.words(),
+            self.raw_pp,
+            self.bias_pp,
+            self.percentile_pp.0,
+            self.percentile_pp.1
+        )
+    }
+}
+
+/// One seed's result in a claim judged seed by seed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeedLine {
+    /// The arm.
+    pub arm: String,
+    /// The training seed.
+    pub seed: u64,
+    /// Whether the seed meets the claim's rule (`None`: not testable).
+    pub meets: Option<bool>,
+    /// What was measured, in words.
+    pub text: String,
+}
+
+/// The flag every claim with a bootstrap magnitude carries (issue 31).
+pub const INTERVAL_FLAG: &str = "flagged: interval method changed after the run (issue 31): magnitudes are shown bias-corrected (2 m - mean of the bootstrap replicates) with the basic bootstrap interval [2 m - q97.5, 2 m - q2.5], because a percentile interval of a max-minus-min statistic is biased upward and need not contain its estimate; the raw value and its percentile interval are kept beside each, and the v1 verdict is still judged on them (theory/phase-lab.md §7.9)";
 
 /// One claim of the ledger.
 pub trait LedgerClaim: Sync {
@@ -127,10 +288,52 @@ fn not_run(id: &str, claim: &str, data: Vec<String>) -> Claim {
     Claim {
         id: id.into(),
         claim: claim.into(),
+        short: short_of(id).into(),
+        paper: paper_of(id).into(),
+        ours: "-".into(),
         measured: "the data this claim needs are not in the run set".into(),
         criterion: "-".into(),
         verdict: Verdict::NotRun,
+        arms: vec![],
+        tests: vec![],
+        measures: vec![],
+        seeds: vec![],
+        flags: vec![],
         figures: vec![],
         data,
+    }
+}
+
+/// The claim of `id` in at most 12 words.
+pub(super) fn short_of(id: &str) -> &'static str {
+    match id {
+        "T1" => "optimal compression is concentrated (Theorem 1)",
+        "T2" => "gradient flow reaches static concentration (Theorem 2)",
+        "E1" => "compressed models are phase sensitive; full attention is not",
+        "E2" => "the period follows the stride (S = 4, 6, 8)",
+        "E3" => "phase sensitivity persists without RoPE and with uniform averaging",
+        "E4" => "W8/S8: accuracy varies among phases sharing a window",
+        "E5" => "prefix gaps: large when compressed, small for full attention",
+        "E6" => "knockouts: phase-dependent rows only in compressed models",
+        "E7" => "gates drift to static concentration; value peak = key peak + 1",
+        "K" => "kernel invariants K1-K13 hold for every preset",
+        _ => "",
+    }
+}
+
+/// The paper's value for `id`, in words.
+pub(super) fn paper_of(id: &str) -> &'static str {
+    match id {
+        "T1" => "concentrated vertex optimal (proof)",
+        "T2" => "converges (proof)",
+        "E1" => "compressed: periodic; full: flat",
+        "E2" => "periods 4, 6, 8",
+        "E3" => "effect persists",
+        "E4" => "50 pp within a window",
+        "E5" => "compressed up to 78 pp; full at most 6.1 pp",
+        "E6" => "phase-dependent rows in compressed models only",
+        "E7" => "some gates drift; V one offset after K",
+        "K" => "- (our kernels' invariants)",
+        _ => "",
     }
 }

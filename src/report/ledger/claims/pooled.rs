@@ -16,10 +16,127 @@ pub(super) const NO_OUTCOMES: &str = "not testable: no per-prompt outcomes; reru
 
 /// One model's part of a claim.
 pub(super) struct Part {
+    /// The arm it judges.
+    pub arm: String,
     /// Its verdict.
     pub verdict: Verdict,
     /// What was measured.
     pub text: String,
+    /// The tests it ran (deciding).
+    pub tests: Vec<TestRecord>,
+    /// Its magnitudes.
+    pub measures: Vec<Measure>,
+    /// Its per-seed results (claims judged seed by seed).
+    pub seeds: Vec<SeedLine>,
+}
+
+impl Part {
+    /// A part with no structured numbers.
+    pub fn new(arm: &str, verdict: Verdict, text: String) -> Part {
+        Part { arm: arm.into(), verdict, text, tests: vec![], measures: vec![], seeds: vec![] }
+    }
+}
+
+/// Tests and texts reported beside a claim's deciding parts.
+#[derive(Default)]
+pub(super) struct Reported {
+    /// In words.
+    pub texts: Vec<String>,
+    /// The tests.
+    pub tests: Vec<TestRecord>,
+}
+
+impl Reported {
+    /// Reports an arm's test under `p` ([`reported`]).
+    pub fn test(&mut self, a: &Arm, p: Protocol, stride: usize, alpha: f64) {
+        let (text, t) = reported(a, p, stride, alpha);
+        self.texts.push(text);
+        self.tests.extend(t);
+    }
+
+    /// Reports a part (a control): its text and tests, which do not decide.
+    pub fn part(&mut self, prefix: &str, part: Part) {
+        self.texts.push(format!("{prefix}{}", part.text));
+        self.tests.extend(part.tests.into_iter().map(|t| TestRecord { decides: false, ..t }));
+    }
+}
+
+impl Claim {
+    /// The claim `id` with its parts' verdicts, tests, magnitudes and seeds, and the reported
+    /// tests; `measured` is the parts' texts, then `||` and the reported texts.
+    pub(super) fn from_parts(id: &str, claim: &str, criterion: String, parts: Vec<Part>, rep: Reported) -> Claim {
+        let measured = if rep.texts.is_empty() {
+            texts(&parts)
+        } else {
+            format!("{} || {}", texts(&parts), rep.texts.join(" | "))
+        };
+        let mut c = not_run(id, claim, vec![]);
+        c.verdict = combine(&parts);
+        c.measured = measured;
+        c.criterion = criterion;
+        for p in parts {
+            c.arms.push(ArmVerdict { arm: p.arm, verdict: p.verdict, text: p.text });
+            c.tests.extend(p.tests);
+            c.measures.extend(p.measures);
+            c.seeds.extend(p.seeds);
+        }
+        c.tests.extend(rep.tests);
+        c
+    }
+}
+
+/// A pooled test as the ledger records it; `a`'s runs are its seeds, in order.
+pub(super) fn record(a: &Arm, p: Protocol, t: &PooledPhaseTest, decides: bool) -> TestRecord {
+    TestRecord {
+        arm: a.name.clone(),
+        protocol: p.name().into(),
+        decides,
+        stride: t.stride,
+        alpha: t.agreement.alpha,
+        statistic: t.statistic,
+        df: t.df,
+        method: method_word(t.method).into(),
+        p: t.p,
+        seeds: t
+            .seeds
+            .iter()
+            .zip(&a.runs)
+            .map(|(s, r)| SeedTest { seed: r.seed, p: s.p, adjusted_gap_pp: s.adjusted_gap_pp })
+            .collect(),
+        significant_seeds: t.agreement.significant_seeds,
+        required_seeds: t.agreement.required,
+        pooled_significant: t.agreement.pooled_significant,
+    }
+}
+
+fn method_word(m: TestMethod) -> &'static str {
+    match m {
+        TestMethod::Asymptotic => "chi-square",
+        TestMethod::ParametricBootstrap => "bootstrap",
+    }
+}
+
+/// A gap as the ledger records it.
+pub(super) fn gap_measure(
+    a: &Arm,
+    p: Protocol,
+    g: &GapSummary,
+    paper_pp: Option<f64>,
+    decides: bool,
+) -> Option<Measure> {
+    let b = g.boot()?;
+    let what = if g.groups == modulus(a) { format!("{}-group gap", g.groups) } else { "folded gap".to_string() };
+    Some(Measure {
+        arm: a.name.clone(),
+        protocol: p.name().into(),
+        what,
+        groups: g.groups,
+        value: Interval::of(&b),
+        noise_floor_pp: Some(g.noise_floor_pp),
+        p: Some(g.p),
+        paper_pp,
+        decides,
+    })
 }
 
 /// A claim's verdict from its parts: not reproduced if any part is; otherwise not run (data
@@ -102,15 +219,16 @@ pub(super) fn ceiling(a: &Arm) -> Option<bool> {
 
 /// The part of a model at the ceiling.
 pub(super) fn ceiling_part(a: &Arm) -> Part {
-    Part {
-        verdict: Verdict::NotTestableCeiling,
-        text: format!(
+    Part::new(
+        &a.name,
+        Verdict::NotTestableCeiling,
+        format!(
             "{}: at the ceiling (every group >= {:.0} % under every protocol, seeds pooled: {})",
             a.name,
             100.0 * CEILING_ACCURACY,
             a.runs.len()
         ),
-    }
+    )
 }
 
 /// The pooled phase test of an arm under `p` at `stride` and level `alpha`, or why there is none.
@@ -122,10 +240,7 @@ pub(super) fn pooled(a: &Arm, p: Protocol, stride: usize, alpha: f64) -> std::re
 
 /// A pooled test in one line: statistic, df, method, p, each seed's p and the agreement.
 pub(super) fn describe(t: &PooledPhaseTest) -> String {
-    let method = match t.method {
-        TestMethod::Asymptotic => "chi-square",
-        TestMethod::ParametricBootstrap => "bootstrap",
-    };
+    let method = method_word(t.method);
     let ps: Vec<String> = t.seeds.iter().map(|s| s.p.to_string()).collect();
     let gaps: Vec<String> = t.seeds.iter().map(|s| format!("{:.1}", s.adjusted_gap_pp)).collect();
     format!(
@@ -141,11 +256,12 @@ pub(super) fn describe(t: &PooledPhaseTest) -> String {
     )
 }
 
-/// An arm's test under `p` in one line, for the protocol that is reported but does not decide.
-pub(super) fn reported(a: &Arm, p: Protocol, stride: usize, alpha: f64) -> String {
+/// An arm's test under `p` in one line, for the protocol that is reported but does not decide,
+/// and the test when one was run.
+pub(super) fn reported(a: &Arm, p: Protocol, stride: usize, alpha: f64) -> (String, Option<TestRecord>) {
     match pooled(a, p, stride, alpha) {
-        Ok(t) => format!("{} {} (reported): {}", a.name, p.name(), describe(&t)),
-        Err(e) => format!("{} {} (reported): {e}", a.name, p.name()),
+        Ok(t) => (format!("{} {} (reported): {}", a.name, p.name(), describe(&t)), Some(record(a, p, &t, false))),
+        Err(e) => (format!("{} {} (reported): {e}", a.name, p.name()), None),
     }
 }
 
@@ -156,10 +272,12 @@ pub(super) fn holds(a: &Arm, p: Protocol, stride: usize) -> (Part, Option<Pooled
         return (ceiling_part(a), None);
     }
     match pooled(a, p, stride, ALPHA) {
-        Err(e) => (Part { verdict: Verdict::NotRun, text: format!("{} {}: {e}", a.name, p.name()) }, None),
+        Err(e) => (Part::new(&a.name, Verdict::NotRun, format!("{} {}: {e}", a.name, p.name())), None),
         Ok(t) => {
             let verdict = if t.agreement.present() { Verdict::Reproduced } else { Verdict::NotReproduced };
-            (Part { verdict, text: format!("{} {}: {}", a.name, p.name(), describe(&t)) }, Some(t))
+            let mut part = Part::new(&a.name, verdict, format!("{} {}: {}", a.name, p.name(), describe(&t)));
+            part.tests.push(record(a, p, &t, true));
+            (part, Some(t))
         }
     }
 }
@@ -173,6 +291,7 @@ pub(super) fn absent(a: &Arm, p: Protocol, strides: &[usize]) -> Part {
     let alpha = ALPHA / strides.len() as f64;
     let mut verdict = Verdict::Reproduced;
     let mut lines = Vec::new();
+    let mut tests = Vec::new();
     for &s in strides {
         match pooled(a, p, s, alpha) {
             Err(e) => {
@@ -185,10 +304,11 @@ pub(super) fn absent(a: &Arm, p: Protocol, strides: &[usize]) -> Part {
                     verdict = Verdict::NotReproduced;
                 }
                 lines.push(describe(&t));
+                tests.push(record(a, p, &t, true));
             }
         }
     }
-    Part { verdict, text: format!("{} {}: {}", a.name, p.name(), lines.join("; ")) }
+    Part { tests, ..Part::new(&a.name, verdict, format!("{} {}: {}", a.name, p.name(), lines.join("; "))) }
 }
 
 /// The `(residue group, correct)` pairs of every seed under `p`, pooled.
@@ -209,12 +329,14 @@ pub(super) fn gap(a: &Arm, p: Protocol, fold: Option<usize>) -> std::result::Res
     stats::gap_summary(&pairs, modulus(a), fold, &resample_cfg(a)).map_err(|e| format!("not testable: {e}"))
 }
 
-/// A gap in words: value, interval, noise floor, permutation p.
+/// A gap in words: value, interval (bias-corrected, with the raw value and the percentile
+/// interval beside it), noise floor, permutation p.
 pub(super) fn gap_words(g: &GapSummary) -> String {
-    format!(
-        "{:.1} pp [{:.1}, {:.1}], noise floor {:.1} pp, perm. p {}",
-        g.gap_pp, g.ci_lo_pp, g.ci_hi_pp, g.noise_floor_pp, g.p
-    )
+    let value = match g.boot() {
+        Some(b) => Interval::of(&b).full_words(),
+        None => format!("{:.1} pp [{:.1}, {:.1}]", g.gap_pp, g.ci_lo_pp, g.ci_hi_pp),
+    };
+    format!("{value}, noise floor {:.1} pp, perm. p {}", g.noise_floor_pp, g.p)
 }
 
 /// The corrected period scan of the arm under `p` on pooled seeds, with its stability.
@@ -225,4 +347,33 @@ pub(super) fn period(a: &Arm, p: Protocol) -> std::result::Result<(PeriodScan, f
         .map_err(|e| format!("not testable: {e}"))?;
     let stability = stats::period_stability(&pairs, m, scan.best, &cfg).map_err(|e| format!("not testable: {e}"))?;
     Ok((scan, stability))
+}
+
+/// Our value of a claim without a magnitude: its arms counted by verdict.
+pub(super) fn count_ours(c: &Claim) -> String {
+    let states = [
+        (Verdict::Reproduced, "reproduced"),
+        (Verdict::ReproducedSmaller, "smaller"),
+        (Verdict::NotReproduced, "not reproduced"),
+        (Verdict::NotTestableCeiling, "at the ceiling"),
+        (Verdict::NotRun, "not run"),
+    ];
+    let bits: Vec<String> = states
+        .iter()
+        .map(|&(v, w)| (c.arms.iter().filter(|a| a.verdict == v).count(), w))
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, w)| format!("{n} {w}"))
+        .collect();
+    format!("arms: {}", bits.join(", "))
+}
+
+/// Our value of a claim judged seed by seed: per arm, the seeds that meet its rule.
+pub(super) fn seeds_ours(c: &Claim) -> String {
+    let mut bits: Vec<String> = Vec::new();
+    for a in &c.arms {
+        let of: Vec<&SeedLine> = c.seeds.iter().filter(|s| s.arm == a.arm).collect();
+        let ok = of.iter().filter(|s| s.meets == Some(true)).count();
+        bits.push(format!("{} {ok}/{}", a.arm, of.len()));
+    }
+    format!("seeds meeting the rule: {}", bits.join(", "))
 }

@@ -35,6 +35,8 @@ impl LedgerClaim for T2 {
                 },
                 figures: vec![FIGURE.into()],
                 data: vec!["theory/theory.json".into()],
+                ours: format!("{:.1} % of {} seeds converged", 100.0 * t.t2.converged_fraction, t.t2.runs),
+                ..not_run("T2", "", vec![])
             },
         }
     }
