@@ -24,7 +24,11 @@ fn scratch(label: &str) -> PathBuf {
 /// Runs `phasekv kernel validate FILE`: (exit code, stdout, stderr).
 fn cli_on(file: &std::path::Path) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_phasekv")).args(["kernel", "validate"]).arg(file).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn cli(d: &Dump, label: &str) -> (i32, String, String) {
@@ -39,7 +43,9 @@ fn cli(d: &Dump, label: &str) -> (i32, String, String) {
 fn good(preset: &str, dims: KernelDims, tokens: usize, dtype: DType, perturb: usize) -> Dump {
     let spec = KernelSpec::preset(preset).unwrap();
     let params = KernelParams::random(&spec, dims, 5);
-    let x = phasekv::kernel::random_input(2 * tokens, dims.d_model, 6).into_shape_with_order((2, tokens, dims.d_model)).unwrap();
+    let x = phasekv::kernel::random_input(2 * tokens, dims.d_model, 6)
+        .into_shape_with_order((2, tokens, dims.d_model))
+        .unwrap();
     let pre = phasekv::kernel::random_input(spec.geometry.stride(), dims.d_model, 7);
     reference_dump(&spec, dims, &params, &x, dtype, Some((&pre, perturb))).unwrap()
 }
@@ -150,8 +156,14 @@ fn dsv41_presets_pass_on_the_reference_and_refuse_a_bias_tensor() {
 /// The formats production engines store (`theory/dump-format.md`, "Quantized cache formats").
 fn shipped() -> Vec<(&'static str, CacheFormat)> {
     [
-        ("vLLM V4 FP8 NoPE + bf16 RoPE", r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope", "amax_min": 1e-4}"#),
-        ("vLLM V4.1 MXFP8", r#"{"element": "e4m3", "scale": "pow2", "block": 32, "channels": "all", "amax_min": 1e-4}"#),
+        (
+            "vLLM V4 FP8 NoPE + bf16 RoPE",
+            r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope", "amax_min": 1e-4}"#,
+        ),
+        (
+            "vLLM V4.1 MXFP8",
+            r#"{"element": "e4m3", "scale": "pow2", "block": 32, "channels": "all", "amax_min": 1e-4}"#,
+        ),
         ("OCP MXFP8", r#"{"element": "e4m3", "scale": "e8m0", "block": 32, "channels": "all"}"#),
         ("FP4 with e4m3 scales per 16", r#"{"element": "e2m1", "scale": "e4m3", "block": 16, "channels": "all"}"#),
         ("FP8 with f32 scales", r#"{"element": "e4m3", "scale": "f32", "block": 128, "channels": "all"}"#),
@@ -221,4 +233,38 @@ fn a_quantized_dump_round_trips_through_the_file_and_the_cli() {
     let (code, out, _) = cli(&d, "fp4-as-bf16");
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("cache_format"), "{out}");
+}
+
+/// A dump of `claimed` whose outputs the reference computed under `computed` (f32).
+fn mislabelled(claimed: &KernelSpec, computed: &KernelSpec, dims: KernelDims) -> Dump {
+    let params = KernelParams::random(claimed, dims, 3);
+    let x =
+        phasekv::kernel::random_input(2 * 29, dims.d_model, 4).into_shape_with_order((2, 29, dims.d_model)).unwrap();
+    phasekv::conformance::dump::mutant_dump(claimed, computed, None, dims, &params, &x, DType::F32, None).unwrap()
+}
+
+#[test]
+fn a_prev_cur_swap_with_every_channel_rotated_gets_no_rope_hint() {
+    // DeepSeek-V4 CSA with RoPE on every channel: "only the rotated channels fail" would be
+    // true of any failure, so it must not be said.
+    let mut claimed = KernelSpec::preset("dsv4-csa").unwrap();
+    claimed.rope.as_mut().unwrap().channels = RopeChannels::All;
+    let mut swapped = claimed.clone();
+    swapped.groups = phasekv::kernel::spec::ParamGroups::Map(vec![1, 1, 1, 1, 0, 0, 0, 0]);
+    let v = validate(&mislabelled(&claimed, &swapped, KernelDims::new(6, 16).unwrap())).unwrap();
+    assert!(!v.passed);
+    assert!(v.hints.iter().all(|h| !h.contains("rotated channels")), "{:?}", v.hints);
+}
+
+#[test]
+fn an_rms_norm_mismatch_at_bf16_size_gets_the_rms_norm_hint_alone() {
+    // An eps of 2e-3 against 1e-6 changes every entry's scale by about a percent: the size of a
+    // bf16 rounding, but the RMSNorm hint explains it and the dtype hint must not be added.
+    let claimed = KernelSpec::preset("dsv4-csa").unwrap();
+    let mut computed = claimed.clone();
+    computed.rms_norm_eps = 2e-3;
+    let v = validate(&mislabelled(&claimed, &computed, KernelDims::new(6, 32).unwrap())).unwrap();
+    assert!(!v.passed, "{:#?}", v.rows);
+    assert!(v.hints.iter().any(|h| h.contains("RMSNorm mismatch")), "{:?}", v.hints);
+    assert!(v.hints.iter().all(|h| !h.contains("rounding level")), "{:?}", v.hints);
 }

@@ -111,7 +111,9 @@ impl<F: Float> KernelParams<F> {
         let mut gate = |z: &str, b: &str| {
             let z = take(z)?;
             Some(match take(b) {
-                Some(b) => GateParams { z: dim3(z), b: b.into_dimensionality::<Ix2>().expect("layout shape"), bias: true },
+                Some(b) => {
+                    GateParams { z: dim3(z), b: b.into_dimensionality::<Ix2>().expect("layout shape"), bias: true }
+                }
                 None => GateParams { z: dim3(z), b: Array2::zeros((w, dg)), bias: false },
             })
         };

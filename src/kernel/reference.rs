@@ -153,9 +153,8 @@ pub fn project<F: Float>(
     let logits = |g: Option<&GateParams<F>>| -> Vec<F> {
         g.map(|g| (0..c).map(|ch| dot(g.z.slice(ndarray::s![group, ch, ..]), h)).collect()).unwrap_or_default()
     };
-    let proj = |p: &Array3<F>| -> Vec<F> {
-        (0..dims.d_head).map(|e| dot(p.slice(ndarray::s![group, e, ..]), h)).collect()
-    };
+    let proj =
+        |p: &Array3<F>| -> Vec<F> { (0..dims.d_head).map(|e| dot(p.slice(ndarray::s![group, e, ..]), h)).collect() };
     Projected {
         logit_k: logits(params.gate_k.as_ref()),
         logit_v: if value_gate_is_key_gate(spec) { Vec::new() } else { logits(params.gate_v.as_ref()) },
@@ -172,11 +171,8 @@ pub fn compress_window<F: Float>(
     j: usize,
     rows: &[Option<ArrayView1<F>>],
 ) -> WindowOut<F> {
-    let projected: Vec<Option<Projected<F>>> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| r.map(|h| project(spec, dims, params, spec.group_of(i), h)))
-        .collect();
+    let projected: Vec<Option<Projected<F>>> =
+        rows.iter().enumerate().map(|(i, r)| r.map(|h| project(spec, dims, params, spec.group_of(i), h))).collect();
     let slots: Vec<Option<&Projected<F>>> = projected.iter().map(Option::as_ref).collect();
     window_from_projected(spec, dims, params, j, &slots)
 }

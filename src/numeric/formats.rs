@@ -330,7 +330,20 @@ mod tests {
     fn e2m1_is_the_ocp_value_set() {
         assert_eq!(element_values(Element::E2m1), [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]);
         // Round to nearest, ties to even, saturating at 6.
-        for (x, want) in [(0.24, 0.0), (0.25, 0.0), (0.26, 0.5), (0.75, 1.0), (1.25, 1.0), (2.5, 2.0), (3.5, 4.0), (5.0, 4.0), (5.1, 6.0), (7.0, 6.0), (1e9, 6.0), (-2.6, -3.0)] {
+        for (x, want) in [
+            (0.24, 0.0),
+            (0.25, 0.0),
+            (0.26, 0.5),
+            (0.75, 1.0),
+            (1.25, 1.0),
+            (2.5, 2.0),
+            (3.5, 4.0),
+            (5.0, 4.0),
+            (5.1, 6.0),
+            (7.0, 6.0),
+            (1e9, 6.0),
+            (-2.6, -3.0),
+        ] {
             assert_eq!(Element::E2m1.round(x), want, "{x}");
         }
     }
@@ -427,12 +440,19 @@ mod tests {
 
     #[test]
     fn strict_json() {
-        let f = CacheFormat::from_json(r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope"}"#).unwrap();
+        let f =
+            CacheFormat::from_json(r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope"}"#).unwrap();
         assert_eq!(f, formats()[0]);
-        let e = CacheFormat::from_json(r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope", "blok": 1}"#)
-            .unwrap_err();
+        let e = CacheFormat::from_json(
+            r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope", "blok": 1}"#,
+        )
+        .unwrap_err();
         assert!(e.contains("blok"), "{e}");
-        assert!(CacheFormat::from_json(r#"{"element": "e5m2", "scale": "pow2", "block": 64, "channels": "all"}"#).is_err());
-        assert!(CacheFormat::from_json(r#"{"element": "e4m3", "scale": "pow2", "block": 0, "channels": "all"}"#).is_err());
+        assert!(
+            CacheFormat::from_json(r#"{"element": "e5m2", "scale": "pow2", "block": 64, "channels": "all"}"#).is_err()
+        );
+        assert!(
+            CacheFormat::from_json(r#"{"element": "e4m3", "scale": "pow2", "block": 0, "channels": "all"}"#).is_err()
+        );
     }
 }

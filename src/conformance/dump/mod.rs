@@ -27,8 +27,8 @@ pub use npy::{parse_npy, read_npy_dir, write_npy_dir};
 pub use safetensors_io::{read_safetensors, safetensors_bytes, write_safetensors};
 
 use crate::kernel::params::{KernelParams, ParamLayout};
-use crate::numeric::formats::CacheFormat;
 use crate::kernel::spec::{KernelDims, KernelSpec};
+use crate::numeric::formats::CacheFormat;
 use crate::{Error, Result};
 use candle_core::DType;
 use ndarray::{Array3, Array4, ArrayD};

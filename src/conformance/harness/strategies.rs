@@ -88,8 +88,7 @@ const HEAD_WIDTHS: usize = 4;
 /// `min_d_head + 4096` (the checks then report the spec's own error).
 pub fn head_widths(spec: &KernelSpec, min_d_head: usize) -> Vec<usize> {
     let lo = min_d_head.max(1);
-    let fits: Vec<usize> =
-        (lo..lo + 4096).filter(|&dh| spec.validate_for(dh).is_ok()).take(HEAD_WIDTHS).collect();
+    let fits: Vec<usize> = (lo..lo + 4096).filter(|&dh| spec.validate_for(dh).is_ok()).take(HEAD_WIDTHS).collect();
     if fits.is_empty() {
         vec![lo]
     } else {

@@ -128,22 +128,22 @@ pub fn hints(
     let worst = keys_row.error;
     let level = |dt: DType| STAGE_ROUNDINGS * unit_roundoff(dt) * mag;
     if out.is_empty() && d.cache_format.is_none() && worst.is_finite() && worst > level(d.dtype) {
-        let low = [DType::BF16, DType::F16]
-            .into_iter()
-            .find(|&low| low_dtype_fits(d.dtype, low) && worst <= level(low));
-        if let Some(low) = low {
-            out.push(format!(
-                "the error ({worst:.2e}) is at the {} rounding level: the kernel computes in a lower precision \
-                 than the dump's {}",
-                crate::conformance::dump::dtype_name(low),
-                crate::conformance::dump::dtype_name(d.dtype)
-            ));
-        } else if let Some(f) = stored_format(d, r) {
+        let low =
+            [DType::BF16, DType::F16].into_iter().find(|&low| low_dtype_fits(d.dtype, low) && worst <= level(low));
+        // A quantized record first: an FP8 error can be as small as bf16's rounding level.
+        if let Some(f) = stored_format(d, r) {
             out.push(format!(
                 "every key lies on the grid of {} (error {worst:.2e}): the kernel stores its cache quantized; name \
                  the format in the dump's metadata: cache_format = {}",
                 f.describe(),
                 serde_json::to_string(&f).expect("format serialises")
+            ));
+        } else if let Some(low) = low {
+            out.push(format!(
+                "the error ({worst:.2e}) is at the {} rounding level: the kernel computes in a lower precision \
+                 than the dump's {}",
+                crate::conformance::dump::dtype_name(low),
+                crate::conformance::dump::dtype_name(d.dtype)
             ));
         }
     }
@@ -162,11 +162,11 @@ fn stored_format(d: &Dump, rotated: usize) -> Option<CacheFormat> {
     })
 }
 
-/// The formats production engines store (vLLM V4's FP8 NoPE + bf16 RoPE, vLLM V4.1's MXFP8,
-/// mlx-lm's and SGLang's FP4), tried by the quantized-record hint.
+/// The formats production engines store (vLLM V4's FP8 NoPE + bf16 RoPE, vLLM V4.1's "MXFP8"
+/// with scales rounded up, mlx-lm's and SGLang's FP4), tried by the quantized-record hint.
 const SHIPPED_FORMATS: &[&str] = &[
-    r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope"}"#,
-    r#"{"element": "e4m3", "scale": "e8m0", "block": 32, "channels": "all"}"#,
+    r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope", "amax_min": 1e-4}"#,
+    r#"{"element": "e4m3", "scale": "pow2", "block": 32, "channels": "all", "amax_min": 1e-4}"#,
     r#"{"element": "e2m1", "scale": "e4m3", "block": 16, "channels": "all"}"#,
 ];
 

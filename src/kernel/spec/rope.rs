@@ -141,7 +141,10 @@ impl RopeSpec {
                     // The correction range divides by ln(theta): theta = 1 gives NaN frequencies.
                     return Err(Error::invalid(
                         "rope.theta",
-                        format!("must be above 1 with scaling yarn (its correction range divides by ln theta), got {}", self.theta),
+                        format!(
+                            "must be above 1 with scaling yarn (its correction range divides by ln theta), got {}",
+                            self.theta
+                        ),
                     ));
                 }
                 if !(beta_fast.is_finite() && beta_slow.is_finite() && *beta_slow > 0.0 && beta_fast > beta_slow) {
