@@ -55,6 +55,7 @@ pub enum EntryPosition {
 
 /// Window size, stride and alignment, validated (`1 <= S <= W`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Geometry {
     window: usize,
     stride: usize,

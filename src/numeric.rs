@@ -13,6 +13,8 @@
 //! bit-identical values for the same inputs; the streaming-equals-one-shot invariant (K11) and
 //! the reference dumps rely on that.
 
+pub mod formats;
+
 use num_traits::Float;
 
 /// The largest element (`-inf` for an empty slice).

@@ -22,7 +22,7 @@ fn blocks() -> Vec<(String, String)> {
 #[test]
 fn every_spec_in_the_dump_format_doc_is_the_code_s() {
     let blocks = blocks();
-    assert_eq!(blocks.iter().map(|b| b.0.as_str()).collect::<Vec<_>>(), ["dsv4-csa", "w8s4", "custom"]);
+    assert_eq!(blocks.iter().map(|b| b.0.as_str()).collect::<Vec<_>>(), ["dsv4-csa", "w8s4", "dsv41-c4", "custom"]);
     for (name, json) in &blocks {
         let spec = KernelSpec::from_json(json).unwrap_or_else(|e| panic!("{name}: {e}"));
         if name != "custom" {
@@ -33,4 +33,38 @@ fn every_spec_in_the_dump_format_doc_is_the_code_s() {
             assert_eq!(spec.rope.as_ref().unwrap().rotated_channels(64), 24);
         }
     }
+}
+
+/// The documented `custom` spec (24 rotated channels, an explicit frequency list) holds every
+/// invariant on the f64 reference: the harness draws head widths the spec can hold (`d_h >= 24`,
+/// 12 pairs), where it used to draw `d_h` in 1..=4 and fail on the spec's own validation.
+#[test]
+fn the_custom_spec_holds_k1_to_k13_on_the_reference() {
+    use phasekv::conformance::harness::subjects::ReferenceSubject;
+    use phasekv::conformance::harness::{run_all, InvariantStatus};
+    let (_, json) = blocks().into_iter().find(|b| b.0 == "custom").unwrap();
+    let spec = KernelSpec::from_json(&json).unwrap();
+    let widths = phasekv::conformance::harness::strategies::head_widths(&spec, 1);
+    assert_eq!(widths, [24, 25, 26, 27], "24 rotated channels need d_h >= 24");
+    let reports = run_all(&ReferenceSubject::new(&spec), 16, 7);
+    for r in &reports {
+        assert_ne!(r.status, InvariantStatus::Fail, "{r:#?}");
+    }
+    assert!(reports.iter().filter(|r| r.cases_passed > 0).count() >= 10, "{reports:#?}");
+}
+
+/// A typo in a spec is refused naming the field, never dropped: `"scalling"` used to remove
+/// YaRN without a word.
+#[test]
+fn an_unknown_spec_field_is_refused_by_name() {
+    let json = serde_json::to_string(&KernelSpec::preset("dsv4-csa").unwrap()).unwrap();
+    for (from, to) in [("\"scaling\"", "\"scalling\""), ("\"tied\"", "\"tide\""), ("\"stride\"", "\"strid\"")] {
+        let bad = json.replace(from, to);
+        let e = KernelSpec::from_json(&bad).unwrap_err().to_string();
+        assert!(e.contains(&to[1..to.len() - 1]), "{to}: {e}");
+    }
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["rope"]["scaling"]["yarn"]["betafast"] = serde_json::json!(3.0);
+    let e = KernelSpec::from_json(&v.to_string()).unwrap_err().to_string();
+    assert!(e.contains("betafast"), "{e}");
 }

@@ -174,7 +174,11 @@ fn a_systematic_error_of_16_ulps_on_the_pooled_values_fails_in_f32() {
     scale(d.shifted.as_mut().unwrap());
     scale(&mut d.perturbed.as_mut().unwrap().0);
     let v = validate(&d).unwrap();
-    assert_eq!(failed(&v), ["K13 systematic scale: pooled values"], "{:#?}", v.rows);
+    // The scale row names it; the RMS half of the magnitude rule (`theory/dump-format.md`, "The
+    // tolerance rule") sees 16 units of roundoff on every value too. Nothing else fails.
+    let f = failed(&v);
+    assert!(f.contains(&"K13 systematic scale: pooled values".to_string()), "{:#?}", v.rows);
+    assert!(f.iter().all(|r| r.ends_with(": pooled values")), "{f:?}");
     let row = v.rows.iter().find(|r| r.name == "systematic scale: pooled values").unwrap();
     assert!((row.error / u - 16.0).abs() < 2.0, "{}", row.note);
 }

@@ -39,6 +39,10 @@ mod kernel_tensor;
 mod kernel_validate;
 #[path = "kernel_validate_mutants.rs"]
 mod kernel_validate_mutants;
+#[path = "kernel_validate_strict.rs"]
+mod kernel_validate_strict;
+#[path = "kernel_validate_tolerance.rs"]
+mod kernel_validate_tolerance;
 #[path = "phase_lab.rs"]
 mod phase_lab;
 #[path = "phase_stats.rs"]

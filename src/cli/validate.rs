@@ -39,6 +39,9 @@ fn print(v: &Validation, path: &Path) {
     let [b, t, dm, dh] = v.shape;
     println!("dump {}: {} ({})", path.display(), v.spec, v.describe);
     println!("{b} sequence(s) of {t} tokens, d = {dm}, d_h = {dh}, dtype {}", v.dtype);
+    if let Some(f) = &v.cache_format {
+        println!("cache format: {f} (keys and values compared with the reference encoded the same way)");
+    }
     println!();
     println!("{:<4} {:<46} {:<13} {:>11} {:>11}  note", "id", "check", "status", "error", "bound");
     for r in &v.rows {

@@ -16,8 +16,11 @@ use std::collections::HashMap;
 pub struct GateParams<F> {
     /// `Z`: `[G, d_g, d]`.
     pub z: Array3<F>,
-    /// `b`: `[W, d_g]`, always per offset.
+    /// `b`: `[W, d_g]`, per offset; all zeros when the spec has no gate bias.
     pub b: Array2<F>,
+    /// Whether `b` is a parameter (`false`: the spec's `gate_bias: false`, `b` is a structural
+    /// zero that is neither dumped nor loaded, and adding it to a logit is exact).
+    pub bias: bool,
 }
 
 /// All parameters of one kernel head.
@@ -50,11 +53,16 @@ impl ParamLayout {
         let dg = spec.gate_width(dh);
         let mut pieces = Vec::new();
         if dg > 0 {
+            let bias = spec.has_gate_bias();
             pieces.push(("gate_k.z", vec![g, dg, d]));
-            pieces.push(("gate_k.b", vec![w, dg]));
+            if bias {
+                pieces.push(("gate_k.b", vec![w, dg]));
+            }
             if spec.has_value_gate() {
                 pieces.push(("gate_v.z", vec![g, dg, d]));
-                pieces.push(("gate_v.b", vec![w, dg]));
+                if bias {
+                    pieces.push(("gate_v.b", vec![w, dg]));
+                }
             }
         }
         pieces.push(("proj_k", vec![g, dh, d]));
@@ -99,9 +107,15 @@ impl<F: Float> KernelParams<F> {
         }
         let mut take = |name: &str| pieces.remove(name);
         let dim3 = |a: ArrayD<F>| a.into_dimensionality::<Ix3>().expect("layout shape");
+        let (w, dg) = (spec.geometry.window(), spec.gate_width(dims.d_head));
         let mut gate = |z: &str, b: &str| {
             let z = take(z)?;
-            Some(GateParams { z: dim3(z), b: take(b)?.into_dimensionality::<Ix2>().expect("layout shape") })
+            Some(match take(b) {
+                Some(b) => {
+                    GateParams { z: dim3(z), b: b.into_dimensionality::<Ix2>().expect("layout shape"), bias: true }
+                }
+                None => GateParams { z: dim3(z), b: Array2::zeros((w, dg)), bias: false },
+            })
         };
         let (gate_k, gate_v) = (gate("gate_k.z", "gate_k.b"), gate("gate_v.z", "gate_v.b"));
         Ok(KernelParams {
@@ -118,7 +132,10 @@ impl<F: Float> KernelParams<F> {
         let mut out = Vec::new();
         for (g, z, b) in [(&self.gate_k, "gate_k.z", "gate_k.b"), (&self.gate_v, "gate_v.z", "gate_v.b")] {
             if let Some(g) = g {
-                out.extend([(z, g.z.view().into_dyn()), (b, g.b.view().into_dyn())]);
+                out.push((z, g.z.view().into_dyn()));
+                if g.bias {
+                    out.push((b, g.b.view().into_dyn()));
+                }
             }
         }
         out.push(("proj_k", self.proj_k.view().into_dyn()));
@@ -166,8 +183,8 @@ impl<F: Float> KernelParams<F> {
     pub fn cast<G: Float>(&self) -> KernelParams<G> {
         let c = |v: &F| G::from(*v).expect("float cast");
         KernelParams {
-            gate_k: self.gate_k.as_ref().map(|g| GateParams { z: g.z.map(c), b: g.b.map(c) }),
-            gate_v: self.gate_v.as_ref().map(|g| GateParams { z: g.z.map(c), b: g.b.map(c) }),
+            gate_k: self.gate_k.as_ref().map(|g| GateParams { z: g.z.map(c), b: g.b.map(c), bias: g.bias }),
+            gate_v: self.gate_v.as_ref().map(|g| GateParams { z: g.z.map(c), b: g.b.map(c), bias: g.bias }),
             proj_k: self.proj_k.map(c),
             proj_v: self.proj_v.as_ref().map(|p| p.map(c)),
             gamma: self.gamma.as_ref().map(|g| g.map(c)),
@@ -194,7 +211,8 @@ impl<F: Float> KernelParams<F> {
         }
     }
 
-    /// Sets every bias `b_i` to the value of offset 0 (equal biases; used by K7, K9).
+    /// Sets every bias `b_i` to the value of offset 0 (equal biases; used by K7, K9; a no-op
+    /// without biases, whose structural zeros are already equal).
     pub fn equalize_biases(&mut self) {
         for g in [&mut self.gate_k, &mut self.gate_v].into_iter().flatten() {
             let row0 = g.b.row(0).to_owned();
@@ -246,7 +264,7 @@ mod tests {
 
     #[test]
     fn flat_round_trip_and_shape_errors() {
-        for name in ["w8s4", "w8s4-tied", "w8s4-uniform", "w8s6-scalar", "dsv4-csa", "full"] {
+        for name in ["w8s4", "w8s4-tied", "w8s4-uniform", "w8s6-scalar", "dsv4-csa", "full", "dsv41-c4"] {
             let spec = KernelSpec::preset(name).unwrap();
             let dims = KernelDims::new(3, 2).unwrap();
             let n = ParamLayout::of(&spec, dims).len();

@@ -5,7 +5,7 @@
 //! For window `j`, branch `B`, valid offset `i` holding token `t`:
 //!
 //! ```text
-//! s_{j,i}[c] = sum_k Z_{g(i)}[c,k] h_t[k] + b_i[c]
+//! s_{j,i}[c] = (sum_k Z_{g(i)}[c,k] h_t[k]) + b_i[c]
 //! a_{j,i}[c] = exp(s_{j,i}[c] - m[c]) / sum_{i' valid} exp(s_{j,i'}[c] - m[c])
 //! B_j[e]     = sum_i a_{j,i}[c(e)] * sum_k C_{g(i)}[e,k] h_t[k]     (c(e) = e, or 0 for scalar gates)
 //! ```
@@ -123,6 +123,46 @@ pub fn assemble<F: Float>(spec: &KernelSpec, dims: KernelDims, outs: Vec<WindowO
     }
 }
 
+/// `sum_k w[k] h[k]` in index order: every projection and gate logit of the reference.
+#[inline]
+fn dot<F: Float>(w: ArrayView1<F>, h: ArrayView1<F>) -> F {
+    w.iter().zip(h.iter()).fold(F::zero(), |acc, (&a, &b)| acc + a * b)
+}
+
+/// What one token contributes to a window through a slot of parameter group `g`, computed once
+/// and shared by every window (and every displaced window of `validate`'s phase profile) that
+/// holds the token in a slot of that group: per branch the gate logits without the slot's bias,
+/// `Z_g h` (empty for uniform gates), and the projection `C_g h`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Projected<F> {
+    logit_k: Vec<F>,
+    logit_v: Vec<F>,
+    proj_k: Vec<F>,
+    proj_v: Vec<F>,
+}
+
+/// The projections of token `h` through parameter group `group` ([`Projected`]).
+pub fn project<F: Float>(
+    spec: &KernelSpec,
+    dims: KernelDims,
+    params: &KernelParams<F>,
+    group: usize,
+    h: ArrayView1<F>,
+) -> Projected<F> {
+    let c = spec.gate_width(dims.d_head);
+    let logits = |g: Option<&GateParams<F>>| -> Vec<F> {
+        g.map(|g| (0..c).map(|ch| dot(g.z.slice(ndarray::s![group, ch, ..]), h)).collect()).unwrap_or_default()
+    };
+    let proj =
+        |p: &Array3<F>| -> Vec<F> { (0..dims.d_head).map(|e| dot(p.slice(ndarray::s![group, e, ..]), h)).collect() };
+    Projected {
+        logit_k: logits(params.gate_k.as_ref()),
+        logit_v: if value_gate_is_key_gate(spec) { Vec::new() } else { logits(params.gate_v.as_ref()) },
+        proj_k: proj(&params.proj_k),
+        proj_v: params.proj_v.as_ref().map(proj).unwrap_or_default(),
+    }
+}
+
 /// Compresses window `j` from its rows (`None` for an empty slot).
 pub fn compress_window<F: Float>(
     spec: &KernelSpec,
@@ -131,13 +171,52 @@ pub fn compress_window<F: Float>(
     j: usize,
     rows: &[Option<ArrayView1<F>>],
 ) -> WindowOut<F> {
-    let gate_k = gate_weights(spec, dims, params.gate_k.as_ref(), rows);
-    let gate_v = if value_gate_is_key_gate(spec) {
-        gate_k.clone()
-    } else {
-        gate_weights(spec, dims, params.gate_v.as_ref(), rows)
+    let projected: Vec<Option<Projected<F>>> =
+        rows.iter().enumerate().map(|(i, r)| r.map(|h| project(spec, dims, params, spec.group_of(i), h))).collect();
+    let slots: Vec<Option<&Projected<F>>> = projected.iter().map(Option::as_ref).collect();
+    window_from_projected(spec, dims, params, j, &slots)
+}
+
+/// Window `j` from the projections of its slots (`None` for an empty slot; slot `i`'s
+/// projection must be through group `g(i)`): gate weights, pooling and post-processing,
+/// exactly [`compress_window`].
+pub fn window_from_projected<F: Float>(
+    spec: &KernelSpec,
+    dims: KernelDims,
+    params: &KernelParams<F>,
+    j: usize,
+    slots: &[Option<&Projected<F>>],
+) -> WindowOut<F> {
+    let weights = |gate: Option<&GateParams<F>>, logit: fn(&Projected<F>) -> &[F]| {
+        let valid: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].is_some()).collect();
+        match (spec.gate, gate) {
+            (GateKind::Uniform, _) | (_, None) => uniform_weights(spec, dims, slots.len(), &valid),
+            (_, Some(g)) => {
+                let c = spec.gate_width(dims.d_head).max(1);
+                let mut a = Array2::<F>::zeros((slots.len(), c));
+                for &i in &valid {
+                    let l = logit(slots[i].expect("valid"));
+                    for ch in 0..c {
+                        a[[i, ch]] = l[ch] + g.b[[i, ch]];
+                    }
+                }
+                softmax_over_slots(&mut a, &valid);
+                a
+            }
+        }
     };
-    window_from_gates(spec, dims, params, j, rows, gate_k, gate_v)
+    let gate_k = weights(params.gate_k.as_ref(), |p| &p.logit_k);
+    let gate_v =
+        if value_gate_is_key_gate(spec) { gate_k.clone() } else { weights(params.gate_v.as_ref(), |p| &p.logit_v) };
+    let pk: Vec<Option<&[F]>> = slots.iter().map(|p| p.map(|p| p.proj_k.as_slice())).collect();
+    let pooled_k = pool(spec, dims, &pk, &gate_k);
+    let pooled_v = if params.proj_v.is_some() {
+        let pv: Vec<Option<&[F]>> = slots.iter().map(|p| p.map(|p| p.proj_v.as_slice())).collect();
+        pool(spec, dims, &pv, &gate_v)
+    } else {
+        pooled_k.clone()
+    };
+    finish(spec, params, j, pooled_k, pooled_v, gate_k, gate_v)
 }
 
 /// Whether the value branch reuses the key gate's weights (shared or tied gates, uniform pooling).
@@ -155,11 +234,38 @@ pub fn window_from_gates<F: Float>(
     gate_k: Array2<F>,
     gate_v: Array2<F>,
 ) -> WindowOut<F> {
-    let pooled_k = pool(spec, dims, &params.proj_k, &gate_k, rows);
+    let projections = |p: &Array3<F>| -> Vec<Option<Vec<F>>> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.map(|h| (0..dims.d_head).map(|e| dot(p.slice(ndarray::s![spec.group_of(i), e, ..]), h)).collect())
+            })
+            .collect()
+    };
+    let pk = projections(&params.proj_k);
+    let pk_ref: Vec<Option<&[F]>> = pk.iter().map(|p| p.as_deref()).collect();
+    let pooled_k = pool(spec, dims, &pk_ref, &gate_k);
     let pooled_v = match &params.proj_v {
-        Some(pv) => pool(spec, dims, pv, &gate_v, rows),
+        Some(pv) => {
+            let pv = projections(pv);
+            let pv_ref: Vec<Option<&[F]>> = pv.iter().map(|p| p.as_deref()).collect();
+            pool(spec, dims, &pv_ref, &gate_v)
+        }
         None => pooled_k.clone(),
     };
+    finish(spec, params, j, pooled_k, pooled_v, gate_k, gate_v)
+}
+
+/// Post-processes pooled entries (RMSNorm, RoPE at the entry position) into a [`WindowOut`].
+fn finish<F: Float>(
+    spec: &KernelSpec,
+    params: &KernelParams<F>,
+    j: usize,
+    pooled_k: Array1<F>,
+    pooled_v: Array1<F>,
+    gate_k: Array2<F>,
+    gate_v: Array2<F>,
+) -> WindowOut<F> {
     let position = spec.entry_position(j);
     let gamma = params.gamma.as_ref().map(|g| g.as_slice().expect("contiguous gamma"));
     let mut key = pooled_k.clone();
@@ -174,6 +280,31 @@ pub fn window_from_gates<F: Float>(
     WindowOut { key, value, pooled_k, pooled_v, gate_k, gate_v, position }
 }
 
+/// Uniform weights `1/valid` on the valid slots (channel 0 of a `[W, c]` array).
+fn uniform_weights<F: Float>(spec: &KernelSpec, dims: KernelDims, w: usize, valid: &[usize]) -> Array2<F> {
+    let c = spec.gate_width(dims.d_head).max(1);
+    let mut a = Array2::<F>::zeros((w, c));
+    let u = F::one() / F::from(valid.len()).expect("count");
+    for &i in valid {
+        a[[i, 0]] = u;
+    }
+    a
+}
+
+/// Per channel (column), the softmax of `a`'s valid rows in place.
+fn softmax_over_slots<F: Float>(a: &mut Array2<F>, valid: &[usize]) {
+    let mut column = vec![F::zero(); valid.len()];
+    for ch in 0..a.ncols() {
+        for (v, &i) in column.iter_mut().zip(valid) {
+            *v = a[[i, ch]];
+        }
+        crate::numeric::softmax_in_place(&mut column);
+        for (&v, &i) in column.iter().zip(valid) {
+            a[[i, ch]] = v;
+        }
+    }
+}
+
 /// Gate weights `[W, c]` of one window: per channel, the softmax of the scores over the
 /// non-empty slots (uniform over them for uniform pooling or a missing gate); empty slots weigh 0.
 pub fn gate_weights<F: Float>(
@@ -182,36 +313,19 @@ pub fn gate_weights<F: Float>(
     gate: Option<&GateParams<F>>,
     rows: &[Option<ArrayView1<F>>],
 ) -> Array2<F> {
-    let w = rows.len();
-    let c = spec.gate_width(dims.d_head).max(1);
-    let valid: Vec<usize> = (0..w).filter(|&i| rows[i].is_some()).collect();
+    let valid: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].is_some()).collect();
     let gate = match (spec.gate, gate) {
-        (GateKind::Uniform, _) | (_, None) => {
-            let mut a = Array2::<F>::zeros((w, c));
-            let u = F::one() / F::from(valid.len()).expect("count");
-            for &i in &valid {
-                a[[i, 0]] = u;
-            }
-            return a;
-        }
+        (GateKind::Uniform, _) | (_, None) => return uniform_weights(spec, dims, rows.len(), &valid),
         (_, Some(g)) => g,
     };
     let mut a = gate_scores(spec, dims, gate, rows, &valid);
-    let mut column = vec![F::zero(); valid.len()];
-    for ch in 0..c {
-        for (v, &i) in column.iter_mut().zip(&valid) {
-            *v = a[[i, ch]];
-        }
-        crate::numeric::softmax_in_place(&mut column);
-        for (&v, &i) in column.iter().zip(&valid) {
-            a[[i, ch]] = v;
-        }
-    }
+    softmax_over_slots(&mut a, &valid);
     a
 }
 
-/// Gate scores `[W, c]` of the given slots: `s_i[c] = sum_k Z_{g(i)}[c,k] h_i[k] + b_i[c]` (an
-/// empty slot's row counts as zero); other slots score 0.
+/// Gate scores `[W, c]` of the given slots: `s_i[c] = sum_k Z_{g(i)}[c,k] h_i[k] + b_i[c]` (the
+/// sum first, then the bias, as [`window_from_projected`] does; an empty slot's row counts as
+/// zero); other slots score 0.
 pub fn gate_scores<F: Float>(
     spec: &KernelSpec,
     dims: KernelDims,
@@ -224,39 +338,22 @@ pub fn gate_scores<F: Float>(
     for &i in slots {
         let grp = spec.group_of(i);
         for ch in 0..c {
-            let mut acc = gate.b[[i, ch]];
-            if let Some(h) = rows[i] {
-                for k in 0..dims.d_model {
-                    acc = acc + gate.z[[grp, ch, k]] * h[k];
-                }
-            }
-            s[[i, ch]] = acc;
+            let zh = rows[i].map_or(F::zero(), |h| dot(gate.z.slice(ndarray::s![grp, ch, ..]), h));
+            s[[i, ch]] = zh + gate.b[[i, ch]];
         }
     }
     s
 }
 
-/// Pooled output `sum_i a_i (.) C_{g(i)} h_i` of one window.
-fn pool<F: Float>(
-    spec: &KernelSpec,
-    dims: KernelDims,
-    proj: &Array3<F>,
-    a: &Array2<F>,
-    rows: &[Option<ArrayView1<F>>],
-) -> Array1<F> {
-    let dh = dims.d_head;
+/// Pooled output `sum_i a_i (.) v_i` of one window from its slots' projections `v_i = C_{g(i)} h_i`.
+fn pool<F: Float>(spec: &KernelSpec, dims: KernelDims, projected: &[Option<&[F]>], a: &Array2<F>) -> Array1<F> {
     let vector = spec.gate == GateKind::Vector;
-    let mut out = Array1::<F>::zeros(dh);
-    for (i, row) in rows.iter().enumerate() {
-        let Some(h) = row else { continue };
-        let grp = spec.group_of(i);
-        for e in 0..dh {
-            let mut v = F::zero();
-            for k in 0..dims.d_model {
-                v = v + proj[[grp, e, k]] * h[k];
-            }
+    let mut out = Array1::<F>::zeros(dims.d_head);
+    for (i, v) in projected.iter().enumerate() {
+        let Some(v) = v else { continue };
+        for e in 0..dims.d_head {
             let weight = if vector { a[[i, e]] } else { a[[i, 0]] };
-            out[e] = out[e] + weight * v;
+            out[e] = out[e] + weight * v[e];
         }
     }
     out

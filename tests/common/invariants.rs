@@ -59,12 +59,13 @@ macro_rules! test_device {
 pub(crate) use test_device;
 
 /// Presets on which `inv` has something to check: every preset, except that presets without a
-/// learned gate (uniform pooling, `full`) have nothing for K7, K8 and K10.
+/// learned gate (uniform pooling, `full`, `dsv41-c1`) have nothing for K7 and K10, and presets
+/// without gate biases (those, and DeepSeek-V4.1's `gate_bias: false`) no one-hot limit (K8).
 pub fn applicable(inv: Invariant, preset: &str) -> bool {
+    let spec = KernelSpec::preset(preset).expect("listed preset");
     match inv {
-        Invariant::K7UniformLimit | Invariant::K8OneHotLimit | Invariant::K10TiedScalar => {
-            KernelSpec::preset(preset).expect("listed preset").gate != GateKind::Uniform
-        }
+        Invariant::K8OneHotLimit => spec.has_gate_bias(),
+        Invariant::K7UniformLimit | Invariant::K10TiedScalar => spec.gate != GateKind::Uniform,
         _ => true,
     }
 }

@@ -148,7 +148,9 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
                 println!("{:<16} {:<9} {}", p.name, p.family.name(), p.spec()?.describe());
                 println!("{:<26} {}", "", p.about);
             }
-            println!("(any w{{W}}s{{S}} with 1 <= S <= W is accepted, with the same suffixes; dsv4-hca{{m}} too)");
+            println!(
+                "(any w{{W}}s{{S}} with 1 <= S <= W is accepted, with the same suffixes; dsv4-hca{{m}} and dsv41-c{{m}} too)"
+            );
         }
         KernelCmd::Validate { dump, dtype, report } => {
             return super::validate::run(&dump, dtype.as_deref(), report.as_ref())

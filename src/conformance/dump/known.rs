@@ -8,8 +8,9 @@ use crate::{Error, Result};
 use candle_core::DType;
 use ndarray::{Array2, Array3};
 
-/// A dump of the reference itself, computed in `dtype` on inputs and parameters rounded to it
-/// (so it passes the tolerance rule by construction): the test suite's known-good dump. `x` is
+/// A dump of the reference itself as a correct kernel in `dtype` computes it: on inputs and
+/// parameters rounded to `dtype`, with fp32 accumulators (the reference in f32, or f64 for f64
+/// dumps), every output rounded to `dtype`: the test suite's known-good dump. `x` is
 /// `[B, T, d]`; with `extras`, the shifted run (S tokens prepended, `prepend` gives them) and a
 /// perturbed run (token `perturb`, replaced by `prepend`'s first row) are included.
 pub fn reference_dump(
@@ -47,9 +48,17 @@ pub fn mutant_dump(
         let mut outs = Vec::new();
         for s in 0..b {
             let xs = x.index_axis(ndarray::Axis(0), s).to_owned();
-            let c =
-                crate::conformance::harness::checks::low_reference_mutated(dtype, spec, dims, &params, &xs, mutation)?
+            let acc = crate::conformance::harness::tolerance::accumulator(dtype);
+            let mut c =
+                crate::conformance::harness::checks::low_reference_mutated(acc, spec, dims, &params, &xs, mutation)?
                     .ok_or_else(|| Error::invalid("dtype", format!("no reference in {dtype:?}")))?;
+            let r = |v: f64| round_to(dtype, v);
+            for a in [&mut c.keys, &mut c.values, &mut c.pooled_k, &mut c.pooled_v] {
+                a.mapv_inplace(r);
+            }
+            for a in [&mut c.gate_k, &mut c.gate_v] {
+                a.mapv_inplace(r);
+            }
             outs.push(c);
         }
         let stack2 = |f: &dyn Fn(&crate::kernel::Compressed<f64>) -> &Array2<f64>| {
@@ -101,6 +110,7 @@ pub fn mutant_dump(
         shifted,
         perturbed,
         batched: true,
+        cache_format: None,
     })
 }
 

@@ -3,7 +3,8 @@
 //!
 //! - a safetensors file whose `__metadata__` holds `phasekv.format` (= `1`), `preset` (a preset
 //!   name) or `spec` (a JSON [`KernelSpec`]), `d_model`, `d_head`, `dtype` (`f64`, `f32`, `f16`,
-//!   `bf16`), optionally `deterministic` (`true`/`false`, default `true`) and `perturbed.token`;
+//!   `bf16`), optionally `deterministic` (`true`/`false`, default `true`), `perturbed.token` and
+//!   `cache_format` (a [`CacheFormat`]: the entries were stored quantized, decoded in the dump);
 //! - tensors `input` `[T, d]` or `[B, T, d]`, the parameters under their [`ParamLayout`] names,
 //!   the outputs `keys` (and `values` unless `shared_kv`), optionally `pooled_keys`,
 //!   `pooled_values` `[B, n, d_h]` and `gate_k`, `gate_v` `[B, n, W, c]`; extra runs under the
@@ -27,6 +28,7 @@ pub use safetensors_io::{read_safetensors, safetensors_bytes, write_safetensors}
 
 use crate::kernel::params::{KernelParams, ParamLayout};
 use crate::kernel::spec::{KernelDims, KernelSpec};
+use crate::numeric::formats::CacheFormat;
 use crate::{Error, Result};
 use candle_core::DType;
 use ndarray::{Array3, Array4, ArrayD};
@@ -102,6 +104,9 @@ pub struct Dump {
     pub perturbed: Option<(Run, usize)>,
     /// Whether `input` had a batch axis in the file (so a re-save keeps the rank).
     pub batched: bool,
+    /// The quantized format the kernel stored its cache entries (`keys`, `values`) in, decoded
+    /// back to floats in the dump (`None`: plain `dtype`); metadata `cache_format`.
+    pub cache_format: Option<CacheFormat>,
 }
 
 /// One raw tensor: storage dtype, shape, values widened to f64.
@@ -160,7 +165,8 @@ impl Dump {
         Dump::from_parts(path, &meta, tensors, dtype_override)
     }
 
-    /// Writes the dump as safetensors, every tensor stored in the dump's dtype.
+    /// Writes the dump as safetensors, every tensor stored in the dump's dtype (in f32 when it
+    /// has a cache format: the decoded entries are exact there, not in bf16).
     pub fn save(&self, path: &Path) -> Result<()> {
         let (meta, tensors) = self.to_parts();
         write_safetensors(path, &meta, &tensors)
@@ -178,8 +184,11 @@ impl Dump {
         meta.insert("d_head".to_string(), self.dims.d_head.to_string());
         meta.insert("dtype".to_string(), dtype_name(self.dtype).to_string());
         meta.insert("deterministic".to_string(), self.deterministic.to_string());
+        if let Some(f) = &self.cache_format {
+            meta.insert("cache_format".to_string(), serde_json::to_string(f).expect("format serialises"));
+        }
         let mut out = BTreeMap::new();
-        let dtype = self.dtype;
+        let dtype = if self.cache_format.is_some() { DType::F32 } else { self.dtype };
         let mut put = |name: String, shape: Vec<usize>, data: Vec<f64>| {
             out.insert(name, RawTensor { dtype, shape, data: data.into_iter().map(|v| round_to(dtype, v)).collect() });
         };

@@ -64,12 +64,22 @@ pub fn parse_npy(name: &str, bytes: &[u8]) -> std::result::Result<RawTensor, Str
     Ok(RawTensor { dtype, shape, data })
 }
 
-/// Reads a folder of `.npy` files and its `metadata.json` (a JSON object of strings).
+/// Reads a folder of `.npy` files and its `metadata.json` (a JSON object of strings; the one
+/// structured key, `cache_format`, may also be given as a JSON object, kept as its JSON text).
 pub fn read_npy_dir(dir: &Path) -> Result<(HashMap<String, String>, BTreeMap<String, RawTensor>)> {
     let meta_path = dir.join("metadata.json");
     let text = crate::limits::read_text(&meta_path, crate::limits::MAX_JSON_BYTES)?;
-    let meta: HashMap<String, String> =
+    let raw: HashMap<String, serde_json::Value> =
         serde_json::from_str(&text).map_err(|e| file_err(&meta_path, format!("not a JSON object of strings: {e}")))?;
+    let mut meta = HashMap::new();
+    for (k, v) in raw {
+        let s = match v {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Object(_) if k == "cache_format" => v.to_string(),
+            other => return Err(file_err(&meta_path, format!("metadata {k} is {other}, not a string"))),
+        };
+        meta.insert(k, s);
+    }
     let mut out = BTreeMap::new();
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in entries {

@@ -4,11 +4,25 @@
 use super::{dtype_name, file_err, parse_dtype, Dump, RawTensor, Run, FORMAT_VERSION, MAX_DIM};
 use crate::kernel::params::{KernelParams, ParamLayout};
 use crate::kernel::spec::{KernelDims, KernelSpec};
+use crate::numeric::formats::CacheFormat;
 use crate::Result;
 use candle_core::DType;
 use ndarray::{Array3, Array4};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+
+/// Every metadata key a dump may carry (`theory/dump-format.md`, "Metadata").
+pub const METADATA_KEYS: &[&str] = &[
+    "phasekv.format",
+    "preset",
+    "spec",
+    "d_model",
+    "d_head",
+    "dtype",
+    "deterministic",
+    "perturbed.token",
+    "cache_format",
+];
 
 impl Dump {
     /// Builds and validates a dump from its metadata map and raw tensors.
@@ -19,6 +33,13 @@ impl Dump {
         dtype_override: Option<DType>,
     ) -> Result<Self> {
         let err = |r: String| file_err(path, r);
+        // Strict metadata: an unknown key (a typo of `perturbed.token`, a knob the format does
+        // not have) is refused, never ignored.
+        let mut keys: Vec<&String> = meta.keys().collect();
+        keys.sort();
+        if let Some(k) = keys.into_iter().find(|k| !METADATA_KEYS.contains(&k.as_str())) {
+            return Err(err(format!("unknown metadata key '{k}' (known: {})", METADATA_KEYS.join(", "))));
+        }
         match meta.get("phasekv.format").map(String::as_str) {
             Some(FORMAT_VERSION) => {}
             Some(v) => return Err(err(format!("metadata phasekv.format is '{v}'; this build reads version 1"))),
@@ -66,8 +87,15 @@ impl Dump {
                 _ => {}
             }
         }
+        let cache_format = match meta.get("cache_format") {
+            None => None,
+            Some(s) => Some(CacheFormat::from_json(s).map_err(|r| err(format!("metadata cache_format: {r}")))?),
+        };
         let dtype = match (dtype_override, meta_dtype, storage) {
             (Some(d), _, _) => d,
+            // A quantized cache is stored decoded (exact in f32); `dtype` is what the kernel
+            // computed in before encoding, and may be below the storage dtype.
+            (None, Some(m), _) if cache_format.is_some() => m,
             (None, Some(m), Some(s)) if m != s => {
                 return Err(err(format!(
                     "metadata dtype is {} but the tensors are stored as {} (pass --dtype to validate a kernel \
@@ -187,7 +215,7 @@ impl Dump {
                 spec.name
             )));
         }
-        Ok(Dump { spec, dims, dtype, deterministic, params, main, shifted, perturbed, batched })
+        Ok(Dump { spec, dims, dtype, deterministic, params, main, shifted, perturbed, batched, cache_format })
     }
 }
 

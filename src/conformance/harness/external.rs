@@ -308,6 +308,7 @@ impl ExternalKernel {
             shifted,
             perturbed,
             batched: true,
+            cache_format: None,
         })
     }
 

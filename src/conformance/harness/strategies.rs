@@ -78,14 +78,31 @@ pub fn case_strategy(spec: &KernelSpec) -> BoxedStrategy<Case> {
     case_strategy_min_head(spec, 1)
 }
 
-/// [`case_strategy`] with head widths `d_h` in `min_d_head ..= min_d_head + 3`, for kernels that
-/// cannot run narrower heads (Hugging Face's DeepSeek-V4 rotates `d_h / 8` channels and needs
-/// `d_h >= 16`).
+/// How many head widths [`head_widths`] offers.
+const HEAD_WIDTHS: usize = 4;
+
+/// The narrowest head widths from `min_d_head` on that the spec can hold (at most
+/// [`HEAD_WIDTHS`] of them): a RoPE channel count needs `d_h >= count`, an explicit frequency
+/// list exactly `r / 2` pairs. Drawing from these keeps every valid spec checkable (the
+/// documented 24-channel example needs `d_h >= 24`); `[min_d_head]` when none fits below
+/// `min_d_head + 4096` (the checks then report the spec's own error).
+pub fn head_widths(spec: &KernelSpec, min_d_head: usize) -> Vec<usize> {
+    let lo = min_d_head.max(1);
+    let fits: Vec<usize> = (lo..lo + 4096).filter(|&dh| spec.validate_for(dh).is_ok()).take(HEAD_WIDTHS).collect();
+    if fits.is_empty() {
+        vec![lo]
+    } else {
+        fits
+    }
+}
+
+/// [`case_strategy`] with head widths `d_h` from [`head_widths`] (the first four from
+/// `min_d_head` that the spec holds), for kernels that cannot run narrower heads (Hugging
+/// Face's DeepSeek-V4 rotates `d_h / 8` channels and needs `d_h >= 16`).
 pub fn case_strategy_min_head(spec: &KernelSpec, min_d_head: usize) -> BoxedStrategy<Case> {
     let spec = spec.clone();
     let (w, s) = (spec.geometry.window(), spec.geometry.stride());
-    let lo = min_d_head.max(1);
-    (1usize..=4, lo..=lo + 3, seq_len(&spec))
+    (1usize..=4, proptest::sample::select(head_widths(&spec, min_d_head)), seq_len(&spec))
         .prop_flat_map(move |(d, dh, t)| {
             let dims = KernelDims { d_model: d, d_head: dh };
             let np = ParamLayout::of(&spec, dims).len();

@@ -1,6 +1,13 @@
-//! Tolerances: the FlashAttention two-references rule (`theory/kernels.md`, "Tolerances") and the
-//! reassociation bound used where two computations of the same quantity may sum in another
-//! order. Every tolerance of the harness lives here, with its reason.
+//! Tolerances: the FlashAttention two-references rule (`theory/kernels.md`, "Tolerances") of the
+//! property harness, `validate`'s rounding-model rule ([`rounding_bound`]) and the reassociation
+//! bound used where two computations of the same quantity may sum in another order. Every
+//! tolerance of the harness and of `validate` lives here, with its reason.
+//!
+//! The harness keeps its statistical floor `4 u sqrt(terms) max(0.3, m)`: it compares candle and
+//! the reference on proptest's tiny cases (one window, `d <= 4`), where the ratio of two maxima of
+//! one or two roundings is noise and `sqrt(terms)` is at most about 6. `validate` judges real
+//! kernels at production widths, where that floor grows as `sqrt(W d)` and becomes vacuous, so it
+//! uses [`rounding_bound`] instead.
 
 use candle_core::DType;
 use ndarray::{ArrayBase, Data, Dimension};
@@ -32,6 +39,49 @@ pub fn floor(dtype: DType, magnitude: f64, terms: usize) -> f64 {
 /// bound.
 pub fn two_reference_bound(err_low: f64, dtype: DType, magnitude: f64, terms: usize) -> f64 {
     2.0 * err_low + floor(dtype, magnitude, terms)
+}
+
+/// Roundings of the stored dtype a correct kernel may make at an output's largest magnitude
+/// beyond what its twin shows (`validate`'s max-norm rule): the final rounding of the output,
+/// and the roundings of the intermediates a kernel stores in its dtype between fp32
+/// accumulations (projections, gate logits and weights, products, the pooled entry, RMSNorm's
+/// and RoPE's outputs). Each is at most `u/2` of its stage's magnitude; 8 leaves room for stages
+/// whose magnitude exceeds the output's (pooling that cancels) without approaching a 10 %
+/// error in bf16 (25.6 units of roundoff). `theory/dump-format.md`, "The tolerance rule".
+pub const STAGE_ROUNDINGS: f64 = 8.0;
+
+/// The same roundings in the root-mean-square rule: independent roundings of about `u/2` of
+/// their stage add in quadrature to about `u / sqrt(12)` each, so six stages stay below `1 u` of
+/// the output's RMS; 2 is twice that.
+pub const STAGE_ROUNDINGS_RMS: f64 = 2.0;
+
+/// The dtype a correct kernel computing in `dtype` accumulates in: fp32 accumulators for f32,
+/// f16 and bf16 (tensor cores, torch's CPU reductions, MLX), f64 for f64. `validate`'s twin is
+/// the reference computed in this dtype on the dump's (already rounded) inputs.
+pub fn accumulator(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// `validate`'s max-norm bound of one output (`theory/dump-format.md`, "The tolerance rule"):
+/// `2 max|twin - ref64| + STAGE_ROUNDINGS u max|ref64|`, plus for f64 kernels (whose twin is the
+/// reference itself, one summation order of many) the statistical sum bound
+/// `4 u sqrt(terms) max|ref64|`.
+pub fn rounding_bound(err_twin: f64, dtype: DType, magnitude: f64, terms: usize) -> f64 {
+    let u = unit_roundoff(dtype);
+    let order = if dtype == DType::F64 { 4.0 * u * (terms.max(1) as f64).sqrt() * magnitude } else { 0.0 };
+    2.0 * err_twin + STAGE_ROUNDINGS * u * magnitude + order
+}
+
+/// `validate`'s root-mean-square bound: `2 rms(twin - ref64) + STAGE_ROUNDINGS_RMS u rms(ref64)`
+/// (plus the f64 sum bound at the RMS, as in [`rounding_bound`]).
+pub fn rounding_bound_rms(rms_twin: f64, dtype: DType, rms_ref: f64, terms: usize) -> f64 {
+    let u = unit_roundoff(dtype);
+    let order = if dtype == DType::F64 { 4.0 * u * (terms.max(1) as f64).sqrt() * rms_ref } else { 0.0 };
+    2.0 * rms_twin + STAGE_ROUNDINGS_RMS * u * rms_ref + order
 }
 
 /// Bound for two evaluations of the same sum of `terms` products in another order:

@@ -6,7 +6,10 @@ use super::references;
 use super::{not_checkable, CheckRow, Status};
 use crate::conformance::dump::{Dump, Run};
 use crate::conformance::harness::tolerance::{max_abs, max_abs_diff, reassociation, unit_roundoff};
-use crate::Result;
+use crate::kernel::post::rope_angle;
+use crate::kernel::spec::RopeScaling;
+use crate::kernel::Compressed;
+use crate::{Error, Result};
 use ndarray::s;
 
 /// A NaN or infinity in the kernel's outputs is a failed kernel (in its inputs or parameters the
@@ -52,6 +55,75 @@ pub(super) fn finite_outputs(d: &Dump) -> CheckRow {
         bound: 0.0,
         note: first.unwrap_or_else(|| "every output is finite".into()),
     }
+}
+
+/// Where a reference is not finite, by stage (`None`: finite everywhere).
+fn non_finite_stage(c: &Compressed<f64>) -> Option<&'static str> {
+    if c.gate_k.iter().chain(c.gate_v.iter()).any(|v| !v.is_finite()) {
+        Some("gate weights")
+    } else if c.pooled_k.iter().chain(c.pooled_v.iter()).any(|v| !v.is_finite()) {
+        Some("pooled entries")
+    } else if c.keys.iter().chain(c.values.iter()).any(|v| !v.is_finite()) {
+        Some("post-processed entries")
+    } else {
+        None
+    }
+}
+
+/// A reference that is not finite makes the dump unusable (exit 2), never a pass: every row
+/// would read `inf <= inf`. The error names the spec field that overflowed: a RoPE frequency
+/// whose angle at the largest entry position is not finite (an explicit list, YaRN, theta),
+/// else the stage that overflowed. A low-precision reference that overflows (an f16 dump whose
+/// values leave f16's range) names the dtype.
+pub(super) fn reference_finite(
+    d: &Dump,
+    ref64: &[Compressed<f64>],
+    low: &[Compressed<f64>],
+    max_position: usize,
+) -> Result<()> {
+    if let Some(stage) = ref64.iter().find_map(non_finite_stage) {
+        if let Some(rope) = &d.spec.rope {
+            let r = rope.rotated_channels(d.dims.d_head);
+            let freqs = rope.inv_frequencies(r);
+            let over = freqs.iter().enumerate().find(|(_, &f)| !rope_angle(max_position, f).is_finite());
+            if let Some((k, f)) = over {
+                let field = match &rope.scaling {
+                    Some(RopeScaling::Frequencies(_)) => "rope.scaling.frequencies",
+                    Some(RopeScaling::Yarn { .. }) => "rope.scaling.yarn",
+                    None => "rope.theta",
+                };
+                return Err(Error::invalid(
+                    field,
+                    format!(
+                        "the reference is not finite: pair {k}'s frequency {f:e} at position {max_position} gives a \
+                         non-finite angle; the dump cannot be validated"
+                    ),
+                ));
+            }
+        }
+        let field = match stage {
+            "post-processed entries" => "spec",
+            _ => "parameters",
+        };
+        return Err(Error::invalid(
+            field,
+            format!(
+                "the f64 reference's {stage} are not finite (the inputs and parameters overflow this spec); the dump \
+                 cannot be validated"
+            ),
+        ));
+    }
+    if let Some(stage) = low.iter().find_map(non_finite_stage) {
+        return Err(Error::invalid(
+            "dtype",
+            format!(
+                "the {} reference's {stage} are not finite (values beyond the dtype's range); the dump cannot be \
+                 validated in this dtype",
+                crate::conformance::dump::dtype_name(d.dtype)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// K5 on the dumped gates of the first `n` entries: positive on real slots, 0 on empty ones,
@@ -119,14 +191,14 @@ fn entry_outputs(r: &Run, k: usize, j: usize) -> Vec<f64> {
 /// K2: entries whose window excludes the perturbed token are unchanged (bit for bit for a
 /// deterministic kernel, within the reassociation bound otherwise); entries the reference
 /// changes must change in the kernel too (the support is exact, K4 (a)).
-pub(super) fn k2(d: &Dump, p: &Run, t: usize, terms: usize) -> Result<CheckRow> {
+pub(super) fn k2(d: &Dump, ref_main: &[Compressed<f64>], p: &Run, t: usize, terms: usize) -> Result<CheckRow> {
     let g = d.spec.geometry;
     let main = &d.main;
     let n = main.entries().min(p.entries());
     let inside = g.windows_containing(t, main.tokens());
+    let closed = inside.iter().any(|&j| j < n);
     let mag = max_abs(&main.keys).max(1.0);
     let tol = if d.deterministic { 0.0 } else { reassociation(d.dtype, terms, mag) };
-    let ref_main = references(d, main)?;
     let ref_p = references(d, p)?;
     let (mut worst, mut problem) = (0.0f64, None);
     for k in 0..main.batch() {
@@ -151,6 +223,19 @@ pub(super) fn k2(d: &Dump, p: &Run, t: usize, terms: usize) -> Result<CheckRow> 
                 }
             }
         }
+    }
+    if problem.is_none() && !closed {
+        // The perturbed token lies in no entry the kernel produced (a window that never
+        // closes): the entries that must change are none, so K2 checked only half of itself,
+        // and the row says so instead of PASS.
+        return Ok(not_checkable(
+            "K2",
+            "locality (perturbed token)",
+            &format!(
+                "token {t} lies in no closed window (entries {inside:?}, {n} produced), so nothing must change; \
+                 perturb a token inside a window that closes (e.g. token 0)"
+            ),
+        ));
     }
     let mode = if d.deterministic { "bit for bit" } else { "within reassociation (nondeterministic kernel)" };
     Ok(CheckRow {

@@ -4,8 +4,9 @@
 use super::{CheckRow, Status};
 use crate::conformance::dump::Dump;
 use crate::conformance::harness::checks::post_rows;
-use crate::conformance::harness::tolerance::{floor, unit_roundoff};
+use crate::conformance::harness::tolerance::{unit_roundoff, STAGE_ROUNDINGS};
 use crate::kernel::Compressed;
+use crate::numeric::formats::CacheFormat;
 use candle_core::DType;
 use ndarray::{s, Array2};
 
@@ -82,7 +83,9 @@ pub fn hints(
             }
         }
     }
-    if r > 0 && err_plain <= bound && err_rot > bound {
+    // With every channel rotated there is no non-rotated channel to pass, so "only the rotated
+    // channels fail" would say nothing (a prev/cur swap fails every channel): no RoPE hint then.
+    if r > 0 && dh > r && err_plain <= bound && err_rot > bound {
         let mut hint = format!(
             "{}only the rotated channels fail (max error {err_rot:.2e}; the {} non-rotated channels {err_plain:.2e})",
             if pooled_ok { "pooled entries pass; " } else { "" },
@@ -120,23 +123,52 @@ pub fn hints(
              an RMSNorm mismatch (eps, or a missing or extra normalisation)"
         ));
     }
+    // The precision hints explain an error by its size alone, so they speak only when nothing
+    // more specific (RoPE, RMSNorm) did.
     let worst = keys_row.error;
-    if matches!(d.dtype, DType::F64 | DType::F32) && worst.is_finite() {
-        let terms = d.spec.geometry.window() * d.dims.d_model.max(dh);
-        for low in [DType::BF16, DType::F16] {
-            if low_dtype_fits(d.dtype, low) && worst <= floor(low, mag, terms) && worst > floor(d.dtype, mag, terms) {
-                out.push(format!(
-                    "the error ({worst:.2e}) is at the {} rounding level: the kernel computes in a lower precision \
-                     than the dump's {}",
-                    crate::conformance::dump::dtype_name(low),
-                    crate::conformance::dump::dtype_name(d.dtype)
-                ));
-                break;
-            }
+    let level = |dt: DType| STAGE_ROUNDINGS * unit_roundoff(dt) * mag;
+    if out.is_empty() && d.cache_format.is_none() && worst.is_finite() && worst > level(d.dtype) {
+        let low =
+            [DType::BF16, DType::F16].into_iter().find(|&low| low_dtype_fits(d.dtype, low) && worst <= level(low));
+        // A quantized record first: an FP8 error can be as small as bf16's rounding level.
+        if let Some(f) = stored_format(d, r) {
+            out.push(format!(
+                "every key lies on the grid of {} (error {worst:.2e}): the kernel stores its cache quantized; name \
+                 the format in the dump's metadata: cache_format = {}",
+                f.describe(),
+                serde_json::to_string(&f).expect("format serialises")
+            ));
+        } else if let Some(low) = low {
+            out.push(format!(
+                "the error ({worst:.2e}) is at the {} rounding level: the kernel computes in a lower precision \
+                 than the dump's {}",
+                crate::conformance::dump::dtype_name(low),
+                crate::conformance::dump::dtype_name(d.dtype)
+            ));
         }
     }
     (out, pair)
 }
+
+/// The shipped cache formats (`theory/dump-format.md`, "Quantized cache formats") whose grid the
+/// main run's keys lie on, the first one: a quantized record labelled as plain floats.
+fn stored_format(d: &Dump, rotated: usize) -> Option<CacheFormat> {
+    let keys = &d.main.keys;
+    let dh = d.dims.d_head;
+    let nonzero = keys.iter().any(|&v| v != 0.0);
+    SHIPPED_FORMATS.iter().map(|json| CacheFormat::from_json(json).expect("a valid format")).find(|f| {
+        let q = f.quantized_channels(dh, rotated);
+        nonzero && keys.rows().into_iter().all(|row| f.off_grid(&row.to_vec(), q).is_none())
+    })
+}
+
+/// The formats production engines store (vLLM V4's FP8 NoPE + bf16 RoPE, vLLM V4.1's "MXFP8"
+/// with scales rounded up, mlx-lm's and SGLang's FP4), tried by the quantized-record hint.
+const SHIPPED_FORMATS: &[&str] = &[
+    r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope", "amax_min": 1e-4}"#,
+    r#"{"element": "e4m3", "scale": "pow2", "block": 32, "channels": "all", "amax_min": 1e-4}"#,
+    r#"{"element": "e2m1", "scale": "e4m3", "block": 16, "channels": "all"}"#,
+];
 
 fn low_dtype_fits(declared: DType, low: DType) -> bool {
     unit_roundoff(low) > unit_roundoff(declared)

@@ -4,12 +4,15 @@
 //! error profiles. The library computes; the CLI prints ([`Validation`] is the table).
 //!
 //! **Tolerance rule (K13), two stages as in the harness.** With pooled entries in the dump,
-//! pooled keys/values and gates are compared with the f64 reference (`ref64`) and the reference
-//! computed in the dump's dtype (`low`), and the post-processed keys/values are compared with the
-//! f64 post-processing of the kernel's *own* pooled entries (the dtype's post-processing of the
-//! same rows is the low reference). Without pooled entries the keys/values are compared end to
-//! end (ill-conditioned under RMSNorm of short vectors, `theory/kernels.md`). Bound:
-//! `2 max|low - ref64| + floor(dtype, max|ref64|, W max(d, d_h))`.
+//! pooled keys/values and gates are compared with the f64 reference (`ref64`) and the twin (the
+//! reference computed in the accumulator dtype of a correct kernel in the dump's dtype: f32 for
+//! f32, f16 and bf16), and the post-processed keys/values are compared with the f64
+//! post-processing of the kernel's *own* pooled entries (the twin: the same in f32). Without
+//! pooled entries the keys/values are compared end to end (ill-conditioned under RMSNorm of short
+//! vectors, `theory/kernels.md`). Bounds: `2 max|twin - ref64| + 8 u max|ref64|` and
+//! `2 rms(twin - ref64) + 2 u rms(ref64)` (`theory/dump-format.md`, "The tolerance rule"); with a
+//! `cache_format`, keys and values against the reference encoded the same way, two grid steps
+//! per channel on top. A reference that is not finite is an error (exit 2) naming the spec field.
 //!
 //! **Error by window** `e_j`: `max |impl - ref64|` over the keys and values of entry `j`
 //! (all sequences, all channels).
@@ -34,6 +37,7 @@ pub use tolerance::SCALE_FLOOR_ULPS;
 
 use super::dump::{Dump, Run};
 use super::harness::checks::low_reference;
+use super::harness::tolerance::accumulator;
 use crate::kernel::reference;
 use crate::kernel::Compressed;
 use crate::Result;
@@ -91,6 +95,8 @@ pub struct Validation {
     pub describe: String,
     /// The compute dtype the rule is applied in.
     pub dtype: String,
+    /// The quantized cache format the keys and values were checked in (`None`: plain dtype).
+    pub cache_format: Option<String>,
     /// Sequences, tokens, model and head widths.
     pub shape: [usize; 4],
     /// Entries the kernel produced and entries the geometry demands.
@@ -194,14 +200,16 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) 
     let mut low = Vec::new();
     for k in 0..b {
         let x = run.input.index_axis(Axis(0), k).to_owned();
-        low.push(low_reference(d.dtype, spec, d.dims, &d.params, &x)?.expect("float dtype"));
+        low.push(low_reference(accumulator(d.dtype), spec, d.dims, &d.params, &x)?.expect("float dtype"));
     }
+    let max_position = ref64.iter().flat_map(|c| c.positions.iter().copied()).max().unwrap_or(0);
+    checks::reference_finite(d, &ref64, &low, max_position)?;
     let positions: Vec<usize> = ref64[0].positions[..n].to_vec();
     rows.extend(tolerance::rows(d, &ref64, &low, n, &positions, terms));
     rows.push(checks::k5(d, n));
     rows.push(match &d.perturbed {
         None => not_checkable("K2", "locality (perturbed token)", "the dump has no perturbed run"),
-        Some((p, t)) => checks::k2(d, p, *t, terms)?,
+        Some((p, t)) => checks::k2(d, &ref64, p, *t, terms)?,
     });
     rows.push(match &d.shifted {
         None => not_checkable("K3", "stride shift (S tokens prepended)", "the dump has no shifted run"),
@@ -216,6 +224,7 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) 
         spec: spec.name.clone(),
         describe: spec.describe(),
         dtype: super::dump::dtype_name(d.dtype).into(),
+        cache_format: d.cache_format.as_ref().map(|f| f.describe()),
         shape: [b, t_len, d.dims.d_model, d.dims.d_head],
         entries: (n_got, n_want),
         rows,

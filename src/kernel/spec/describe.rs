@@ -47,9 +47,10 @@ impl KernelSpec {
             ),
         };
         format!(
-            "W={} S={} {align} gate={gate} groups={groups} {} {} norm={} rope={rope}",
+            "W={} S={} {align} gate={gate}{} groups={groups} {} {} norm={} rope={rope}",
             g.window(),
             g.stride(),
+            if self.gate != GateKind::Uniform && !self.gate_bias { " (no bias)" } else { "" },
             if self.tied { "tied" } else { "untied" },
             if self.shared_kv { "shared_kv" } else { "separate_kv" },
             if self.rms_norm { "rms" } else { "none" },

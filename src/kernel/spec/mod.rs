@@ -10,7 +10,7 @@
 //!
 //! then optionally RMSNorm and partial RoPE at the entry position. Preset names are public
 //! API: `w{W}s{S}` with the suffixes `-scalar`, `-uniform`, `-tied`, `-norope`, and `full`,
-//! `dsv4-csa`, `dsv4-hca`.
+//! `dsv4-csa`, `dsv4-hca`, `dsv41-c{m}`.
 
 mod describe;
 pub mod presets;
@@ -18,8 +18,8 @@ mod rope;
 
 pub use presets::{preset_names, Family, Preset};
 pub use rope::{
-    dsv4_yarn, RopeChannels, RopeScaling, RopeSpec, DSV4_COMPRESS_ROPE_THETA, DSV4_HCA_RATE, DSV4_ROPE_FRACTION,
-    ROPE_THETA,
+    dsv4_yarn, RopeChannels, RopeScaling, RopeSpec, DSV41_ROPE_CHANNELS, DSV4_COMPRESS_ROPE_THETA, DSV4_HCA_RATE,
+    DSV4_ROPE_FRACTION, ROPE_THETA,
 };
 
 use crate::geometry::{EntryPosition, Geometry, Visibility};
@@ -50,8 +50,10 @@ pub enum ParamGroups {
     Map(Vec<usize>),
 }
 
-/// Every knob of one compression kernel.
+/// Every knob of one compression kernel. Strict: an unknown field is an error naming it (a typo
+/// such as `"scalling"` must never drop a knob silently).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KernelSpec {
     /// The preset name this spec came from (or a user label).
     pub name: String,
@@ -61,6 +63,11 @@ pub struct KernelSpec {
     pub gate: GateKind,
     /// Parameter groups `g(i)`.
     pub groups: ParamGroups,
+    /// Per-offset gate biases `b_i` (default `true`). `false` is the structural "no position
+    /// bias" of DeepSeek-V4.1: the kernel has no `gate_k.b` / `gate_v.b` parameters at all (the
+    /// logits are `Z h` alone), and a dump that holds one is refused.
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub gate_bias: bool,
     /// Tied gates: `s^V = s^K` (the value branch has no gate parameters of its own).
     pub tied: bool,
     /// One compressed vector serves as key and value (DeepSeek-V4).
@@ -84,6 +91,14 @@ pub const RMS_NORM_EPS: f64 = 1e-6;
 
 fn default_rms_norm_eps() -> f64 {
     RMS_NORM_EPS
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// Model and head widths for a kernel instance.
@@ -203,6 +218,11 @@ impl KernelSpec {
             GateKind::Vector => d_head,
             GateKind::Uniform => 0,
         }
+    }
+
+    /// Whether the gates carry per-offset biases `b_i` (a learned gate with `gate_bias`).
+    pub fn has_gate_bias(&self) -> bool {
+        self.gate_bias && self.gate != GateKind::Uniform
     }
 
     /// Whether the value branch has gate parameters of its own.

@@ -4,9 +4,13 @@
 //!
 //! Besides the listed names, two families are open-ended and parsed from the name:
 //! `w{W}s{S}` (any `1 <= S <= W`) with an optional ablation suffix ([`ABLATIONS`]), and
-//! `dsv4-hca{m}` (DeepSeek-V4's HCA kernel at rate `m`).
+//! `dsv4-hca{m}` (DeepSeek-V4's HCA kernel at rate `m`), and `dsv41-c{m}` (DeepSeek-V4.1's
+//! compressor at ratio `m`).
 
-use super::rope::{dsv4_rope, RopeChannels, RopeSpec, DSV4_HCA_RATE, ROPE_THETA};
+use super::rope::{
+    dsv4_rope, dsv4_yarn, RopeChannels, RopeSpec, DSV41_ROPE_CHANNELS, DSV4_COMPRESS_ROPE_THETA, DSV4_HCA_RATE,
+    ROPE_THETA,
+};
 use super::{GateKind, KernelSpec, ParamGroups, RMS_NORM_EPS};
 use crate::geometry::{Alignment, EntryPosition, Geometry, Visibility};
 use crate::{Error, Result};
@@ -20,6 +24,8 @@ pub enum Family {
     Ablation,
     /// DeepSeek-V4's released compressors.
     DeepSeekV4,
+    /// DeepSeek-V4.1's compressor (mlx-lm, vLLM, SGLang).
+    DeepSeekV41,
     /// The uncompressed baseline.
     Baseline,
 }
@@ -31,6 +37,7 @@ impl Family {
             Family::Paper => "paper",
             Family::Ablation => "ablation",
             Family::DeepSeekV4 => "dsv4",
+            Family::DeepSeekV41 => "dsv41",
             Family::Baseline => "baseline",
         }
     }
@@ -115,6 +122,10 @@ pub const ALL: &[Preset] = &[
         "DeepSeek-V4 HCA: W=S=128, shared K/V, RMSNorm, partial YaRN RoPE (dsv4-hca{m}: rate m)",
         dsv4_hca,
     ),
+    row("dsv41-c1", Family::DeepSeekV41, DSV41_ABOUT, dsv41),
+    row("dsv41-c2", Family::DeepSeekV41, DSV41_ABOUT, dsv41),
+    row("dsv41-c4", Family::DeepSeekV41, DSV41_ABOUT, dsv41),
+    row("dsv41-c128", Family::DeepSeekV41, DSV41_ABOUT, dsv41),
     row("full", Family::Baseline, "no compression: every token is its own entry (W=S=1, uniform)", full),
 ];
 
@@ -171,7 +182,7 @@ fn unknown(name: &str) -> Error {
     Error::invalid(
         "preset",
         format!(
-            "unknown preset '{name}'; expected one of {}, dsv4-hca{{m}}, or w{{W}}s{{S}} (1 <= S <= W) with an \
+            "unknown preset '{name}'; expected one of {}, dsv4-hca{{m}}, dsv41-c{{m}}, or w{{W}}s{{S}} (1 <= S <= W) with an \
              optional suffix {} (e.g. w8s4-tied); `phasekv kernel list` shows them",
             listed.join(", "),
             suffixes.join(", ")
@@ -180,12 +191,14 @@ fn unknown(name: &str) -> Error {
 }
 
 impl KernelSpec {
-    /// The spec of a named preset: a listed one ([`ALL`]), `dsv4-hca{m}` or `w{W}s{S}[-suffix]`.
+    /// The spec of a named preset: a listed one ([`ALL`]), `dsv4-hca{m}`, `dsv41-c{m}` or
+    /// `w{W}s{S}[-suffix]`.
     /// An unknown name is an error naming the field `preset` and the accepted forms.
     pub fn preset(name: &str) -> Result<Self> {
         match by_name(name) {
             Some(p) => p.spec(),
             None if name.starts_with("dsv4-hca") => dsv4_hca(name),
+            None if name.starts_with("dsv41-c") => dsv41(name),
             None => windowed(name),
         }
     }
@@ -198,6 +211,7 @@ impl KernelSpec {
             geometry,
             gate: GateKind::Vector,
             groups: ParamGroups::PerOffset,
+            gate_bias: true,
             tied: false,
             shared_kv: false,
             rms_norm: false,
@@ -263,6 +277,42 @@ fn dsv4_hca(name: &str) -> Result<KernelSpec> {
     })
 }
 
+/// What `phasekv kernel list` says of every `dsv41-c{m}` row.
+const DSV41_ABOUT: &str =
+    "DeepSeek-V4.1: W=S=ratio, one vector gate without position bias, shared K/V, RMSNorm, RoPE on the last 64 \
+     channels (theta 160000, YaRN) at the group's first token (dsv41-c{m}: ratio m)";
+
+/// DeepSeek-V4.1's compressor at ratio `m` (`dsv41-c{m}`, any `m >= 1`), as mlx-lm 0.32.2
+/// (`mlx_lm/models/deepseek_v41.py`, `Compressor`), vLLM 0.33.0 (its V4.1 Triton kernels,
+/// ratios 1 and 2) and SGLang 0.5.23 (`DeepseekV41Compressor`) all compute it
+/// (`../shared/reference/shipped-compressors.md`): non-overlapping groups of `m` tokens, one
+/// vector gate shared over the group's slots with **no position bias** (`gate_bias: false`),
+/// softmax over the group, RMSNorm (eps [`RMS_NORM_EPS`] = 1e-6, the checkpoints' `rms_norm_eps`;
+/// mlx-lm's constructor defaults to 1e-20, so its adapter passes the spec's eps), RoPE on the last
+/// [`DSV41_ROPE_CHANNELS`] channels at the group's first token, base 160000 with DeepSeek-V4's
+/// YaRN ([`super::rope::dsv4_yarn`]: all three packages read the same `rope_scaling`). At ratio
+/// 1 none of them has a gate (a one-slot softmax is 1: mlx-lm's `Compressor`, vLLM's `has_gate`,
+/// SGLang's plain projection), so `dsv41-c1` is uniform: no `gate_k.z` to dump.
+fn dsv41(name: &str) -> Result<KernelSpec> {
+    let ratio = name.strip_prefix("dsv41-c").ok_or_else(|| unknown(name))?;
+    let m: usize = ratio.parse().map_err(|_| unknown(name))?;
+    let spec = KernelSpec::generic(name, Geometry::new(m, m, Alignment::Start)?);
+    Ok(KernelSpec {
+        gate: if m == 1 { GateKind::Uniform } else { GateKind::Vector },
+        groups: ParamGroups::Shared,
+        gate_bias: false,
+        shared_kv: true,
+        rms_norm: true,
+        rope: Some(RopeSpec {
+            channels: RopeChannels::Count(DSV41_ROPE_CHANNELS),
+            position: EntryPosition::First,
+            theta: DSV4_COMPRESS_ROPE_THETA,
+            scaling: Some(dsv4_yarn()),
+        }),
+        ..spec
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,7 +331,7 @@ mod tests {
 
     #[test]
     fn unknown_and_impossible_presets_are_one_line_errors() {
-        for bad in ["w8", "w8s", "x8s4", "w8s4-fast", "", "wAs4", "w8s4-", "dsv4-hcaX"] {
+        for bad in ["w8", "w8s", "x8s4", "w8s4-fast", "", "wAs4", "w8s4-", "dsv4-hcaX", "dsv41-c", "dsv41-cX"] {
             let e = KernelSpec::preset(bad).unwrap_err().to_string();
             assert!(e.starts_with("invalid preset"), "{bad}: {e}");
             assert!(!e.contains('\n'));
@@ -293,5 +343,32 @@ mod tests {
         assert!(e.contains("stride"), "{e}");
         let e = KernelSpec::preset("w0s0").unwrap_err().to_string();
         assert!(e.contains("window"), "{e}");
+        let e = KernelSpec::preset("dsv41-c0").unwrap_err().to_string();
+        assert!(e.contains("window"), "{e}");
+    }
+
+    #[test]
+    fn dsv41_has_no_gate_bias_and_rotates_64_channels() {
+        for m in [1, 2, 3, 4, 128, 7] {
+            let spec = KernelSpec::preset(&format!("dsv41-c{m}")).unwrap();
+            assert_eq!((spec.geometry.window(), spec.geometry.stride()), (m, m));
+            assert!(!spec.gate_bias && !spec.has_gate_bias() && spec.shared_kv && spec.rms_norm);
+            assert_eq!(spec.rms_norm_eps, 1e-6);
+            let rope = spec.rope.as_ref().unwrap();
+            assert_eq!((rope.rotated_channels(512), rope.position), (64, EntryPosition::First));
+            let layout =
+                crate::kernel::params::ParamLayout::of(&spec, crate::kernel::spec::KernelDims::new(8, 64).unwrap());
+            let names: Vec<&str> = layout.pieces.iter().map(|p| p.0).collect();
+            if m == 1 {
+                assert_eq!(names, ["proj_k", "gamma"]);
+            } else {
+                assert_eq!(names, ["gate_k.z", "proj_k", "gamma"]);
+            }
+        }
+        // The spec's JSON says so, and a round trip keeps it.
+        let spec = KernelSpec::preset("dsv41-c4").unwrap();
+        let json = serde_json::to_string(&spec).unwrap();
+        assert!(json.contains("\"gate_bias\":false"), "{json}");
+        assert_eq!(KernelSpec::from_json(&json).unwrap(), spec);
     }
 }

@@ -20,7 +20,7 @@ pub enum RopeChannels {
 
 /// How the RoPE frequencies are derived from the base `theta`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum RopeScaling {
     /// YaRN as DeepSeek-V4 applies it to its compressed layers (`precompute_freqs_cis`, and
     /// Hugging Face's `yarn` rope type with `attention_factor` 1): base frequencies
@@ -45,6 +45,7 @@ pub enum RopeScaling {
 /// DeepSeek-V4: channel pairs `(2k, 2k+1)` of the rotated slice, frequency `theta^(-2k/r)`,
 /// optionally rescaled by [`RopeScaling`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RopeSpec {
     /// Which channels rotate.
     pub channels: RopeChannels,
@@ -136,6 +137,16 @@ impl RopeSpec {
                 if *original_max_position == 0 {
                     return Err(Error::invalid("rope.scaling.yarn.original_max_position", "must be at least 1, got 0"));
                 }
+                if self.theta <= 1.0 {
+                    // The correction range divides by ln(theta): theta = 1 gives NaN frequencies.
+                    return Err(Error::invalid(
+                        "rope.theta",
+                        format!(
+                            "must be above 1 with scaling yarn (its correction range divides by ln theta), got {}",
+                            self.theta
+                        ),
+                    ));
+                }
                 if !(beta_fast.is_finite() && beta_slow.is_finite() && *beta_slow > 0.0 && beta_fast > beta_slow) {
                     return Err(Error::invalid(
                         "rope.scaling.yarn",
@@ -163,6 +174,12 @@ impl RopeSpec {
                 }
             }
         }
+        if let Some(d) = d_head {
+            let r = self.rotated_channels(d);
+            if let Some((k, f)) = self.inv_frequencies(r).into_iter().enumerate().find(|(_, f)| !f.is_finite()) {
+                return Err(Error::invalid("rope", format!("the frequency of pair {k} is {f} for d_head {d}")));
+            }
+        }
         Ok(())
     }
 }
@@ -185,6 +202,11 @@ pub fn dsv4_yarn() -> RopeScaling {
 
 /// DeepSeek-V4 rotates the last `qk_rope_head_dim` = 64 of `head_dim` = 512 channels.
 pub const DSV4_ROPE_FRACTION: usize = 8;
+
+/// DeepSeek-V4.1 rotates the last `qk_rope_head_dim` = 64 channels of each entry (mlx-lm 0.32.2
+/// `deepseek_v41.py` `ModelArgs.qk_rope_head_dim`; vLLM 0.33.0's V4.1 kernels hard-code RoPE 64;
+/// SGLang 0.5.23 `DeepseekV41Compressor`'s RoPE tail), as a count: the same 64 at any head width.
+pub const DSV41_ROPE_CHANNELS: usize = 64;
 
 /// DeepSeek-V4's HCA compression rate `m'` (`compress_rates.HCA`).
 pub const DSV4_HCA_RATE: usize = 128;

@@ -134,8 +134,8 @@ const ONE_HOT_BIAS: f64 = 1.0e4;
 
 pub(super) fn k8_one_hot_limit(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
-    if spec.gate == GateKind::Uniform {
-        return Ok(CheckVerdict::NotApplicable("uniform gates have no bias".into()));
+    if !spec.has_gate_bias() {
+        return Ok(CheckVerdict::NotApplicable("the gates have no bias (uniform, or gate_bias false)".into()));
     }
     let w = spec.geometry.window();
     let star = case.token % w;
@@ -208,6 +208,7 @@ fn scalar_and_vector(p: &KernelParams<f64>, d_head: usize) -> (KernelParams<f64>
     let scalar_gate = |g: &GateParams<f64>| GateParams {
         z: g.z.slice(s![.., 0..1, ..]).to_owned(),
         b: g.b.slice(s![.., 0..1]).to_owned(),
+        bias: g.bias,
     };
     let vector_gate = |g: &GateParams<f64>| {
         let (gg, _, d) = g.z.dim();
@@ -215,6 +216,7 @@ fn scalar_and_vector(p: &KernelParams<f64>, d_head: usize) -> (KernelParams<f64>
         GateParams {
             z: Array3::from_shape_fn((gg, d_head, d), |(a, _, k)| g.z[[a, 0, k]]),
             b: Array2::from_shape_fn((w, d_head), |(i, _)| g.b[[i, 0]]),
+            bias: g.bias,
         }
     };
     let scalar = KernelParams {

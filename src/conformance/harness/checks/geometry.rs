@@ -183,7 +183,12 @@ pub(super) fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Resul
             worst = worst.max(d);
         }
     }
-    for p in proper_divisors(st) {
+    // No smaller period needs something that tells the phases of a stride apart once the gate
+    // content is zero: the per-offset biases. Without them (uniform gates, DeepSeek-V4.1's
+    // `gate_bias: false`) content-free weights are uniform over each window, and with W = S every
+    // token is retained alike (period 1): only the period S half applies.
+    let divisors = if spec.has_gate_bias() { proper_divisors(st) } else { Vec::new() };
+    for p in divisors {
         let pairs: Vec<(usize, usize)> =
             (0..t_len.saturating_sub(p)).filter(|&t| interior[t] && interior[t + p]).map(|t| (t, t + p)).collect();
         if pairs.len() < st {

@@ -1,0 +1,153 @@
+//! The tolerance rule's negative controls at production width (issue 27, item 1): dumps of a
+//! correct kernel (the reference as a bf16 or f32 kernel computes it: fp32 accumulators, outputs
+//! rounded to the dtype) at `d_h = 512`, `W = 8` (DeepSeek-V4 CSA) and `W = 128` (HCA), whose
+//! keys or pooled keys are then replaced by something wrong: uncorrelated garbage of the right
+//! scale, the right values in permuted channels, zeros, the issue's deterministic 25 % error (a
+//! smooth function of the values themselves), a relative error of 10 % (bf16) or 1e-4 (f32).
+//! Each must fail a *magnitude* row on its own (not only the systematic-scale row), while the
+//! correct dump passes. Everything is generated in Rust: no torch.
+//!
+//! `smallest_relative_error_caught` prints the smallest relative error the magnitude rows catch
+//! at each width and dtype (the table in `theory/dump-format.md`):
+//! `cargo test --test suite kernel_validate_tolerance::smallest -- --nocapture --ignored`.
+
+use candle_core::DType;
+use ndarray::Array3;
+use phasekv::conformance::dump::{reference_dump, round_to, Dump};
+use phasekv::conformance::validate::{validate, CheckRow, Status};
+use phasekv::kernel::{KernelDims, KernelParams, KernelSpec};
+
+const D_MODEL: usize = 64;
+const D_HEAD: usize = 512;
+
+/// A correct dump of `preset` (one sequence of `tokens`), its pooled entries included.
+fn correct(preset: &str, tokens: usize, dtype: DType) -> Dump {
+    let spec = KernelSpec::preset(preset).unwrap();
+    let dims = KernelDims::new(D_MODEL, D_HEAD).unwrap();
+    let params = KernelParams::random(&spec, dims, 11);
+    let x = phasekv::kernel::random_input(tokens, D_MODEL, 12).into_shape_with_order((1, tokens, D_MODEL)).unwrap();
+    reference_dump(&spec, dims, &params, &x, dtype, None).unwrap()
+}
+
+/// The ways an output can be wrong.
+#[derive(Clone, Copy, Debug)]
+enum Wrong {
+    /// Uniform noise with the output's RMS, uncorrelated with it.
+    Garbage,
+    /// The right values in the wrong channels (`c -> 7c + 3 mod d_h` within each entry).
+    Permuted,
+    /// Zeros.
+    Zeros,
+    /// The issue's deterministic error: `y + 0.25 sigma sin(2 y / sigma + 1)`, a smooth function of
+    /// the value itself of about a quarter of the output's typical size.
+    Smooth25,
+    /// `y (1 + e)`.
+    Relative(f64),
+}
+
+fn corrupt(a: &Array3<f64>, wrong: Wrong, dtype: DType) -> Array3<f64> {
+    let sigma = (a.iter().map(|v| v * v).sum::<f64>() / a.len() as f64).sqrt();
+    let dh = a.shape()[2];
+    let out = match wrong {
+        Wrong::Garbage => {
+            let noise = phasekv::kernel::random_input(a.len(), 1, 99);
+            // Uniform on [-1, 1] has RMS 1/sqrt(3).
+            Array3::from_shape_vec(a.raw_dim(), noise.iter().map(|v| v * sigma * 3f64.sqrt()).collect()).unwrap()
+        }
+        Wrong::Permuted => Array3::from_shape_fn(a.raw_dim(), |(k, j, c)| a[[k, j, (7 * c + 3) % dh]]),
+        Wrong::Zeros => Array3::zeros(a.raw_dim()),
+        Wrong::Smooth25 => a.mapv(|y| y + 0.25 * sigma * (2.0 * y / sigma + 1.0).sin()),
+        Wrong::Relative(e) => a.mapv(|y| y * (1.0 + e)),
+    };
+    out.mapv(|v| round_to(dtype, v))
+}
+
+/// The magnitude row of an output (`tolerance: {name}...`).
+fn magnitude<'a>(rows: &'a [CheckRow], name: &str) -> &'a CheckRow {
+    rows.iter().find(|r| r.name.starts_with(&format!("tolerance: {name}"))).unwrap_or_else(|| panic!("no row {name}"))
+}
+
+/// The configurations of the issue: (preset, W, tokens, dtype).
+fn configs() -> Vec<(&'static str, usize, usize, DType)> {
+    let mut out = Vec::new();
+    for dtype in [DType::BF16, DType::F32] {
+        out.push(("dsv4-csa", 8, 67, dtype));
+        out.push(("dsv4-hca", 128, 259, dtype));
+    }
+    out
+}
+
+fn wrongs(dtype: DType) -> Vec<Wrong> {
+    let rel = if dtype == DType::BF16 { 0.1 } else { 1e-4 };
+    vec![Wrong::Garbage, Wrong::Permuted, Wrong::Zeros, Wrong::Smooth25, Wrong::Relative(rel)]
+}
+
+#[test]
+fn every_wrong_output_fails_a_magnitude_row_on_its_own_at_production_width() {
+    for (preset, w, tokens, dtype) in configs() {
+        let good = correct(preset, tokens, dtype);
+        let v = validate(&good).unwrap();
+        assert!(v.passed, "{preset} {dtype:?}: the correct dump fails: {:#?}", v.rows);
+        for wrong in wrongs(dtype) {
+            // The keys wrong, the pooled entries right: the post-processing row must fail.
+            let mut d = good.clone();
+            d.main.keys = corrupt(&good.main.keys, wrong, dtype);
+            let v = validate(&d).unwrap();
+            let row = magnitude(&v.rows, "keys");
+            assert_eq!(row.status, Status::Fail, "W = {w} {dtype:?} {wrong:?}: keys row {row:?}");
+            assert!(!v.passed);
+            // The pooled entries wrong (and the keys their post-processing): the pooled row.
+            let mut d = good.clone();
+            d.main.pooled_keys = Some(corrupt(good.main.pooled_keys.as_ref().unwrap(), wrong, dtype));
+            let v = validate(&d).unwrap();
+            let row = magnitude(&v.rows, "pooled keys");
+            assert_eq!(row.status, Status::Fail, "W = {w} {dtype:?} {wrong:?}: pooled row {row:?}");
+            // No pooled entries dumped: the end-to-end keys row.
+            let mut d = good.clone();
+            d.main.pooled_keys = None;
+            d.main.pooled_values = None;
+            d.main.keys = corrupt(&good.main.keys, wrong, dtype);
+            let v = validate(&d).unwrap();
+            let row = magnitude(&v.rows, "keys (end to end)");
+            assert_eq!(row.status, Status::Fail, "W = {w} {dtype:?} {wrong:?}: end-to-end row {row:?}");
+        }
+    }
+}
+
+/// The smallest relative error `y (1 + e)` of the keys (pooled entries right) and of the pooled
+/// keys that a magnitude row catches, by bisection on `e`.
+fn smallest_caught(good: &Dump, dtype: DType, pooled: bool) -> f64 {
+    let fails = |e: f64| {
+        let mut d = good.clone();
+        let name = if pooled { "pooled keys" } else { "keys" };
+        if pooled {
+            d.main.pooled_keys = Some(corrupt(good.main.pooled_keys.as_ref().unwrap(), Wrong::Relative(e), dtype));
+        } else {
+            d.main.keys = corrupt(&good.main.keys, Wrong::Relative(e), dtype);
+        }
+        magnitude(&validate(&d).unwrap().rows, name).status == Status::Fail
+    };
+    let (mut lo, mut hi) = (1e-9f64, 1.0f64);
+    assert!(fails(hi));
+    for _ in 0..30 {
+        let mid = (lo * hi).sqrt();
+        if fails(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
+#[test]
+#[ignore = "a measurement (prints the table of theory/dump-format.md); run with --ignored --nocapture"]
+fn smallest_relative_error_caught() {
+    println!("{:<10} {:>4} {:<5} {:>14} {:>14}", "preset", "W", "dtype", "keys (post)", "pooled keys");
+    for (preset, w, tokens, dtype) in configs() {
+        let good = correct(preset, tokens, dtype);
+        let post = smallest_caught(&good, dtype, false);
+        let pooled = smallest_caught(&good, dtype, true);
+        println!("{preset:<10} {w:>4} {:<5} {post:>14.3e} {pooled:>14.3e}", format!("{dtype:?}").to_lowercase());
+    }
+}
