@@ -15,8 +15,8 @@ What the cache stores is the FP4 fake-quantized entry, so the dump says so: `cac
 `dtype` the model dtype (bf16 by default: mlx-lm rounds the pooled latent to it before RMSNorm).
 
 Parameter map (mlx-lm -> phasekv): `compressor.kv_proj.weight` -> `proj_k[0]`,
-`compressor.gate_proj.weight` -> `gate_k.z[0]` (ratio 1 has no gate: zeros, which a window of
-one token cannot see), `compressor.kv_norm.weight` -> `gamma`; no position bias.
+`compressor.gate_proj.weight` -> `gate_k.z[0]` (ratio 1 has no gate, and `dsv41-c1`'s gate is
+uniform: a window of one token), `compressor.kv_norm.weight` -> `gamma`; no position bias.
 
 Outputs: `keys` (the cache entries, `cache.compress_kv`); in one-shot mode also `pooled_keys`
 (the input of `kv_norm`) and `gate_k` (the softmax over each group), captured from mlx-lm's own
@@ -87,9 +87,10 @@ class MlxCompressor:
 
     def params(self):
         comp = self.attn.compressor
-        kv = to_np(comp.kv_proj.weight)
-        gate = to_np(comp.gate_proj.weight) if self.ratio > 1 else np.zeros_like(kv)
-        return {"proj_k": kv[None], "gate_k.z": gate[None], "gamma": to_np(comp.kv_norm.weight)}
+        params = {"proj_k": to_np(comp.kv_proj.weight)[None], "gamma": to_np(comp.kv_norm.weight)}
+        if self.ratio > 1:
+            params["gate_k.z"] = to_np(comp.gate_proj.weight)[None]
+        return params
 
     def _compress(self, x, start, cache):
         shared = {}
@@ -159,7 +160,8 @@ def main():
     x = np.random.default_rng(a.seed).uniform(-1, 1, (a.batch, tokens, a.d_model))
     preset = f"dsv41-c{2 * a.ratio if a.wrong_ratio else a.ratio}"
     fmt = None if a.label_plain else FP4_E4M3_16
-    phasekv_npdump.dump(module, x, module.params(), preset, a.out, dtype=a.dtype, seed=a.seed, cache_format=fmt)
+    run, params = phasekv_npdump.mislabelled(module, module.params()) if a.wrong_ratio else (module, module.params())
+    phasekv_npdump.dump(run, x, params, preset, a.out, dtype=a.dtype, seed=a.seed, cache_format=fmt)
     print(f"wrote {a.out} (mlx-lm {ds.__name__} ratio {a.ratio} as {preset}, {a.batch}x{tokens}x{a.d_model}, "
           f"d_head {a.d_head}, {a.dtype}, cache {'plain (relabelled)' if fmt is None else 'fp4 e2m1/e4m3x16'}"
           f"{', streaming chunk %d' % a.chunk if a.chunk else ''})", flush=True)

@@ -171,3 +171,12 @@ def dump(run, x, params, spec, path, dtype="f32", seed=0, perturb_token=None, np
         meta["cache_format"] = json.dumps(cache_format)
         store = "f32"
     return write(path, tensors, meta, store, npy=npy)
+
+
+def mislabelled(run, params):
+    """The negative control `--wrong-ratio`: keys only (pooled entries and gates have the ratio's
+    shape, which the dump format would refuse before any check runs), and a zero gate weight
+    when the kernel has none but the label's preset needs one."""
+    params = dict(params)
+    params.setdefault("gate_k.z", np.zeros_like(params["proj_k"]))
+    return (lambda x: {"keys": run(x)["keys"]}), params

@@ -84,9 +84,11 @@ class SglangCompressor:
             self.comp.norm.weight.copy_(bf16(1.0 + 0.1 * rng.uniform(0, 1, d_head)).float())
 
     def params(self):
-        kv = self.comp.wkv.weight.detach().float().numpy()
-        gate = self.comp.wgate.weight.detach().float().numpy() if self.ratio > 1 else np.zeros_like(kv)
-        return {"proj_k": kv[None], "gate_k.z": gate[None], "gamma": self.comp.norm.weight.detach().numpy()}
+        params = {"proj_k": self.comp.wkv.weight.detach().float().numpy()[None],
+                  "gamma": self.comp.norm.weight.detach().numpy()}
+        if self.ratio > 1:  # ratio 1 has no gate; dsv41-c1's is uniform (a window of one token)
+            params["gate_k.z"] = self.comp.wgate.weight.detach().float().numpy()[None]
+        return params
 
     def _sequence(self, x, freqs_cis, captured):
         """One sequence [T, d] -> (entries, pooled latents, gates) as SGLang's backend makes them."""
@@ -149,7 +151,8 @@ def main():
     x = np.random.default_rng(a.seed).uniform(-1, 1, (a.batch, a.tokens, a.d_model))
     preset = f"dsv41-c{2 * a.ratio if a.wrong_ratio else a.ratio}"
     fmt = None if a.label_plain else FP4_E4M3_16
-    phasekv_npdump.dump(module, x, module.params(), preset, a.out, dtype="bf16", seed=a.seed, cache_format=fmt)
+    run, params = phasekv_npdump.mislabelled(module, module.params()) if a.wrong_ratio else (module, module.params())
+    phasekv_npdump.dump(run, x, params, preset, a.out, dtype="bf16", seed=a.seed, cache_format=fmt)
     print(f"wrote {a.out} (SGLang {VERSION} DeepseekV41Compressor ratio {a.ratio} as {preset}, "
           f"{a.batch}x{a.tokens}x{a.d_model}, d_head {a.d_head}, bf16, "
           f"cache {'plain (relabelled)' if fmt is None else 'fp4 e2m1/e4m3x16'})", flush=True)

@@ -193,8 +193,8 @@ class VllmCompressor:
         kv, gate = self.wkv.float().numpy(), self.wgate.float().numpy()
         gamma = self.gamma.float().numpy()
         if self.v41_kind:
-            if not self.has_gate:
-                gate = np.zeros_like(gate)  # ratio 1 has no gate; a window of one cannot see it
+            if not self.has_gate:  # ratio 1 has no gate; dsv41-c1's is uniform (a window of one token)
+                return {"proj_k": kv[None], "gamma": gamma}
             return {"proj_k": kv[None], "gate_k.z": gate[None], "gamma": gamma}
         ape = self.ape.numpy()
         if self.coff == 1:
@@ -319,7 +319,8 @@ def main():
     module = VllmCompressor(load_kernels(), a.kind, a.d_model, seed=a.seed, chunk=a.chunk, record=record, swap=a.swap)
     x = np.random.default_rng(a.seed).uniform(-1, 1, (a.batch, tokens, a.d_model))
     fmt = None if a.label_plain else RECORDS[record][1]
-    phasekv_npdump.dump(module, x, module.params(), preset, a.out, dtype="bf16", seed=a.seed, cache_format=fmt)
+    run, params = phasekv_npdump.mislabelled(module, module.params()) if a.wrong_ratio else (module, module.params())
+    phasekv_npdump.dump(run, x, params, preset, a.out, dtype="bf16", seed=a.seed, cache_format=fmt)
     print(f"wrote {a.out} (vLLM {VERSION} {a.kind} as {preset}, record {record}"
           f"{' relabelled plain' if a.label_plain and fmt is None and RECORDS[record][1] else ''}, "
           f"{a.batch}x{tokens}x{a.d_model}, d_head {HEAD}{', streaming chunk %d' % a.chunk if a.chunk else ''}"
