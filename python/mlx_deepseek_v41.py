@@ -33,7 +33,6 @@ Usage:
 import argparse
 import importlib
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -49,7 +48,6 @@ ds = importlib.import_module("mlx_lm.models.deepseek_v41")
 ROPE_DIM = 64
 RELEASED_YARN = {"factor": 16.0, "original_max_position_embeddings": 65536, "beta_fast": 32, "beta_slow": 1}
 RMS_NORM_EPS = 1e-6
-FP4_E4M3_16 = {"element": "e2m1", "scale": "e4m3", "block": 16, "channels": "all"}
 MX_DTYPES = {"f32": mx.float32, "bf16": mx.bfloat16}
 
 
@@ -135,18 +133,12 @@ class MlxCompressor:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="the .safetensors dump to write")
+    phasekv_npdump.add_adapter_args(ap)
     ap.add_argument("--ratio", type=int, default=4, help="compress ratio (group size), >= 1")
     ap.add_argument("--tokens", type=int, default=None, help="default: 2 groups + 3 tokens, at least 22")
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--d-head", type=int, default=128, help="a multiple of 16 above 64 (512 as released)")
     ap.add_argument("--dtype", choices=sorted(MX_DTYPES), default="bf16")
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--chunk", type=int, default=None, help="run the decode path, this many tokens a call")
-    ap.add_argument("--wrong-ratio", action="store_true", help="negative control: label the dump with twice the ratio")
-    ap.add_argument("--label-plain", action="store_true", help="negative control: claim the FP4 entries are plain")
-    ap.add_argument("--validate", metavar="PHASEKV", help="then run PHASEKV kernel validate on the dump; exit with its status")
     a = ap.parse_args()
     if a.ratio < 1:
         ap.error(f"--ratio must be at least 1, got {a.ratio}")
@@ -159,14 +151,9 @@ def main():
     module = MlxCompressor(a.ratio, a.d_model, a.d_head, a.dtype, seed=a.seed, chunk=a.chunk)
     x = np.random.default_rng(a.seed).uniform(-1, 1, (a.batch, tokens, a.d_model))
     preset = f"dsv41-c{2 * a.ratio if a.wrong_ratio else a.ratio}"
-    fmt = None if a.label_plain else FP4_E4M3_16
-    run, params = phasekv_npdump.mislabelled(module, module.params()) if a.wrong_ratio else (module, module.params())
-    phasekv_npdump.dump(run, x, params, preset, a.out, dtype=a.dtype, seed=a.seed, cache_format=fmt)
-    print(f"wrote {a.out} (mlx-lm {ds.__name__} ratio {a.ratio} as {preset}, {a.batch}x{tokens}x{a.d_model}, "
-          f"d_head {a.d_head}, {a.dtype}, cache {'plain (relabelled)' if fmt is None else 'fp4 e2m1/e4m3x16'}"
-          f"{', streaming chunk %d' % a.chunk if a.chunk else ''})", flush=True)
-    if a.validate:
-        sys.exit(subprocess.call([a.validate, "kernel", "validate", a.out]))
+    phasekv_npdump.adapter_dump(a, module, preset, x, a.dtype, phasekv_npdump.FP4_E4M3_16,
+                                f"mlx-lm {ds.__name__} ratio {a.ratio}, d_head {a.d_head}"
+                                f"{', streaming chunk %d' % a.chunk if a.chunk else ''}")
 
 
 if __name__ == "__main__":

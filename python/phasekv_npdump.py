@@ -26,6 +26,8 @@ kernel computed in before encoding.
 """
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 from safetensors import TensorSpec, serialize_file
@@ -33,6 +35,9 @@ from safetensors import TensorSpec, serialize_file
 # phasekv's dtype names -> the numpy dtype that holds them (bf16: float32 holding bf16 values).
 NP_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": np.float32}
 OUTPUTS = ("keys", "values", "pooled_keys", "pooled_values", "gate_k", "gate_v")
+# The cache format of FP4 fake-quantized entries (mlx-lm's and SGLang's V4.1): e2m1 elements,
+# one e4m3 scale per 16 channels, every channel.
+FP4_E4M3_16 = {"element": "e2m1", "scale": "e4m3", "block": 16, "channels": "all"}
 
 
 def round_to(a, dtype):
@@ -180,3 +185,29 @@ def mislabelled(run, params):
     params = dict(params)
     params.setdefault("gate_k.z", np.zeros_like(params["proj_k"]))
     return (lambda x: {"keys": run(x)["keys"]}), params
+
+
+def add_adapter_args(ap, d_model=64):
+    """The command-line options every adapter of a shipped kernel shares."""
+    ap.add_argument("--out", required=True, help="the .safetensors dump to write")
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--d-model", type=int, default=d_model)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--wrong-ratio", action="store_true", help="negative control: label the dump with twice the ratio")
+    ap.add_argument("--label-plain", action="store_true", help="negative control: claim the quantized entries are plain")
+    ap.add_argument("--validate", metavar="PHASEKV",
+                    help="then run PHASEKV kernel validate on the dump; exit with its status")
+
+
+def adapter_dump(a, module, preset, x, dtype, cache_format, description):
+    """Dump `module` (with `params()`) for an adapter's parsed options `a` (add_adapter_args),
+    applying its negative controls, print one line, and validate when asked (exits then)."""
+    run, params = (module, module.params())
+    if a.wrong_ratio:
+        run, params = mislabelled(run, params)
+    fmt = None if a.label_plain else cache_format
+    dump(run, x, params, preset, a.out, dtype=dtype, seed=a.seed, cache_format=fmt)
+    cache = "plain (relabelled)" if a.label_plain and cache_format else (json.dumps(fmt) if fmt else "plain")
+    print(f"wrote {a.out} ({description} as {preset}, {'x'.join(map(str, x.shape))}, {dtype}, cache {cache})", flush=True)
+    if a.validate:
+        sys.exit(subprocess.call([a.validate, "kernel", "validate", a.out]))

@@ -30,7 +30,6 @@ Usage:
 """
 import argparse
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -43,7 +42,6 @@ import shipped_wheels  # noqa: E402
 VERSION = "0.5.23"
 ROPE = 64
 RMS_NORM_EPS = 1e-6
-FP4_E4M3_16 = {"element": "e2m1", "scale": "e4m3", "block": 16, "channels": "all"}
 
 
 class _NotShimmed:
@@ -134,30 +132,18 @@ class SglangCompressor:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="the .safetensors dump to write")
+    phasekv_npdump.add_adapter_args(ap)
     ap.add_argument("--ratio", type=int, choices=[1, 2], default=2)
     ap.add_argument("--tokens", type=int, default=22)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--d-head", type=int, default=512, help="a multiple of 16 above 64 (512 as released)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--wrong-ratio", action="store_true", help="negative control: label the dump with twice the ratio")
-    ap.add_argument("--label-plain", action="store_true", help="negative control: claim the FP4 entries are plain")
-    ap.add_argument("--validate", metavar="PHASEKV", help="then run PHASEKV kernel validate on the dump; exit with its status")
     a = ap.parse_args()
     if a.d_head <= ROPE or a.d_head % 16:
         ap.error(f"--d-head must be a multiple of 16 above {ROPE}, got {a.d_head}")
     module = SglangCompressor(load_modules(), a.ratio, a.d_model, a.d_head, seed=a.seed)
     x = np.random.default_rng(a.seed).uniform(-1, 1, (a.batch, a.tokens, a.d_model))
     preset = f"dsv41-c{2 * a.ratio if a.wrong_ratio else a.ratio}"
-    fmt = None if a.label_plain else FP4_E4M3_16
-    run, params = phasekv_npdump.mislabelled(module, module.params()) if a.wrong_ratio else (module, module.params())
-    phasekv_npdump.dump(run, x, params, preset, a.out, dtype="bf16", seed=a.seed, cache_format=fmt)
-    print(f"wrote {a.out} (SGLang {VERSION} DeepseekV41Compressor ratio {a.ratio} as {preset}, "
-          f"{a.batch}x{a.tokens}x{a.d_model}, d_head {a.d_head}, bf16, "
-          f"cache {'plain (relabelled)' if fmt is None else 'fp4 e2m1/e4m3x16'})", flush=True)
-    if a.validate:
-        sys.exit(subprocess.call([a.validate, "kernel", "validate", a.out]))
+    phasekv_npdump.adapter_dump(a, module, preset, x, "bf16", phasekv_npdump.FP4_E4M3_16,
+                                f"SGLang {VERSION} DeepseekV41Compressor ratio {a.ratio}, d_head {a.d_head}")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ Usage:
 """
 import argparse
 import os
-import subprocess
 import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: no GPU here
@@ -282,22 +281,16 @@ class VllmCompressor:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="the .safetensors dump to write")
+    phasekv_npdump.add_adapter_args(ap)
     ap.add_argument("--kind", choices=sorted(KINDS), default="v41-c2")
     ap.add_argument("--record", choices=sorted(RECORDS), default=None,
                     help="V4.1's cache record (default mxfp8); V4 always writes its 584 B record")
     ap.add_argument("--tokens", type=int, default=None, help="default: 2 windows + 3 tokens, at least 22")
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--d-model", type=int, default=64)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--chunk", type=int, default=None, help="this many tokens of each request per call")
     ap.add_argument("--swap", action="store_true", help="negative control (CSA): prev and cur the wrong way round")
-    ap.add_argument("--wrong-ratio", action="store_true", help="negative control: label with twice the ratio")
-    ap.add_argument("--label-plain", action="store_true", help="negative control: claim the record is plain bf16")
     ap.add_argument("--triton-rounding", choices=["hardware", "interpreter"], default="hardware",
                     help="hardware: fp32 -> bf16 / e4m3 round to nearest even, as on the GPU (default); "
                          "interpreter: Triton 3.9's interpreter as is (truncates, mis-rounds e4m3)")
-    ap.add_argument("--validate", metavar="PHASEKV", help="then run PHASEKV kernel validate on the dump; exit with its status")
     a = ap.parse_args()
     preset, ratio = KINDS[a.kind]
     v41 = a.kind.startswith("v41")
@@ -318,16 +311,11 @@ def main():
         hardware_rounding()
     module = VllmCompressor(load_kernels(), a.kind, a.d_model, seed=a.seed, chunk=a.chunk, record=record, swap=a.swap)
     x = np.random.default_rng(a.seed).uniform(-1, 1, (a.batch, tokens, a.d_model))
-    fmt = None if a.label_plain else RECORDS[record][1]
-    run, params = phasekv_npdump.mislabelled(module, module.params()) if a.wrong_ratio else (module, module.params())
-    phasekv_npdump.dump(run, x, params, preset, a.out, dtype="bf16", seed=a.seed, cache_format=fmt)
-    print(f"wrote {a.out} (vLLM {VERSION} {a.kind} as {preset}, record {record}"
-          f"{' relabelled plain' if a.label_plain and fmt is None and RECORDS[record][1] else ''}, "
-          f"{a.batch}x{tokens}x{a.d_model}, d_head {HEAD}{', streaming chunk %d' % a.chunk if a.chunk else ''}"
-          f"{', prev/cur swapped' if a.swap else ''}"
-          f"{', Triton interpreter rounding as is' if a.triton_rounding == 'interpreter' else ''})", flush=True)
-    if a.validate:
-        sys.exit(subprocess.call([a.validate, "kernel", "validate", a.out]))
+    phasekv_npdump.adapter_dump(a, module, preset, x, "bf16", RECORDS[record][1],
+                                f"vLLM {VERSION} {a.kind}, record {record}, d_head {HEAD}"
+                                f"{', streaming chunk %d' % a.chunk if a.chunk else ''}"
+                                f"{', prev/cur swapped' if a.swap else ''}"
+                                f"{', Triton interpreter rounding as is' if a.triton_rounding == 'interpreter' else ''}")
 
 
 if __name__ == "__main__":

@@ -13,31 +13,16 @@
 //! `$PHASEKV_WHEELS` (else `target/wheels`). CI downloads it (`.ci/run`) and sets
 //! `PHASEKV_REQUIRE_VLLM=1`.
 
-use crate::common::python::{adapter_scratch, python_with, run_adapter, PyTool};
+use crate::common::python::{adapter_fails, adapter_passes, PyTool};
 
 const SCRIPT: &str = "vllm_deepseek_v4.py";
 
-fn python_with_vllm() -> Option<&'static str> {
-    python_with(PyTool::Vllm, "the vLLM DeepSeek-V4 / V4.1 adapter")
-}
-
 fn passes(label: &str, extra: &[&str], preset: &str) {
-    let Some(py) = python_with_vllm() else { return };
-    let dir = adapter_scratch(&format!("adapter-vllm-{label}"));
-    let (code, text) = run_adapter(py, SCRIPT, &dir.join("d.safetensors"), extra, false);
-    assert_eq!(code, 0, "{label}:\n{text}");
-    assert!(text.contains(&format!("as {preset}")) && text.contains("verdict: PASS"), "{label}:\n{text}");
-    assert!(text.contains("cache format: ") && text.contains("e4m3"), "{label}: the format checked is named:\n{text}");
-    std::fs::remove_dir_all(&dir).unwrap();
+    adapter_passes(PyTool::Vllm, SCRIPT, &format!("vllm-{label}"), extra, preset, "e4m3");
 }
 
 fn fails(label: &str, extra: &[&str]) {
-    let Some(py) = python_with_vllm() else { return };
-    let dir = adapter_scratch(&format!("adapter-vllm-{label}"));
-    let (code, text) = run_adapter(py, SCRIPT, &dir.join("d.safetensors"), extra, false);
-    assert_eq!(code, 1, "{label} must fail:\n{text}");
-    assert!(text.contains("verdict: FAIL"), "{label}:\n{text}");
-    std::fs::remove_dir_all(&dir).unwrap();
+    adapter_fails(PyTool::Vllm, SCRIPT, &format!("vllm-{label}"), extra);
 }
 
 #[test]

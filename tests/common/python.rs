@@ -179,3 +179,35 @@ pub fn run_adapter(py: &str, script: &str, out: &std::path::Path, extra: &[&str]
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     (o.status.code().unwrap_or(-1), text)
 }
+
+/// Runs adapter `script` of `tool` (`--validate`, extra options `extra`) in a scratch folder and
+/// asserts it passes against `preset`, naming a cache format that mentions `format`. Returns its
+/// output, or `None` when the tool is missing (skipped, unless required).
+pub fn adapter_passes(
+    tool: PyTool,
+    script: &str,
+    label: &str,
+    extra: &[&str],
+    preset: &str,
+    format: &str,
+) -> Option<String> {
+    let py = python_with(tool, script)?;
+    let dir = adapter_scratch(&format!("adapter-{label}"));
+    let (code, text) = run_adapter(py, script, &dir.join("d.safetensors"), extra, tool == PyTool::Mlx);
+    assert_eq!(code, 0, "{label}:\n{text}");
+    assert!(text.contains(&format!("as {preset},")) && text.contains("verdict: PASS"), "{label}:\n{text}");
+    assert!(text.contains("cache format: ") && text.contains(format), "{label}: the format checked is named:\n{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    Some(text)
+}
+
+/// As `adapter_passes`, for a negative control: validation must fail (exit 1, not refused).
+pub fn adapter_fails(tool: PyTool, script: &str, label: &str, extra: &[&str]) -> Option<String> {
+    let py = python_with(tool, script)?;
+    let dir = adapter_scratch(&format!("adapter-{label}"));
+    let (code, text) = run_adapter(py, script, &dir.join("d.safetensors"), extra, tool == PyTool::Mlx);
+    assert_eq!(code, 1, "{label} must fail:\n{text}");
+    assert!(text.contains("verdict: FAIL"), "{label}:\n{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    Some(text)
+}
