@@ -3,7 +3,7 @@
 vLLM's and SGLang's package imports pull CUDA-only and server modules; their compressor kernels
 need none of that. `load(dist, version, modules, shims)` finds `<dist>-<version>-*.whl` in the
 wheel cache (`$PHASEKV_WHEELS`, else `target/wheels` under the repository; `.ci/run` fills it
-with `pip download --no-deps`), extracts the wheel's `.py` files once next to it, and imports the
+with `pip download --no-deps`), extracts the wheel's `.py` files once next to it (`<wheel>.py/`), and imports the
 named modules from there, unmodified. Package `__init__`s under `stub_prefixes` are replaced by
 empty packages (so `vllm/__init__.py` and friends never run), and `shims` (module name -> dict of
 attributes) stand in for the platform-detection modules: the adapters name exactly what they
@@ -14,7 +14,9 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import os
+import shutil
 import sys
+import tempfile
 import types
 import zipfile
 
@@ -36,16 +38,24 @@ def find_wheel(dist, version):
 
 
 def extract_sources(wheel):
-    """Extract the wheel's .py files once into `<wheel>.py/`; return that folder."""
+    """Extract the wheel's .py files once into `<wheel>.py/`; return that folder. Tests run
+    adapters in parallel, so the files go to a private folder first, renamed into place whole:
+    a process never imports a half-written tree, and the loser of a race uses the winner's."""
     root = wheel + ".py"
-    done = os.path.join(root, ".complete")
-    if not os.path.exists(done):
+    if os.path.isdir(root):
+        return root
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(root) + ".", dir=os.path.dirname(root))
+    try:
         with zipfile.ZipFile(wheel) as z:
             for name in z.namelist():
                 if name.endswith(".py"):
-                    z.extract(name, root)
-        with open(done, "w") as f:
-            f.write(os.path.basename(wheel) + "\n")
+                    z.extract(name, tmp)
+        os.rename(tmp, root)
+    except OSError:
+        if not os.path.isdir(root):
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return root
 
 
