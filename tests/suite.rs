@@ -9,6 +9,12 @@
 
 mod common;
 
+#[path = "adapter_mlx.rs"]
+mod adapter_mlx;
+#[path = "adapter_sglang.rs"]
+mod adapter_sglang;
+#[path = "adapter_vllm.rs"]
+mod adapter_vllm;
 #[path = "architecture.rs"]
 mod architecture;
 #[path = "cli_kernel.rs"]

@@ -1,0 +1,38 @@
+//! mlx-lm 0.32.2's DeepSeek-V4.1 compressor, unmodified, under MLX's CPU backend
+//! (`python/mlx_deepseek_v41.py`), dumped with the numpy-only writer in a process where torch
+//! cannot be imported, and validated against `dsv41-c{ratio}` in its real cache format (FP4 e2m1
+//! with e4m3 scales per 16): ratios 1, 2, 4 and 128 pass one-shot, ratio 4 passes through
+//! mlx-lm's decode path; labelled with the wrong ratio, or as plain bf16, the same kernel fails.
+//!
+//! Needs python3 with numpy, safetensors, `mlx[cpu]` 0.32.4 and mlx-lm 0.32.2. CI installs them
+//! (`.ci/run`) and sets `PHASEKV_REQUIRE_MLX=1`, which turns a missing package into a failure.
+
+use crate::common::python::{adapter_fails, adapter_passes, PyTool};
+
+const SCRIPT: &str = "mlx_deepseek_v41.py";
+
+#[test]
+fn mlx_lm_v41_compressor_passes_at_every_ratio_in_its_fp4_format_without_torch() {
+    for ratio in ["1", "2", "4", "128"] {
+        let label = format!("mlx-c{ratio}");
+        let preset = format!("dsv41-c{ratio}");
+        let Some(text) = adapter_passes(PyTool::Mlx, SCRIPT, &label, &["--ratio", ratio], &preset, "e2m1") else {
+            return;
+        };
+        // K2 perturbs a token inside a window that closes, so some entry changes.
+        assert!(
+            text.lines().any(|l| l.starts_with("K2 ") && l.contains("PASS") && !l.contains("entries []")),
+            "{text}"
+        );
+    }
+    let streaming = &["--ratio", "4", "--chunk", "3"];
+    if let Some(text) = adapter_passes(PyTool::Mlx, SCRIPT, "mlx-c4-streaming", streaming, "dsv41-c4", "e2m1") {
+        assert!(text.contains("streaming chunk 3"), "mlx-lm's decode path, 3 tokens a call:\n{text}");
+    }
+}
+
+#[test]
+fn mlx_lm_v41_negative_controls_fail() {
+    adapter_fails(PyTool::Mlx, SCRIPT, "mlx-wrong-ratio", &["--ratio", "2", "--wrong-ratio"]);
+    adapter_fails(PyTool::Mlx, SCRIPT, "mlx-plain", &["--ratio", "4", "--label-plain"]);
+}
