@@ -31,7 +31,7 @@ use super::config::ModelConfig;
 use super::decoder::NORM_EPS;
 use super::engine::{EngineStep, TrainEngine};
 use super::record::BatchScore;
-use crate::kernel::spec::KernelSpec;
+use crate::kernel::spec::{GateKind, KernelSpec};
 use crate::numeric::{gemm, View};
 use crate::{Error, Result};
 use candle_core::backprop::GradStore;
@@ -65,7 +65,20 @@ pub fn check_supported(model: &ModelConfig) -> Result<()> {
     if model.is_full() {
         return Ok(());
     }
-    KernelSpec::preset(&model.preset).map(|_| ()).map_err(|e| Error::invalid("train.engine", e.to_string()))
+    let spec = KernelSpec::preset(&model.preset).map_err(|e| Error::invalid("train.engine", e.to_string()))?;
+    // A learned gate without per-offset biases (DeepSeek-V4.1's `gate_bias: false`) is not
+    // implemented by the fast compressor yet: refuse it here rather than fail when the
+    // engine looks up `gate_k.b`.
+    if spec.gate != GateKind::Uniform && !spec.gate_bias {
+        return Err(Error::invalid(
+            "train.engine",
+            format!(
+                "the fast engine does not implement gates without biases (preset '{}', gate_bias: false); use --engine candle",
+                model.preset
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Per-layer parameter names (after `layer{l}.`), in the order of [`FastDecoder`]'s slots.
