@@ -23,6 +23,8 @@ mod hf_deepseek_v4;
 mod hostile_external;
 #[path = "hostile_input.rs"]
 mod hostile_input;
+#[path = "hostile_plans.rs"]
+mod hostile_plans;
 #[path = "hostile_runs.rs"]
 mod hostile_runs;
 #[path = "kernel_external.rs"]

@@ -36,7 +36,8 @@ pub enum KernelCmd {
         #[arg(long, value_enum, default_value_t = Dtype::F32)]
         dtype: Dtype,
         /// Property-test cases per invariant.
-        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        #[arg(long, default_value_t = 64,
+              value_parser = clap::value_parser!(u32).range(1..=phasekv::limits::MAX_CHECK_CASES as i64))]
         cases: u32,
         /// Seed of the case generator (the same seed draws the same cases).
         #[arg(long, default_value_t = 0)]
