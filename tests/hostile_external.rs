@@ -233,3 +233,28 @@ fn failure_11_a_failures_directory_of_another_run_is_refused() {
     assert_eq!(std::fs::read(failures.join("K2.safetensors")).unwrap(), b"another run's");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn failure_11_a_closed_stdout_is_a_quiet_exit() {
+    use std::io::{BufRead, BufReader};
+    for args in [
+        &["kernel", "check", "--preset", "w4s2", "--cases", "2"][..],
+        &["kernel", "list"][..],
+        &["train", "--print-config"][..],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_phasekv"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Read one line, as `| head -1` does, then close the pipe.
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        assert!(!first.is_empty(), "{args:?} printed nothing");
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(matches!(o.status.code(), Some(0 | 141)), "{args:?}: {:?}\n{err}", o.status);
+        assert!(err.trim().is_empty(), "{args:?}: not quiet:\n{err}");
+    }
+}
