@@ -662,3 +662,60 @@ impl KernelUnderTest for ExternalKernel {
         compressed_attention(&self.spec.geometry, self.spec.visibility, c.keys.view(), c.values.view(), inputs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(meta: &[(&str, &str)]) -> Vec<u8> {
+        let meta = meta.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        safetensors_bytes(&meta, &BTreeMap::new()).unwrap()
+    }
+
+    fn framed(body: &[u8]) -> Vec<u8> {
+        [&(body.len() as u64).to_le_bytes()[..], body].concat()
+    }
+
+    #[test]
+    fn frames_are_read_whole_and_bad_lengths_refused_without_allocating_them() {
+        let body = reply(&[("id", "1")]);
+        let mut two = framed(&body);
+        two.extend(framed(&body));
+        let mut r = std::io::Cursor::new(two);
+        assert_eq!(read_frame(&mut r).unwrap().unwrap(), body);
+        assert_eq!(read_frame(&mut r).unwrap().unwrap(), body);
+        assert_eq!(read_frame(&mut r).unwrap(), None, "a clean end");
+        // 2^40 bytes announced: refused before reading (no allocation of the announced size).
+        let e = read_frame(&mut std::io::Cursor::new((1u64 << 40).to_le_bytes())).unwrap_err();
+        assert!(e.contains("print to stdout"), "{e}");
+        // A frame one byte short of MAX_FRAME announced, 3 bytes sent: cut, not a huge buffer.
+        let mut cut = (MAX_FRAME - 1).to_le_bytes().to_vec();
+        cut.extend([1, 2, 3]);
+        assert!(read_frame(&mut std::io::Cursor::new(cut)).unwrap_err().contains("cut after 3"));
+        assert!(read_frame(&mut std::io::Cursor::new([1u8, 2, 3])).unwrap_err().contains("3 of the 8 length bytes"));
+    }
+
+    #[test]
+    fn a_reply_pairs_only_with_its_request() {
+        assert!(decode_reply(&reply(&[("id", "7")]), 7).is_ok());
+        for (meta, needle) in [
+            (&[("id", "6")][..], "id \"6\", expected 7"),
+            (&[("op", "compressed")][..], "without `id`"),
+            (&[("id", "seven")][..], "expected 7"),
+        ] {
+            match decode_reply(&reply(meta), 7) {
+                Err(Fault::Protocol(m)) => assert!(m.contains(needle), "{m}"),
+                other => panic!("{meta:?}: {other:?}"),
+            }
+        }
+        // The kernel's own error on an input is a kernel fault (a FAIL row), once the id matches.
+        match decode_reply(&reply(&[("id", "7"), ("error", "ValueError: bad\nshape")]), 7) {
+            Err(Fault::Kernel(m)) => assert_eq!(m, "the kernel failed: ValueError: bad shape"),
+            other => panic!("{other:?}"),
+        }
+        match decode_reply(b"not safetensors", 1) {
+            Err(Fault::Protocol(m)) => assert!(m.contains("not a safetensors buffer"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
