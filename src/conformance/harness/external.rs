@@ -101,12 +101,12 @@ pub fn read_frame<R: Read>(r: &mut R) -> std::result::Result<Option<Vec<u8>>, St
     Ok(Some(buf))
 }
 
+/// A decoded reply: its metadata and its tensors.
+pub type Reply = (HashMap<String, String>, BTreeMap<String, RawTensor>);
+
 /// Decodes the reply `buf` to request `id`: a safetensors buffer whose metadata carries the
 /// request's `id`; metadata `error` is the kernel's failure on that input.
-pub fn decode_reply(
-    buf: &[u8],
-    id: u64,
-) -> std::result::Result<(HashMap<String, String>, BTreeMap<String, RawTensor>), Fault> {
+pub fn decode_reply(buf: &[u8], id: u64) -> std::result::Result<Reply, Fault> {
     let (meta, tensors) = read_safetensors(Path::new("reply"), buf)
         .map_err(|e| Fault::Protocol(format!("sent a reply that is not a safetensors buffer ({e})")))?;
     match meta.get("id") {
@@ -286,7 +286,7 @@ impl Process {
         op: &str,
         mut meta: HashMap<String, String>,
         tensors: &BTreeMap<String, RawTensor>,
-    ) -> Result<(HashMap<String, String>, BTreeMap<String, RawTensor>)> {
+    ) -> Result<Reply> {
         if let Some(b) = &self.broken {
             return Err(self.err(b.clone()));
         }
@@ -312,7 +312,7 @@ impl Process {
         id: u64,
         meta: HashMap<String, String>,
         tensors: &BTreeMap<String, RawTensor>,
-    ) -> std::result::Result<(HashMap<String, String>, BTreeMap<String, RawTensor>), Fault> {
+    ) -> std::result::Result<Reply, Fault> {
         let spent = |o: &ExternalOptions| {
             Fault::Protocol(format!(
                 "did not finish within the run's time budget of {} s (--budget)",
