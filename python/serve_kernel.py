@@ -8,6 +8,8 @@ property harness (K1-K13, proptest-driven, shrinking) runs live against it. The 
 
 - every message, both ways, is a frame: an 8-byte little-endian unsigned length, then that many
   bytes of a safetensors file (tensors and a string-to-string metadata map);
+- every request's metadata carries `id` (a decimal number, 1, 2, ...); every reply, `error`
+  replies included, carries the same `id` (a reply with another id ends phasekv's run);
 - phasekv sends `op = hello` first; the reply's metadata carries `spec` (the JSON spec) or `preset`,
   `dtype` (what the kernel computes in), `label`, and optionally `min_d_head` (the narrowest head
   the kernel runs; phasekv then draws `d_h` from it on; a factory attribute `min_d_head`);
@@ -75,6 +77,7 @@ def serve(factory, dtype=torch.float32, label="kernel", stdin=None, stdout=None)
         if body is None:
             return
         meta = read_meta(body)
+        rid = {"id": str(meta.get("id", ""))}
         try:
             op = meta.get("op")
             if op == "hello":
@@ -82,7 +85,7 @@ def serve(factory, dtype=torch.float32, label="kernel", stdin=None, stdout=None)
                 spec = factory(1, min_d_head).phasekv_spec()
                 reply = {"label": label, "dtype": NAMES[dtype], "min_d_head": str(min_d_head)}
                 reply.update({"spec": json.dumps(spec)} if isinstance(spec, dict) else {"preset": spec})
-                write_frame(stdout, {}, reply)
+                write_frame(stdout, {}, {**reply, **rid})
             elif op == "compress":
                 tensors = load(body)
                 d_model, d_head = int(meta["d_model"]), int(meta["d_head"])
@@ -93,12 +96,12 @@ def serve(factory, dtype=torch.float32, label="kernel", stdin=None, stdout=None)
                 x = tensors.pop("input").to(dtype)
                 module.load_state_dict({k: v.to(dtype) for k, v in tensors.items()}, strict=True)
                 out = run(module, x)
-                write_frame(stdout, {k: v.to(torch.float64) for k, v in out.items()}, {"op": "compressed"})
+                write_frame(stdout, {k: v.to(torch.float64) for k, v in out.items()}, {"op": "compressed", **rid})
             else:
                 raise ValueError(f"unknown op {op!r} (expected hello or compress)")
         except Exception as e:  # one line back to phasekv, the details on stderr
             traceback.print_exc(file=sys.stderr)
-            write_frame(stdout, {}, {"error": f"{type(e).__name__}: {e}".replace("\n", " ")})
+            write_frame(stdout, {}, {"error": f"{type(e).__name__}: {e}".replace("\n", " "), **rid})
 
 
 def kernel_registry():

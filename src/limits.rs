@@ -57,6 +57,8 @@ pub const MAX_SAMPLES_PER_GROUP: usize = 100_000;
 pub const MAX_KNOCKOUT_REFERENCE: usize = 1024;
 /// Window `W` of a preset run through the invariant harness (`kernel check --preset`).
 pub const MAX_CHECK_WINDOW: usize = 512;
+/// Property-test cases per invariant (`kernel check --cases`, a plan's `kernel_cases`).
+pub const MAX_CHECK_CASES: u32 = 100_000;
 /// Sequence length of `kernel bench --tokens`.
 pub const MAX_BENCH_TOKENS: usize = 1 << 20;
 /// `kernel bench --d-model` and `--d-head`.

@@ -107,7 +107,7 @@ fn late_twin_fails_with_a_shrunk_counterexample_that_validate_replays() {
 fn processes_that_break_the_protocol_give_one_line_and_exit_2() {
     for (cmd, extra, needle) in [
         ("echo garbage", vec![], "does the process print to stdout?"),
-        ("true", vec![], "no reply on stdout"),
+        ("true", vec![], "at request 1 (hello)"),
         ("sleep 30", vec!["--reply-timeout", "1"], "no reply within 1 s"),
     ] {
         let mut args = vec!["kernel", "check", "--external", cmd];

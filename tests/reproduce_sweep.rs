@@ -37,8 +37,10 @@ fn a_sweep_plan_gives_the_same_report_in_one_process_and_as_concurrent_shards() 
     phasekv_ok(&["reproduce", "--plan", pf, "--out", &format!("{o}-empty"), "--emit-slurm", j]);
     let script = std::fs::read_to_string(job.join("array.sbatch")).unwrap();
     assert!(script.contains("#SBATCH --time=0:21:00") && script.contains("#SBATCH --array=0-3"), "{script}");
-    phasekv_ok(&["reproduce", "--plan", pf, "--out", o, "--emit-slurm", j]);
-    let script = std::fs::read_to_string(job.join("array.sbatch")).unwrap();
+    // A second job goes to a directory of its own (a used one is refused, issue 28).
+    let job2 = dir.join("job2");
+    phasekv_ok(&["reproduce", "--plan", pf, "--out", o, "--emit-slurm", job2.to_str().unwrap()]);
+    let script = std::fs::read_to_string(job2.join("array.sbatch")).unwrap();
     assert!(script.contains("#SBATCH --time=0:08:00"), "{script}");
 
     // Three shards at once into one output, then the report.

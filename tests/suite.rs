@@ -25,8 +25,12 @@ mod cli_theory;
 mod dump_format_doc;
 #[path = "hf_deepseek_v4.rs"]
 mod hf_deepseek_v4;
+#[path = "hostile_external.rs"]
+mod hostile_external;
 #[path = "hostile_input.rs"]
 mod hostile_input;
+#[path = "hostile_plans.rs"]
+mod hostile_plans;
 #[path = "hostile_runs.rs"]
 mod hostile_runs;
 #[path = "kernel_external.rs"]

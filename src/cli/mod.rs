@@ -78,8 +78,34 @@ enum Command {
     Report(reproduce::ReportArgs),
 }
 
-/// Entry point: one-line errors, exit status 2 for bad input.
+/// Whether a panic's payload is `print!`'s on a closed stdout (`phasekv ... | head -1`).
+fn is_closed_stdout(payload: &(dyn std::any::Any + Send)) -> bool {
+    let text = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    text.starts_with("failed printing to stdout") && text.contains("Broken pipe")
+}
+
+/// Entry point: one-line errors, exit status 2 for bad input. A closed stdout (the reader of a
+/// pipe went away) is a quiet exit 141, as a shell reports SIGPIPE: the print's panic is caught
+/// silently after unwinding, so every destructor (kernel processes, temporary files) still runs.
 pub fn main() -> ExitCode {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_closed_stdout(info.payload()) {
+            default_hook(info)
+        }
+    }));
+    match std::panic::catch_unwind(run) {
+        Ok(code) => code,
+        Err(payload) if is_closed_stdout(payload.as_ref()) => ExitCode::from(141),
+        Err(payload) => std::panic::resume_unwind(payload),
+    }
+}
+
+fn run() -> ExitCode {
     let cli = Cli::parse();
     install_interrupt_handler();
     let result: anyhow::Result<ExitCode> = match cli.command {

@@ -67,14 +67,19 @@ pub fn measured_seconds(out: &Path, unit: &Unit) -> Option<f64> {
 /// before, else estimated), times 1.5, plus the SIGTERM lead and 5 minutes, rounded up.
 pub fn task_minutes(plan: &Plan, out: &Path, tasks: usize) -> Result<u64> {
     let units = plan.units()?;
-    let mut worst: f64 = 0.0;
-    for i in 0..tasks {
-        let secs: f64 = super::shard(&units, i, tasks)?
-            .iter()
-            .map(|u| measured_seconds(out, u).unwrap_or_else(|| plan.estimate_seconds(u)))
-            .sum();
-        worst = worst.max(secs);
+    // Unit k goes to task k % tasks, as in [`super::shard`]: summed in one pass, linear in
+    // the units whatever `tasks` is (a shard per task was quadratic).
+    if tasks == 0 || tasks > units.len() {
+        return Err(Error::invalid(
+            "--slurm-tasks",
+            format!("must be 1..={} (the plan's units), got {tasks}", units.len()),
+        ));
     }
+    let mut secs = vec![0.0f64; tasks];
+    for (k, u) in units.iter().enumerate() {
+        secs[k % tasks] += measured_seconds(out, u).unwrap_or_else(|| plan.estimate_seconds(u));
+    }
+    let worst = secs.into_iter().fold(0.0f64, f64::max);
     Ok(((1.5 * worst + SIGNAL_LEAD_SECONDS as f64) / 60.0).ceil() as u64 + 5)
 }
 
@@ -101,7 +106,7 @@ pub fn array_script(job: &SlurmJob, units: usize) -> String {
     let _ = writeln!(s, "#SBATCH --requeue");
     let _ = writeln!(s, "#SBATCH --signal=TERM@{SIGNAL_LEAD_SECONDS}");
     let _ = writeln!(s, "#SBATCH --open-mode=append");
-    let _ = writeln!(s, "#SBATCH --output={}/logs/array-%A_%a.out", job.dir.display());
+    let _ = writeln!(s, "#SBATCH --output={}/logs/array-%A_%a.out", slurm_pattern(&job.dir));
     let _ = write!(
         s,
         r#"# Written by `phasekv reproduce --emit-slurm`: {units} units in {tasks} tasks, one thread each.
@@ -150,7 +155,7 @@ export RAYON_NUM_THREADS=1 CANDLE_NUM_THREADS=1
 "#,
         name = job.name,
         mem = job.mem,
-        dir = job.dir.display(),
+        dir = slurm_pattern(&job.dir),
         exe = quote(&job.exe),
         out = quote(&job.out),
     )
@@ -172,15 +177,67 @@ echo "$array $report"
     )
 }
 
-/// Writes `plan.json`, the three scripts and `logs/` into `job.dir`.
-pub fn emit(plan: &Plan, job: &SlurmJob) -> Result<()> {
-    let units = plan.units()?.len();
-    if job.dir.to_string_lossy().chars().any(char::is_whitespace) {
+/// `--mem` as Slurm's grammar has it: a whole number above 0 and an optional unit `K`, `M`,
+/// `G` or `T` (megabytes without one); anything else is an error naming the flag.
+pub fn check_mem(mem: &str) -> Result<()> {
+    let digits = mem.strip_suffix(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']).unwrap_or(mem);
+    let ok = !digits.is_empty()
+        && digits.len() <= 12
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && digits.bytes().any(|b| b != b'0');
+    if ok {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "--slurm-mem",
+        format!(
+            "must be a whole number above 0 with an optional unit K, M, G or T (e.g. 2G), got {:?}",
+            mem.chars().take(40).collect::<String>()
+        ),
+    ))
+}
+
+/// Checks every value the scripts interpolate, and that `job.dir` is new or empty and is not
+/// the output: nothing of another emit, or of the run, is overwritten.
+pub fn check_job(job: &SlurmJob) -> Result<()> {
+    check_mem(&job.mem)?;
+    let dir = job.dir.to_string_lossy();
+    if dir.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(Error::invalid(
             "--emit-slurm",
             format!("{:?} contains whitespace, which #SBATCH lines cannot quote; choose another directory", job.dir),
         ));
     }
+    if job.name.is_empty() || !job.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(Error::invalid("job name", format!("{:?} must be of A-Z a-z 0-9 - _", job.name)));
+    }
+    let canonical = |p: &Path| std::fs::canonicalize(p).ok();
+    if job.dir == job.out || canonical(&job.dir).is_some_and(|d| Some(d) == canonical(&job.out)) {
+        return Err(Error::invalid(
+            "--emit-slurm",
+            format!("{} is the output (--out): the scripts' plan.json would replace the run's", job.dir.display()),
+        ));
+    }
+    match std::fs::read_dir(&job.dir).map(|mut d| d.next().is_some()) {
+        Ok(true) => Err(Error::invalid(
+            "--emit-slurm",
+            format!("{} exists and is not empty; give a new directory or remove it", job.dir.display()),
+        )),
+        Ok(false) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(&job.dir, e)),
+    }
+}
+
+/// `path` for an `#SBATCH --output` filename pattern: `%` doubled, so Slurm writes it as is.
+fn slurm_pattern(path: &Path) -> String {
+    path.display().to_string().replace('%', "%%")
+}
+
+/// Writes `plan.json`, the three scripts and `logs/` into `job.dir` (after [`check_job`]).
+pub fn emit(plan: &Plan, job: &SlurmJob) -> Result<()> {
+    check_job(job)?;
+    let units = plan.units()?.len();
     if job.tasks == 0 || job.tasks > units {
         return Err(Error::invalid(
             "--slurm-tasks",

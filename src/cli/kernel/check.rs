@@ -4,7 +4,7 @@
 use super::Impl;
 use anyhow::bail;
 use candle_core::DType;
-use phasekv::conformance::harness::external::ExternalKernel;
+use phasekv::conformance::harness::external::{end_process_group, ExternalKernel, ExternalOptions};
 use phasekv::conformance::harness::fast_subject::FastSubject;
 use phasekv::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
 use phasekv::conformance::harness::{
@@ -12,8 +12,9 @@ use phasekv::conformance::harness::{
 };
 use phasekv::conformance::mutants::Mutant;
 use phasekv::kernel::KernelSpec;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// The flags of `kernel check` besides the kernel's identity.
 pub struct Options {
@@ -25,6 +26,7 @@ pub struct Options {
     pub failures: PathBuf,
     pub shrink: u32,
     pub reply_timeout: f64,
+    pub budget: f64,
 }
 
 pub fn run(
@@ -70,18 +72,39 @@ pub fn run(
     for subject in &subjects {
         println!("\n== {} ==", subject.label());
         print_header();
-        let reports = run_catalogue(subject.as_ref(), &|| seeded_runner(opts.cases, opts.seed), &mut print_row);
+        let reports = run_catalogue(subject.as_ref(), &|| seeded_runner(opts.cases, opts.seed), &mut print_row)?;
         all_ok &= reports.iter().all(|r| r.status != InvariantStatus::Fail);
     }
     Ok(verdict(all_ok))
 }
 
 /// `kernel check --external CMD`: every invariant against the process, one start; each failure's
-/// shrunk case written as a dump under `failures`.
+/// shrunk case written as a dump under `failures`. A process that breaks the protocol, dies or
+/// goes silent ends the run with one line (exit status 2); a first SIGINT or SIGTERM ends it at
+/// once (130 or 143); the process group is ended on every path.
 fn check_external(cmd: &str, given: Option<&KernelSpec>, opts: &Options) -> anyhow::Result<ExitCode> {
-    let Options { cases, seed, shrink, reply_timeout, .. } = *opts;
+    let Options { cases, seed, shrink, reply_timeout, budget, .. } = *opts;
     let failures = opts.failures.as_path();
-    let kernel = ExternalKernel::start(cmd, std::time::Duration::from_secs_f64(reply_timeout))?;
+    refuse_non_empty(failures)?;
+    let ext = ExternalOptions {
+        reply_timeout: Duration::from_secs_f64(reply_timeout),
+        budget: Duration::from_secs_f64(budget),
+        stop: crate::cli::interrupted,
+    };
+    let kernel = match ExternalKernel::start(cmd, ext) {
+        Ok(k) => k,
+        Err(_) if crate::cli::interrupted() => stop_now(None),
+        Err(e) => return Err(e.into()),
+    };
+    // The main thread may be computing the reference between requests: a watcher ends the
+    // process group and exits as soon as a first signal arrives.
+    let group = kernel.process_group();
+    std::thread::spawn(move || loop {
+        if crate::cli::interrupted() {
+            stop_now(Some(group));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    });
     let spec = kernel.spec().clone();
     if let Some(g) = given.filter(|g| **g != spec) {
         let (a, b) = ((&spec.name, spec.describe()), (&g.name, g.describe()));
@@ -91,7 +114,7 @@ fn check_external(cmd: &str, given: Option<&KernelSpec>, opts: &Options) -> anyh
     println!("{cases} cases per invariant, seed {seed}");
     println!("\n== {} ({:?}, one process: {cmd}) ==", kernel.label(), kernel.dtype());
     print_header();
-    let reports = run_catalogue(&kernel, &|| seeded_runner_shrinking(cases, seed, shrink), &mut print_row);
+    let reports = run_catalogue(&kernel, &|| seeded_runner_shrinking(cases, seed, shrink), &mut print_row)?;
     let failed: Vec<_> = reports.into_iter().filter_map(|r| r.counterexample.map(|c| (r.invariant, c))).collect();
     if !failed.is_empty() {
         std::fs::create_dir_all(failures).map_err(|e| phasekv::Error::io(failures, e))?;
@@ -109,10 +132,38 @@ fn check_external(cmd: &str, given: Option<&KernelSpec>, opts: &Options) -> anyh
         );
         match kernel.save_counterexample(case, &path) {
             Ok(()) => println!("  replay: phasekv kernel validate {}", path.display()),
-            Err(e) => println!("  (no dump written: {e})"),
+            Err(e) => match kernel.broken() {
+                Some(b) => return Err(b.into()),
+                None => println!("  (no dump written: {e})"),
+            },
         }
     }
     Ok(verdict(failed.is_empty()))
+}
+
+/// After a first SIGINT or SIGTERM: ends the kernel's process group, says so, exits 130 or 143.
+fn stop_now(group: Option<u32>) -> ! {
+    if let Some(g) = group {
+        end_process_group(g);
+    }
+    let term = crate::cli::interrupted_exit_code() == ExitCode::from(143);
+    let (name, code) = if term { ("SIGTERM", 143) } else { ("SIGINT", 130) };
+    eprintln!("interrupted by {name}: stopped at once; the kernel's process group was ended");
+    std::process::exit(code)
+}
+
+/// `--failures` must be new or empty: a second run's dumps never mix with a first run's.
+fn refuse_non_empty(dir: &Path) -> anyhow::Result<()> {
+    match std::fs::read_dir(dir).map(|mut entries| entries.next().is_some()) {
+        Ok(true) => bail!(
+            "invalid --failures: {} exists and is not empty (it holds another run's counterexamples); \
+             give a new directory or remove it",
+            dir.display()
+        ),
+        Ok(false) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(phasekv::Error::io(dir, e).into()),
+    }
 }
 
 fn verdict(ok: bool) -> ExitCode {

@@ -36,7 +36,8 @@ pub enum KernelCmd {
         #[arg(long, value_enum, default_value_t = Dtype::F32)]
         dtype: Dtype,
         /// Property-test cases per invariant.
-        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        #[arg(long, default_value_t = 64,
+              value_parser = clap::value_parser!(u32).range(1..=phasekv::limits::MAX_CHECK_CASES as i64))]
         cases: u32,
         /// Seed of the case generator (the same seed draws the same cases).
         #[arg(long, default_value_t = 0)]
@@ -50,16 +51,22 @@ pub enum KernelCmd {
         #[arg(long, value_name = "CMD", conflicts_with_all = ["mutant", "impl"])]
         external: Option<String>,
         /// With --external: where the shrunk counterexample of each failed invariant is written,
-        /// as a dump `phasekv kernel validate` replays.
+        /// as a dump `phasekv kernel validate` replays (refused when it exists and is not empty,
+        /// so two runs' dumps never mix).
         #[arg(long, value_name = "DIR", default_value = "kernel-check-failures", requires = "external")]
         failures: std::path::PathBuf,
         /// With --external: proptest shrinking steps per failed invariant (each costs a round trip
         /// to the process); the sequence is then cut to the shortest prefix that still fails.
         #[arg(long, default_value_t = 64, requires = "external")]
         shrink: u32,
-        /// With --external: seconds to wait for each reply before giving up.
+        /// With --external: seconds to wait for each reply before giving up (the run then ends,
+        /// exit status 2).
         #[arg(long, default_value_t = 600.0, requires = "external", value_parser = parse_timeout)]
         reply_timeout: f64,
+        /// With --external: seconds the whole run may take, shrinking included (the run then
+        /// ends, exit status 2).
+        #[arg(long, default_value_t = 600.0, requires = "external", value_parser = parse_timeout)]
+        budget: f64,
     },
     /// Time one forward pass of the reference and the candle kernel side by side, with the
     /// sgemm throughput of this machine measured in the same run.
@@ -170,9 +177,10 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
             failures,
             shrink,
             reply_timeout,
+            budget,
         } => {
-            let opts =
-                check::Options { r#impl, dtype: dtype.candle(), cases, seed, mutant, failures, shrink, reply_timeout };
+            let dtype = dtype.candle();
+            let opts = check::Options { r#impl, dtype, cases, seed, mutant, failures, shrink, reply_timeout, budget };
             return check::run(preset, spec, external, &opts);
         }
     }

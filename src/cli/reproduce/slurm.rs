@@ -10,17 +10,18 @@ pub(super) fn emit_slurm(
     tasks: usize,
     mem: &str,
 ) -> anyhow::Result<ExitCode> {
-    let abs = |p: &Path| std::path::absolute(p);
-    std::fs::create_dir_all(dir)?;
+    let abs = |p: &Path| std::path::absolute(p).map_err(|e| phasekv::Error::io(p, e));
     let dir = abs(dir)?;
     let out = abs(out)?;
+    // Refused before anything is computed or written (emit checks again).
+    reproduce::slurm::check_mem(mem)?;
     let minutes = if tasks >= 1 && tasks <= plan.units()?.len() {
         reproduce::slurm::task_minutes(plan, &out, tasks)?
     } else {
         0 // refused by emit, naming the range
     };
     let job = reproduce::slurm::SlurmJob {
-        exe: std::env::current_exe()?,
+        exe: std::env::current_exe().map_err(|e| phasekv::Error::io(Path::new("the phasekv executable"), e))?,
         plan_file: dir.join("plan.json"),
         out: out.clone(),
         dir: dir.clone(),

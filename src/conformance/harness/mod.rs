@@ -44,6 +44,11 @@ pub trait KernelUnderTest {
     fn min_d_head(&self) -> usize {
         1
     }
+    /// A fault of the implementation's transport that ends the run (an external process that
+    /// broke the protocol, died or went silent): no verdict can be given after it.
+    fn broken(&self) -> Option<crate::Error> {
+        None
+    }
     /// The same implementation for another spec (used by K7 and K10, which compare two specs).
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest>;
     /// Compresses one sequence `x: [T, d]`.
@@ -224,31 +229,36 @@ pub struct InvariantReport {
 pub fn run_invariant(subject: &dyn KernelUnderTest, invariant: Invariant, runner: &mut TestRunner) -> InvariantReport {
     let spec = subject.spec().clone();
     let stats = RefCell::new((0usize, 0usize, 0.0f64, 0.0f64));
-    let result =
-        runner.run(&strategies::case_strategy_min_head(&spec, subject.min_d_head()), |case| {
-            match checks::check(invariant, subject, &case) {
-                Ok(CheckVerdict::Pass { error, bound }) => {
-                    let mut s = stats.borrow_mut();
-                    s.0 += 1;
-                    if error >= s.2 {
-                        s.2 = error;
-                        s.3 = bound;
-                    }
-                    Ok(())
+    let result = runner.run(&strategies::case_strategy_min_head(&spec, subject.min_d_head()), |case| {
+        match checks::check(invariant, subject, &case) {
+            Ok(CheckVerdict::Pass { error, bound }) => {
+                let mut s = stats.borrow_mut();
+                s.0 += 1;
+                if error >= s.2 {
+                    s.2 = error;
+                    s.3 = bound;
                 }
-                Ok(CheckVerdict::NotApplicable(_)) => {
-                    stats.borrow_mut().1 += 1;
-                    Ok(())
-                }
-                Ok(CheckVerdict::Fail(msg)) => Err(TestCaseError::fail(msg)),
-                Err(e) => Err(TestCaseError::fail(format!("error: {e}"))),
+                Ok(())
             }
-        });
+            Ok(CheckVerdict::NotApplicable(_)) => {
+                stats.borrow_mut().1 += 1;
+                Ok(())
+            }
+            Ok(CheckVerdict::Fail(msg)) => Err(TestCaseError::fail(msg)),
+            // A broken subject fails every later case at once: no case is a verdict and
+            // nothing shrinks; `run_catalogue` reports the fault.
+            Err(_) if subject.broken().is_some() => Ok(()),
+            Err(e) => Err(TestCaseError::fail(format!("error: {e}"))),
+        }
+    });
     let (passed, na, worst, bound) = *stats.borrow();
     let (failure, counterexample) = match result {
         Ok(()) => (None, None),
         Err(TestError::Fail(msg, case)) => {
-            let (msg, case) = shrink_tokens(subject, invariant, msg.to_string(), case);
+            let (msg, case) = match subject.broken() {
+                Some(_) => (msg.to_string(), case),
+                None => shrink_tokens(subject, invariant, msg.to_string(), case),
+            };
             (
                 Some(format!(
                     "{msg} [minimal case: T={}, d={}, d_h={}, {} window(s)]",
@@ -317,19 +327,24 @@ pub fn seeded_runner_shrinking(cases: u32, seed: u64, max_shrink_iters: u32) -> 
 }
 
 /// Runs every invariant of the catalogue on `subject`, each over a fresh runner from `runner`;
-/// each report goes to `on_report` with its wall-clock seconds as soon as it is done.
+/// each report goes to `on_report` with its wall-clock seconds as soon as it is done. A subject
+/// that breaks ([`KernelUnderTest::broken`]) ends the run with that error, before the report of
+/// the invariant it broke in (which would be a FAIL of the transport, not of the kernel).
 pub fn run_catalogue(
     subject: &dyn KernelUnderTest,
     runner: &dyn Fn() -> TestRunner,
     on_report: &mut dyn FnMut(&InvariantReport, f64),
-) -> Vec<InvariantReport> {
+) -> Result<Vec<InvariantReport>> {
     Invariant::ALL
         .iter()
         .map(|&inv| {
             let start = std::time::Instant::now();
             let r = run_invariant(subject, inv, &mut runner());
+            if let Some(e) = subject.broken() {
+                return Err(e);
+            }
             on_report(&r, start.elapsed().as_secs_f64());
-            r
+            Ok(r)
         })
         .collect()
 }

@@ -20,8 +20,25 @@ use crate::model::RunConfig;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
+
+/// Config fields an arm may not set: the plan sets them (the preset from the arm, the seed from
+/// `seeds`), and an override would be silently replaced.
+const FIXED_FIELDS: [&str; 2] = ["model.preset", "train.seed"];
+
+/// Refuses an override (`path`, dotted, with `value`, possibly a section) that sets one of
+/// [`FIXED_FIELDS`], naming it.
+fn refuse_fixed(path: &str, value: &Value, field: &str) -> Result<()> {
+    if let Value::Object(o) = value {
+        return o.iter().try_for_each(|(k, x)| refuse_fixed(&format!("{path}.{k}"), x, field));
+    }
+    if FIXED_FIELDS.contains(&path) {
+        let why = if path == "train.seed" { "the plan's `seeds` set it" } else { "the arm's preset sets it" };
+        return Err(Error::invalid(field, format!("'{path}' may not be overridden ({why})")));
+    }
+    Ok(())
+}
 
 /// The built-in full plan (`phasekv reproduce`).
 pub const FULL_PLAN: &str = include_str!("../../../plans/full.json");
@@ -239,9 +256,9 @@ impl Plan {
         Ok(plan)
     }
 
-    /// Reads a plan file (JSON).
+    /// Reads a plan file (JSON; a regular file of at most [`crate::limits::MAX_JSON_BYTES`]).
     pub fn from_file(path: &Path) -> Result<Plan> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = crate::limits::read_text(path, crate::limits::MAX_JSON_BYTES)?;
         if path.extension().is_some_and(|x| x == "toml") {
             return Err(Error::invalid(
                 "--plan",
@@ -251,13 +268,30 @@ impl Plan {
         Plan::from_json(&text, &path.display().to_string())
     }
 
-    /// Checks every arm, seed and setting, and that the plan has at least one unit.
+    /// Checks every arm, seed and setting against the bounds of the command it feeds, and that
+    /// the plan has at least one unit.
     pub fn validate(&self) -> Result<()> {
-        if self.t2_seeds == 0 {
-            return Err(Error::invalid("plan.t2_seeds", "must be at least 1, got 0"));
+        // The theory unit runs `theory t2 --seeds t2_seeds` at the default flow.
+        let flow = crate::theory::flow::FlowConfig::default();
+        crate::theory::limits::check_flow(&flow.params, 0, self.t2_seeds, flow.t_max, flow.dt)
+            .map_err(|e| Error::invalid("plan.t2_seeds", e.to_string()))?;
+        let cases = crate::limits::MAX_CHECK_CASES;
+        if !(1..=cases).contains(&self.kernel_cases) {
+            return Err(Error::invalid(
+                "plan.kernel_cases",
+                format!("{} outside the allowed range 1..={cases} (kernel check --cases)", self.kernel_cases),
+            ));
         }
-        if self.kernel_cases == 0 {
-            return Err(Error::invalid("plan.kernel_cases", "must be at least 1, got 0"));
+        // What `eval`, `analyze knockout` and `analyze gates` accept; the products with each
+        // arm's sequence length are checked per arm.
+        let lab = &self.lab;
+        for (field, v, max) in [
+            ("plan.lab.eval_per_group", lab.eval_per_group, crate::limits::MAX_SAMPLES_PER_GROUP),
+            ("plan.lab.knockout_per_group", lab.knockout_per_group, crate::limits::MAX_SAMPLES_PER_GROUP),
+            ("plan.lab.knockout_reference", lab.knockout_reference, crate::limits::MAX_KNOCKOUT_REFERENCE),
+            ("plan.lab.gate_samples", lab.gate_samples, crate::limits::MAX_SAMPLES_PER_GROUP),
+        ] {
+            crate::limits::check_range(field, v, 1, max)?;
         }
         for (field, v) in
             [("model", self.minutes.model), ("theory", self.minutes.theory), ("kernels", self.minutes.kernels)]
@@ -294,20 +328,38 @@ impl Plan {
     /// presets first, then arms, then the sweep.
     pub fn arms(&self) -> Result<Vec<(String, RunConfig)>> {
         let mut out: Vec<(String, RunConfig)> = Vec::new();
+        // Names seen so far: a set, so that expansion stays linear in the number of arms.
+        let mut names: HashSet<String> = HashSet::new();
         let base = serde_json::to_value(&self.run).map_err(|e| Error::invalid("plan.run", e.to_string()))?;
+        let lab = &self.lab;
         let mut add = |name: String, preset: &str, overrides: &Map<String, Value>, field: &str| -> Result<()> {
             check_name(&name, field)?;
-            if out.iter().any(|(n, _)| n == &name) {
+            if !names.insert(name.clone()) {
                 return Err(Error::invalid(field, format!("arm name '{name}' appears twice")));
             }
             let mut v = base.clone();
             for (k, x) in overrides {
+                refuse_fixed(k, x, &format!("{field}.overrides"))?;
                 set_path(&mut v, k, x, &format!("{field}.overrides"))?;
             }
             v["model"]["preset"] = Value::String(preset.to_string());
             let config: RunConfig =
                 serde_json::from_value(v).map_err(|e| Error::invalid(format!("{field}.overrides"), e.to_string()))?;
             crate::model::validate(&config).map_err(|e| Error::invalid(field, format!("arm '{name}': {e}")))?;
+            let (groups, t) = (config.task.residue_modulus, config.task.seq_len());
+            for (f, per_group) in [
+                ("plan.lab.eval_per_group", lab.eval_per_group),
+                ("plan.lab.knockout_per_group", lab.knockout_per_group),
+            ] {
+                crate::lab::check_samples(f, per_group, groups, t)
+                    .map_err(|e| Error::invalid(field, format!("arm '{name}': {e}")))?;
+            }
+            crate::limits::check_product(
+                "plan.lab.gate_samples x sequence length",
+                crate::limits::product(&[lab.gate_samples, t]),
+                crate::limits::MAX_HELD_TOKENS,
+            )
+            .map_err(|e| Error::invalid(field, format!("arm '{name}': {e}")))?;
             out.push((name, config));
             Ok(())
         };
@@ -368,14 +420,16 @@ impl Plan {
     /// The units named by `ids`, in plan order; an unknown id is an error.
     pub fn select(&self, ids: &[String]) -> Result<Vec<Unit>> {
         let units = self.units()?;
+        let known: HashSet<String> = units.iter().map(Unit::name).collect();
         for id in ids {
-            if !units.iter().any(|u| &u.name() == id) {
+            if !known.contains(id) {
                 return Err(Error::invalid(
                     "--unit",
                     format!("no unit '{id}' in the plan (`phasekv reproduce --plan FILE --list-units` lists the ids)"),
                 ));
             }
         }
+        let ids: HashSet<&String> = ids.iter().collect();
         Ok(units.into_iter().filter(|u| ids.contains(&u.name())).collect())
     }
 
