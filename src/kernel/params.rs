@@ -262,6 +262,21 @@ impl KernelParams<f64> {
 mod tests {
     use super::*;
 
+    /// DeepSeek-V4.1 carries no gate biases (`gate_bias: false`) and, at ratio 1, no gate.
+    #[test]
+    fn dsv41_parameters_have_no_gate_bias() {
+        for m in [1, 2, 3, 4, 128, 7] {
+            let spec = KernelSpec::preset(&format!("dsv41-c{m}")).unwrap();
+            let layout = ParamLayout::of(&spec, KernelDims::new(8, 64).unwrap());
+            let names: Vec<&str> = layout.pieces.iter().map(|p| p.0).collect();
+            if m == 1 {
+                assert_eq!(names, ["proj_k", "gamma"]);
+            } else {
+                assert_eq!(names, ["gate_k.z", "proj_k", "gamma"]);
+            }
+        }
+    }
+
     #[test]
     fn flat_round_trip_and_shape_errors() {
         for name in ["w8s4", "w8s4-tied", "w8s4-uniform", "w8s6-scalar", "dsv4-csa", "full", "dsv41-c4"] {

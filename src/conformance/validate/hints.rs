@@ -155,10 +155,12 @@ pub fn hints(
 fn stored_format(d: &Dump, rotated: usize) -> Option<CacheFormat> {
     let keys = &d.main.keys;
     let dh = d.dims.d_head;
-    let nonzero = keys.iter().any(|&v| v != 0.0);
     SHIPPED_FORMATS.iter().map(|json| CacheFormat::from_json(json).expect("a valid format")).find(|f| {
+        // Only a format that quantizes some nonzero channel can be recognised: with every
+        // channel rotated, the NoPE layout quantizes none and any bf16 record "lies on" it.
         let q = f.quantized_channels(dh, rotated);
-        nonzero && keys.rows().into_iter().all(|row| f.off_grid(&row.to_vec(), q).is_none())
+        let quantized_nonzero = keys.rows().into_iter().any(|row| row.iter().take(q).any(|&v| v != 0.0));
+        quantized_nonzero && keys.rows().into_iter().all(|row| f.off_grid(&row.to_vec(), q).is_none())
     })
 }
 
