@@ -114,6 +114,33 @@ fn every_wrong_output_fails_a_magnitude_row_on_its_own_at_production_width() {
     }
 }
 
+/// K3 (stride shift) at production width: its bound comes from the rounding model, so a shifted
+/// run whose keys are off by the relative error the magnitude rows catch (10 % in bf16, 1e-4 in
+/// f32) fails it; the reassociation bound alone (`4 u terms max|keys|`, 4.4e3 at HCA size)
+/// passed all of them.
+#[test]
+fn a_shifted_run_off_by_a_relative_error_fails_k3_at_production_width() {
+    for (preset, w, tokens, dtype) in configs() {
+        let spec = KernelSpec::preset(preset).unwrap();
+        let dims = KernelDims::new(D_MODEL, D_HEAD).unwrap();
+        let params = KernelParams::random(&spec, dims, 11);
+        let x = phasekv::kernel::random_input(tokens, D_MODEL, 12).into_shape_with_order((1, tokens, D_MODEL)).unwrap();
+        let pre = phasekv::kernel::random_input(spec.geometry.stride(), D_MODEL, 13);
+        let good = reference_dump(&spec, dims, &params, &x, dtype, Some((&pre, tokens / 2))).unwrap();
+        let v = validate(&good).unwrap();
+        let k3 = v.rows.iter().find(|r| r.id == "K3").unwrap();
+        assert_eq!(k3.status, Status::Pass, "W = {w} {dtype:?}: correct dump {k3:?}");
+        let mut bad = good.clone();
+        let sh = bad.shifted.as_mut().unwrap();
+        let rel = if dtype == DType::BF16 { Wrong::Relative(0.1) } else { Wrong::Relative(1e-4) };
+        sh.keys = corrupt(&sh.keys, rel, dtype);
+        let v = validate(&bad).unwrap();
+        let k3 = v.rows.iter().find(|r| r.id == "K3").unwrap();
+        assert_eq!(k3.status, Status::Fail, "W = {w} {dtype:?}: shifted keys off by {rel:?} pass K3: {k3:?}");
+        assert!(!v.passed);
+    }
+}
+
 /// The smallest relative error `y (1 + e)` of the keys (pooled entries right) and of the pooled
 /// keys that a magnitude row catches, by bisection on `e`.
 fn smallest_caught(good: &Dump, dtype: DType, pooled: bool) -> f64 {
