@@ -131,15 +131,22 @@ fn phase_loss(
         a[h] = e / den;
         b[h] = off / den;
     }
-    let weight = |h: usize, pos: usize| {
-        let (chunk, r) = task.locate(h, pos);
-        (chunk == home[h], r)
-    };
+    // Per (position, head): whether the position lies in the query's chunk on that head's
+    // grid, and its offset there; computed once, read by the loss and the gradient.
+    let weight: Vec<(bool, usize)> = (0..t)
+        .flat_map(|pos| {
+            let home = &home;
+            (0..hh).map(move |h| {
+                let (chunk, r) = task.locate(h, pos);
+                (chunk == home[h], r)
+            })
+        })
+        .collect();
     let u: Vec<f64> = (0..t)
         .map(|pos| {
             (0..hh)
                 .map(|h| {
-                    let (on, r) = weight(h, pos);
+                    let (on, r) = weight[pos * hh + h];
                     (if on { a[h] } else { b[h] }) * value[h * ss + r]
                 })
                 .sum()
@@ -156,7 +163,7 @@ fn phase_loss(
             // G(p) = dloss/dU(p) = gamma (pi(p) - 1{p = target})
             let g = p.gamma * (e / z - if pos == target { 1.0 } else { 0.0 });
             for h in 0..hh {
-                let (on, r) = weight(h, pos);
+                let (on, r) = weight[pos * hh + h];
                 let v = value[h * ss + r];
                 if on {
                     gv[h * ss + r] += a[h] * g;
@@ -168,7 +175,7 @@ fn phase_loss(
             }
         }
         for h in 0..hh {
-            let (_, r) = task.locate(h, q);
+            let r = weight[q * hh + h].1;
             gk[h * ss + r] += p.beta * a[h] * (1.0 - a[h]) * (s_on[h] - s_off[h] / lm1);
         }
     }
