@@ -144,7 +144,7 @@ fn special_files_are_never_read() {
 
 #[test]
 fn a_dump_whose_validation_grows_as_w_squared_is_refused_before_starting() {
-    use phasekv::conformance::dump::reference_dump;
+    use phasekv::conformance::known::reference_dump;
     use phasekv::kernel::{KernelDims, KernelParams, KernelSpec};
     // W = S = 2^17 on 2^17 tokens, d = 1: a 0.5 MB dump whose phase profile alone would need
     // 2^35 units of work.

@@ -4,7 +4,8 @@
 
 use candle_core::DType;
 use ndarray::{Array2, Array3};
-use phasekv::conformance::dump::{read_safetensors, reference_dump, safetensors_bytes, write_npy_dir, Dump, RawTensor};
+use phasekv::conformance::dump::{read_safetensors, safetensors_bytes, write_npy_dir, Dump, RawTensor};
+use phasekv::conformance::known::reference_dump;
 use phasekv::conformance::validate::validate;
 use phasekv::kernel::{KernelDims, KernelParams, KernelSpec};
 use proptest::prelude::*;

@@ -6,7 +6,8 @@
 
 use candle_core::DType;
 use ndarray::{Array2, Array3};
-use phasekv::conformance::dump::{mutant_dump, Dump};
+use phasekv::conformance::dump::Dump;
+use phasekv::conformance::known::mutant_dump;
 use phasekv::conformance::mutants::Mutant;
 use phasekv::conformance::validate::{validate, Status, Validation};
 use phasekv::kernel::spec::{RopeScaling, ROPE_THETA};

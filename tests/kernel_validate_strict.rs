@@ -6,7 +6,8 @@
 
 use candle_core::DType;
 use ndarray::Array3;
-use phasekv::conformance::dump::{reference_dump, round_to, Dump};
+use phasekv::conformance::dump::{round_to, Dump};
+use phasekv::conformance::known::reference_dump;
 use phasekv::conformance::validate::{validate, Status};
 use phasekv::kernel::spec::{RopeChannels, RopeScaling};
 use phasekv::kernel::{KernelDims, KernelParams, KernelSpec};
@@ -240,7 +241,7 @@ fn mislabelled(claimed: &KernelSpec, computed: &KernelSpec, dims: KernelDims) ->
     let params = KernelParams::random(claimed, dims, 3);
     let x =
         phasekv::kernel::random_input(2 * 29, dims.d_model, 4).into_shape_with_order((2, 29, dims.d_model)).unwrap();
-    phasekv::conformance::dump::mutant_dump(claimed, computed, None, dims, &params, &x, DType::F32, None).unwrap()
+    phasekv::conformance::known::mutant_dump(claimed, computed, None, dims, &params, &x, DType::F32, None).unwrap()
 }
 
 #[test]

@@ -13,7 +13,8 @@
 
 use candle_core::DType;
 use ndarray::Array3;
-use phasekv::conformance::dump::{reference_dump, round_to, Dump};
+use phasekv::conformance::dump::{round_to, Dump};
+use phasekv::conformance::known::reference_dump;
 use phasekv::conformance::validate::{validate, CheckRow, Status};
 use phasekv::kernel::{KernelDims, KernelParams, KernelSpec};
 

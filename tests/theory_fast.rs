@@ -4,8 +4,10 @@
 
 use crate::common;
 
-use phasekv::theory::fast::{exp_poly, run_seeds_on, FastStatic, Isa};
-use phasekv::theory::flow::{run_flow_with, run_seeds, run_seeds_with, FlowConfig, FlowKernel, FlowRun, Integrator};
+use phasekv::theory::fast::{exp_poly, FastStatic, Isa};
+use phasekv::theory::flow::{
+    run_flow_with, run_seeds, run_seeds_on, run_seeds_with, FlowConfig, FlowKernel, FlowRun, Integrator,
+};
 use phasekv::theory::task::{softmax_pullback, static_loss_grad, StaticWorkspace, TaskParams};
 use proptest::prelude::*;
 

@@ -2,7 +2,7 @@
 //! "Pre-registration"). The thresholds are the constants below; the document quotes them.
 
 use super::phase_test::SeedAgreement;
-use super::stats::GroupAccuracy;
+use super::stats::{GroupAccuracy, Magnitude};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -79,17 +79,6 @@ pub fn at_ceiling(protocols: &[&[GroupAccuracy]]) -> Result<bool> {
         return Err(Error::invalid("ceiling rule", "needs at least one protocol with prompts"));
     }
     Ok(protocols.iter().all(|p| p.iter().filter(|g| g.n > 0).all(|g| g.accuracy >= CEILING_ACCURACY)))
-}
-
-/// A measured magnitude (percentage points) with its 95 % interval.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Magnitude {
-    /// Point estimate.
-    pub pp: f64,
-    /// Interval, lower end.
-    pub lo_pp: f64,
-    /// Interval, upper end.
-    pub hi_pp: f64,
 }
 
 /// What a claim asserts about an effect.

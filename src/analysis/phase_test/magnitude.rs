@@ -2,8 +2,7 @@
 //! interval (E4 of `theory/phase-lab.md` §7.5).
 
 use super::*;
-use crate::analysis::stats::BootInterval;
-use crate::analysis::verdict::Magnitude;
+use crate::analysis::stats::{BootInterval, Magnitude};
 
 /// The mean of the seeds' depth-adjusted phase spreads ([`PhaseTest::adjusted_gap_pp`]: max
 /// minus min of the full model's phase accuracies at every prompt's depth) at `stride`, with a

@@ -356,6 +356,18 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
 }
 
+/// A measured magnitude (percentage points) with its 95 % interval: what a phase claim's
+/// verdict ([`super::verdict::verdict`]) weighs against the paper's.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Magnitude {
+    /// Point estimate.
+    pub pp: f64,
+    /// Interval, lower end.
+    pub lo_pp: f64,
+    /// Interval, upper end.
+    pub hi_pp: f64,
+}
+
 /// A statistic with its bootstrap replicates summarised: the 95 % percentile interval and the
 /// replicates' mean. A max-minus-min statistic is biased upward under resampling (the percentile
 /// interval of a gap near 0 can lie wholly above it), so [`BootInterval::corrected`] gives the

@@ -17,12 +17,10 @@
 //! The loader never panics on any bytes: every problem is one [`Error::File`] naming the file
 //! and the tensor or field.
 
-mod known;
 mod npy;
 mod parts;
 mod safetensors_io;
 
-pub use known::{mutant_dump, reference_dump};
 pub use npy::{parse_npy, read_npy_dir, write_npy_dir};
 pub use safetensors_io::{read_safetensors, safetensors_bytes, write_safetensors};
 

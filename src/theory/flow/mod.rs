@@ -30,6 +30,8 @@ mod state;
 pub use state::*;
 mod run;
 pub use run::*;
+mod batched;
+pub use batched::{run_seeds_batched, run_seeds_on, LANES};
 
 /// Integrator of the flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

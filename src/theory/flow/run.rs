@@ -141,7 +141,7 @@ pub fn run_seeds_with(
     cfg.validate()?;
     if kernel == FlowKernel::Fast && cfg.content.is_none() && cfg.record_every == 0 {
         // Same runs bit for bit, several seeds per vector register (theory/induction-model.md §8).
-        return super::super::fast::run_seeds_batched(cfg, seeds, progress);
+        return super::run_seeds_batched(cfg, seeds, progress);
     }
     seeds
         .par_iter()

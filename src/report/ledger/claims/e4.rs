@@ -4,8 +4,8 @@
 use super::pooled::*;
 use super::*;
 use crate::analysis::phase_test::adjusted_gap_bootstrap;
-use crate::analysis::stats::BootInterval;
-use crate::analysis::verdict::{self, Magnitude, MAGNITUDE_FRACTION, PAPER_WITHIN_WINDOW_PP};
+use crate::analysis::stats::{BootInterval, Magnitude};
+use crate::analysis::verdict::{self, MAGNITUDE_FRACTION, PAPER_WITHIN_WINDOW_PP};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E4;

@@ -3,8 +3,8 @@
 
 use super::pooled::*;
 use super::*;
-use crate::analysis::stats::GapSummary;
-use crate::analysis::verdict::{self, Magnitude, PAPER_BASELINE_GAP_PP, PAPER_COMPRESSED_GAP_PP};
+use crate::analysis::stats::{GapSummary, Magnitude};
+use crate::analysis::verdict::{self, PAPER_BASELINE_GAP_PP, PAPER_COMPRESSED_GAP_PP};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E5;

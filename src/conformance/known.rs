@@ -1,7 +1,12 @@
 //! Dumps made from the reference itself: the test suite's known-good dump and its known-bad
-//! ones (another spec's outputs, or a mutant's, labelled as the claimed kernel).
+//! ones (another spec's outputs, or a mutant's, labelled as the claimed kernel). They sit above
+//! both the dump format ([`super::dump`]) and the harness whose low-precision reference computes
+//! them ([`super::harness`]), so neither of those imports the other's users.
 
-use super::{round_to, Dump, Run};
+use super::dump::{round_to, Dump, Run};
+use super::harness::checks::low_reference_mutated;
+use super::harness::tolerance::accumulator;
+use super::mutants::Mutant;
 use crate::kernel::params::KernelParams;
 use crate::kernel::spec::{KernelDims, KernelSpec};
 use crate::{Error, Result};
@@ -32,7 +37,7 @@ pub fn reference_dump(
 pub fn mutant_dump(
     claimed: &KernelSpec,
     computed: &KernelSpec,
-    mutation: Option<crate::conformance::mutants::Mutant>,
+    mutation: Option<Mutant>,
     dims: KernelDims,
     params: &KernelParams<f64>,
     x: &Array3<f64>,
@@ -48,10 +53,9 @@ pub fn mutant_dump(
         let mut outs = Vec::new();
         for s in 0..b {
             let xs = x.index_axis(ndarray::Axis(0), s).to_owned();
-            let acc = crate::conformance::harness::tolerance::accumulator(dtype);
-            let mut c =
-                crate::conformance::harness::checks::low_reference_mutated(acc, spec, dims, &params, &xs, mutation)?
-                    .ok_or_else(|| Error::invalid("dtype", format!("no reference in {dtype:?}")))?;
+            let acc = accumulator(dtype);
+            let mut c = low_reference_mutated(acc, spec, dims, &params, &xs, mutation)?
+                .ok_or_else(|| Error::invalid("dtype", format!("no reference in {dtype:?}")))?;
             let r = |v: f64| round_to(dtype, v);
             for a in [&mut c.keys, &mut c.values, &mut c.pooled_k, &mut c.pooled_v] {
                 a.mapv_inplace(r);

@@ -1,16 +1,18 @@
 //! Many seeds of the gradient flow at once: [`LANES`] runs share one lane kernel
-//! ([`super::lanes`]), each in its own lane; a lane whose run ends takes the next seed
-//! (theory/induction-model.md §8).
+//! (`theory::fast`'s `lanes`), each in its own lane; a lane whose run ends takes the next seed
+//! (theory/induction-model.md §8). This is a way of running the flow, so it lives here; the
+//! kernel it drives knows nothing of the flow.
 //!
-//! A lane repeats, operation for operation, what `flow::run_flow_with(cfg, seed, true,
+//! A lane repeats, operation for operation, what [`super::run_flow_with`]`(cfg, seed, true,
 //! FlowKernel::Fast)` does with one seed (the same initial logits, the same kernel arithmetic
 //! as `FastStatic`, the same integrator arithmetic as `FlowState::step`, the same convergence
 //! test, the same final loss and gates), so each [`FlowRun`] is bit-identical to the one-seed
 //! run, whatever the lane, the thread or the instruction set (`theory_fast` tests).
 
-use super::lanes::{Isa, Kernel};
-use super::simd::{self, Vector};
-use crate::theory::flow::{FlowConfig, FlowKernel, FlowRun, FlowState, Integrator};
+use super::{FlowConfig, FlowKernel, FlowRun, FlowState, Integrator};
+use crate::theory::fast::lanes::Kernel;
+use crate::theory::fast::simd::{self, Vector};
+use crate::theory::fast::Isa;
 use crate::theory::task::{softmax_into, TaskParams};
 use crate::{Error, Result};
 use rayon::prelude::*;
@@ -189,7 +191,7 @@ struct LaneRun {
 /// Results by seed index, filled by the workers.
 type Slots = Mutex<Vec<Option<Result<FlowRun>>>>;
 
-/// [`crate::theory::flow::run_seeds`] for static gates without trajectories, [`LANES`] runs at
+/// [`super::run_seeds`] for static gates without trajectories, [`LANES`] runs at
 /// a time per thread on the widest instruction set of the CPU; the same results, bit for bit.
 pub fn run_seeds_batched(cfg: &FlowConfig, seeds: &[u64], progress: impl Fn() + Sync) -> Result<Vec<FlowRun>> {
     run_seeds_on(cfg, seeds, Isa::detect(), progress)
