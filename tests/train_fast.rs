@@ -78,13 +78,27 @@ fn case() -> impl Strategy<Value = Case> {
     )
 }
 
+/// The narrowest head width from `d_head` up that the preset's kernel holds (DeepSeek-V4.1's
+/// `dsv41-c{m}` rotate 64 channels of each entry, so need `d_head >= 64`; the others take any).
+fn head_width(preset: &str, d_head: usize) -> usize {
+    let spec = phasekv::kernel::KernelSpec::preset(preset).expect("listed preset");
+    (d_head..).find(|&dh| spec.validate_for(dh).is_ok()).expect("a head width the kernel holds")
+}
+
+/// [`common::configs::tiny_config`] with the head width the preset needs ([`head_width`]).
+fn tiny_config(preset: &str) -> RunConfig {
+    let mut cfg = common::configs::tiny_config(preset);
+    cfg.model.d_head = head_width(preset, cfg.model.d_head);
+    cfg
+}
+
 fn config_for(c: &Case, preset: &str) -> RunConfig {
     let mut cfg = common::configs::tiny_config(preset);
     cfg.model.d_model = c.d_model;
     cfg.model.n_layer = c.n_layer;
     cfg.model.n_kv_head = c.n_kv_head;
     cfg.model.n_head = c.n_kv_head * c.groups;
-    cfg.model.d_head = c.d_head;
+    cfg.model.d_head = head_width(preset, c.d_head);
     cfg.model.d_ff = c.d_ff;
     cfg.train.batch_size = c.batch;
     cfg.task.max_prefix = c.max_prefix;
@@ -205,6 +219,7 @@ fn a_one_percent_error_is_rejected_by_the_comparison() {
         ("w8s4", "layer0.attn.kernel.proj_v"),
         ("dsv4-csa", "layer1.attn.kernel.gamma"),
         ("dsv4-csa", "layer0.attn.kernel.proj_k"),
+        ("dsv41-c4", "layer0.attn.kernel.gate_k.z"),
     ] {
         let mut b = both(&c, preset).unwrap();
         judge(&b).unwrap();
@@ -243,18 +258,41 @@ fn fast_evaluation_agrees_with_candle_evaluation() {
     }
 }
 
-/// The fast engine takes every preset (DeepSeek-V4's shared K/V, normed entries included), from
-/// the library and the CLI; an engine that does not exist is one line naming `--engine`.
+/// The fast engine takes every preset `phasekv kernel list` shows (DeepSeek-V4's shared K/V and
+/// normed entries, DeepSeek-V4.1's gates without biases included), from the library and the
+/// CLI; a preset that does not exist, and an engine that does not exist, are one line each.
 #[test]
 fn every_preset_is_accepted_and_a_bad_engine_refused() {
-    for preset in ["dsv4-csa", "dsv4-hca4", "w8s4-scalar"] {
-        let mut cfg = common::configs::tiny_config(preset);
+    for preset in phasekv::kernel::spec::preset_names() {
+        let mut cfg = tiny_config(&preset);
+        cfg.train.engine = Engine::Fast;
+        phasekv::model::fast::check_supported(&cfg.model).unwrap_or_else(|e| panic!("{preset}: {e}"));
+    }
+    for preset in ["dsv4-csa", "dsv4-hca4", "w8s4-scalar", "dsv41-c2", "dsv41-c1"] {
+        let mut cfg = tiny_config(preset);
         cfg.train.engine = Engine::Fast;
         phasekv::model::validate(&cfg).unwrap();
     }
+    let mut cfg = tiny_config("w8s4");
+    cfg.model.preset = "w8s4-fused".into();
+    let e = phasekv::model::fast::check_supported(&cfg.model).unwrap_err().to_string();
+    assert!(e.contains("w8s4-fused") && !e.contains('\n'), "{e}");
+    // A head narrower than the kernel rotates is the model's error, at validation, on both engines.
+    let mut cfg = tiny_config("dsv41-c4");
+    cfg.model.d_head = 32;
+    let e = phasekv::model::validate(&cfg).unwrap_err().to_string();
+    assert!(e.contains("model.d_head") && e.contains("dsv41-c4") && !e.contains('\n'), "{e}");
+    // From the CLI: the default model's head (d_head = 32) holds every kernel but DeepSeek-V4.1's,
+    // which the default config refuses with that one line (a config file with d_head >= 64 trains it).
+    let default_head = RunConfig::recommended().model.d_head;
     for preset in SUPPORTED_PRESETS {
         let (code, _, err) = phasekv(&["train", "--preset", preset, "--engine", "fast", "--print-config"], "1");
-        assert_eq!(code, 0, "{preset}: {err}");
+        if head_width(preset, default_head) == default_head {
+            assert_eq!(code, 0, "{preset}: {err}");
+        } else {
+            assert_eq!(code, 2, "{preset}: {err}");
+            assert!(err.contains("model.d_head") && err.trim().lines().count() == 1, "{preset}: {err}");
+        }
     }
     let (code, _, err) = phasekv(&["train", "--engine", "gpu", "--print-config"], "1");
     assert_eq!(code, 2, "{err}");
@@ -281,12 +319,12 @@ fn tmp_dir(label: &str) -> PathBuf {
     d
 }
 
-/// The presets of the training-loop tests (resume, threads): the baseline, a compressed one and
-/// DeepSeek-V4's (shared K/V, normed entries).
-const LOOP_PRESETS: [&str; 3] = ["full", "w8s4", "dsv4-csa"];
+/// The presets of the training-loop tests (resume, threads): the baseline, a compressed one,
+/// DeepSeek-V4's (shared K/V, normed entries) and DeepSeek-V4.1's (gates without biases).
+const LOOP_PRESETS: [&str; 4] = ["full", "w8s4", "dsv4-csa", "dsv41-c4"];
 
 fn tiny(steps: usize, preset: &str) -> RunConfig {
-    let mut c = common::configs::tiny_config(preset);
+    let mut c = tiny_config(preset);
     c.train.steps = steps;
     c.train.batch_size = 4;
     c.train.warmup_steps = 2;

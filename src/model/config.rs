@@ -58,7 +58,7 @@ impl ModelConfig {
 
     /// Checks every field (and that the preset exists).
     pub fn validate(&self) -> Result<()> {
-        KernelSpec::preset(&self.preset)?;
+        let spec = KernelSpec::preset(&self.preset)?;
         use crate::limits::*;
         let range = |field: &str, v: usize, min: usize, max: usize| check_range(&format!("model.{field}"), v, min, max);
         range("d_model", self.d_model, 1, MAX_WIDTH)?;
@@ -66,6 +66,10 @@ impl ModelConfig {
         range("n_head", self.n_head, 1, MAX_HEADS)?;
         range("n_kv_head", self.n_kv_head, 1, MAX_HEADS)?;
         range("d_head", self.d_head, 2, MAX_D_HEAD)?;
+        // What the kernel needs of the head width (DeepSeek-V4.1 rotates 64 channels of each
+        // entry, so its presets need d_head >= 64): refused here, not when the model is built.
+        spec.validate_for(self.d_head)
+            .map_err(|e| Error::invalid("model.d_head", format!("{} for preset {}: {e}", self.d_head, self.preset)))?;
         range("d_ff", self.d_ff, 1, MAX_WIDTH)?;
         range("local_window", self.local_window, 1, MAX_SEQ_LEN)?;
         if !(self.qk_norm_gain.is_finite() && self.qk_norm_gain > 0.0 && self.qk_norm_gain <= 100.0) {
@@ -134,8 +138,9 @@ pub enum Engine {
     /// that names no engine).
     #[default]
     Candle,
-    /// The hand-derived f32 CPU path of [`crate::model::fast`] (what it implements:
-    /// [`crate::model::fast::SUPPORTED`]).
+    /// The hand-derived f32 CPU path of [`crate::model::fast`], every preset
+    /// ([`crate::model::fast::SUPPORTED`]): the engine of [`RunConfig::recommended`] and of
+    /// `phasekv train` without `--config`.
     Fast,
 }
 

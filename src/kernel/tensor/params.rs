@@ -14,7 +14,8 @@ use ndarray::{Array2, Array3};
 pub struct TensorGate {
     /// Content weights, transposed and heads concatenated on the last axis.
     pub z: Tensor,
-    /// Per-offset biases.
+    /// Per-offset biases; a constant zero tensor (no parameter) when the spec has none
+    /// (`gate_bias: false`), so that adding it to a logit is exact.
     pub b: Tensor,
 }
 
@@ -67,8 +68,10 @@ fn stack_bias(per_head: &[&Array2<f64>], device: &Device, dtype: DType) -> Resul
 
 impl TensorParams {
     /// Trainable parameters for `heads` heads from a candle-nn `VarBuilder` (names `gate_k.z`,
-    /// `gate_k.b`, `gate_v.z`, `gate_v.b`, `proj_k`, `proj_v`, `gamma`): projections and gate
-    /// weights `N(0, 1/d)`, biases 0 (every offset starts equal), RMSNorm weights 1.
+    /// `gate_k.b`, `gate_v.z`, `gate_v.b`, `proj_k`, `proj_v`, `gamma`: the pieces of
+    /// [`crate::kernel::params::ParamLayout`]): projections and gate weights `N(0, 1/d)`, biases
+    /// 0 (every offset starts equal), RMSNorm weights 1. A spec without gate biases
+    /// (`gate_bias: false`) registers no `.b`: its biases are constant zeros, not trained.
     pub fn init(spec: &KernelSpec, dims: KernelDims, heads: usize, vb: &candle_nn::VarBuilder) -> Result<Self> {
         use candle_nn::Init;
         spec.validate_for(dims.d_head)?;
@@ -77,10 +80,12 @@ impl TensorParams {
         let dg = spec.gate_width(dh);
         let weights = Init::Randn { mean: 0.0, stdev: 1.0 / (d as f64).sqrt() };
         let gate = |name: &str| -> Result<TensorGate> {
-            Ok(TensorGate {
-                z: vb.get_with_hints((g, d, heads * dg), &format!("{name}.z"), weights)?,
-                b: vb.get_with_hints((w, heads * dg), &format!("{name}.b"), Init::Const(0.0))?,
-            })
+            let b = if spec.has_gate_bias() {
+                vb.get_with_hints((w, heads * dg), &format!("{name}.b"), Init::Const(0.0))?
+            } else {
+                Tensor::zeros((w, heads * dg), vb.dtype(), vb.device())?
+            };
+            Ok(TensorGate { z: vb.get_with_hints((g, d, heads * dg), &format!("{name}.z"), weights)?, b })
         };
         Ok(TensorParams {
             gate_k: if dg > 0 { Some(gate("gate_k")?) } else { None },

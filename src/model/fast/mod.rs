@@ -4,12 +4,18 @@
 //! with plain loops and a strided GEMM ([`ops::gemm`]) over row-major buffers: no graph, no
 //! broadcast ops, no zero-filled gradient tensors per op.
 //!
-//! The candle autodiff path stays the reference: `tests/train_fast.rs` checks the loss and every
+//! It is the default engine for every preset. The candle autodiff path stays the reference,
+//! chosen explicitly (`--engine candle`): `tests/train_fast.rs` checks the loss and every
 //! parameter's gradient against it. Supported ([`SUPPORTED`]): `full` (causal attention over
 //! raw tokens), the paper's `w{W}s{S}` family with any gate kind, parameter groups, tying and
-//! entry RoPE or none, and DeepSeek-V4's kernels (`dsv4-*`: one shared K/V entry, an RMSNorm on
-//! each entry, partial YaRN RoPE) (`compress`: the compressor; `attention`: local window plus
-//! visible entries in one softmax).
+//! entry RoPE or none, DeepSeek-V4's kernels (`dsv4-*`: one shared K/V entry, an RMSNorm on
+//! each entry, partial YaRN RoPE) and DeepSeek-V4.1's (`dsv41-c{m}`: learned gates without
+//! per-offset biases).
+//!
+//! Files, one job each: this one binds the engine to a model's parameters and implements
+//! [`TrainEngine`]; `forward` (through the loss) and `backward` (every parameter's gradient) are
+//! the two passes; `compress` the compressor (forward and backward); `attention` local window
+//! plus visible entries in one softmax; `ops` RMSNorm and RoPE.
 //!
 //! Determinism: every reduction runs in one fixed order on one thread (GEMM with
 //! `Parallelism::None`, rows and heads in order), so the same parameters and batch give the
@@ -33,7 +39,7 @@ use super::config::ModelConfig;
 use super::decoder::NORM_EPS;
 use super::engine::{EngineStep, TrainEngine};
 use super::record::BatchScore;
-use crate::kernel::spec::{GateKind, KernelSpec};
+use crate::kernel::spec::KernelSpec;
 use crate::numeric::{gemm, View};
 use crate::{Error, Result};
 use candle_core::backprop::GradStore;
@@ -41,13 +47,16 @@ use candle_core::{Tensor, Var};
 use ops::{rms_norm, rms_norm_back, Rope};
 
 /// What the fast engine implements, in words.
-pub const SUPPORTED: &str = "every preset: full, w{W}s{S} with its ablations, and DeepSeek-V4's dsv4-*";
+pub const SUPPORTED: &str =
+    "every preset: full, w{W}s{S} with its ablations, DeepSeek-V4's dsv4-* and DeepSeek-V4.1's dsv41-c{m}";
 
 /// Presets of every family the fast engine implements, one each (what the tests compare
 /// against the candle path): full attention; the paper's `w{W}s{S}` kernels with vector,
-/// scalar and uniform gates, tied or untied, with or without RoPE, overlapping or not; and
+/// scalar and uniform gates, tied or untied, with or without RoPE, overlapping or not;
 /// DeepSeek-V4's kernels (shared K/V, entry RMSNorm, partial YaRN RoPE on rotated channels),
-/// CSA (padded left, two parameter groups) and HCA (at rate 4, which the tests' sequences hold).
+/// CSA (padded left, two parameter groups) and HCA (at rate 4, which the tests' sequences hold);
+/// and DeepSeek-V4.1's (a vector gate without per-offset biases, RoPE on the last channels at
+/// the group's first token), at ratio 4 (`dsv41-c1` has no gate: uniform pooling, as HCA's).
 pub const SUPPORTED_PRESETS: &[&str] = &[
     "full",
     "w8s4",
@@ -59,27 +68,17 @@ pub const SUPPORTED_PRESETS: &[&str] = &[
     "w8s4-norope",
     "dsv4-csa",
     "dsv4-hca4",
+    "dsv41-c4",
 ];
 
-/// Refuses a model whose preset does not exist (the fast engine implements every kernel spec
-/// the presets make: separate or shared K/V, with or without the entry RMSNorm).
+/// Refuses a model whose preset does not exist. The fast engine implements every kernel spec
+/// the presets make (separate or shared K/V, with or without the entry RMSNorm, learned gates
+/// with or without per-offset biases), so it refuses nothing `phasekv kernel list` shows.
 pub fn check_supported(model: &ModelConfig) -> Result<()> {
     if model.is_full() {
         return Ok(());
     }
-    let spec = KernelSpec::preset(&model.preset).map_err(|e| Error::invalid("train.engine", e.to_string()))?;
-    // A learned gate without per-offset biases (DeepSeek-V4.1's `gate_bias: false`) is not
-    // implemented by the fast compressor yet: refuse it here rather than fail when the
-    // engine looks up `gate_k.b`.
-    if spec.gate != GateKind::Uniform && !spec.gate_bias {
-        return Err(Error::invalid(
-            "train.engine",
-            format!(
-                "the fast engine does not implement gates without biases (preset '{}', gate_bias: false); use --engine candle",
-                model.preset
-            ),
-        ));
-    }
+    KernelSpec::preset(&model.preset).map_err(|e| Error::invalid("train.engine", e.to_string()))?;
     Ok(())
 }
 

@@ -189,6 +189,7 @@ pub(in crate::model::fast) fn compress_backward(
     size(&mut s.dx, r * d);
     size(&mut s.dwp, groups * d * nc);
     s.dwp.fill(0.0);
+    // The gates' bias gradients: `Some(None)` for a learned gate without biases.
     let (mut gbk, mut gbv) = (None, None);
     let mut unpack = vec![(proj_k, 0, hd)];
     if let Some(pv) = proj_v {
@@ -209,13 +210,15 @@ pub(in crate::model::fast) fn compress_backward(
         if !sh.shared_kv {
             scale_by_gate(sh, &av[i * r * c..(i + 1) * r * c], &s.dev, &mut s.dy, nc, cv);
         }
-        for (ds, col, bias) in [(&s.dak, sk, gbk.as_deref_mut()), (&s.dav, sv, gbv.as_deref_mut())] {
+        for (ds, col, bias) in [(&s.dak, sk, gbk.as_mut()), (&s.dav, sv, gbv.as_mut())] {
             let Some(bias) = bias else { continue };
             let dsi = &ds[i * r * c..(i + 1) * r * c];
             for (drow, srow) in s.dy.chunks_exact_mut(nc).zip(dsi.chunks_exact(c)) {
                 drow[col..col + c].copy_from_slice(srow);
-                for (bv, &v) in bias[i * c..(i + 1) * c].iter_mut().zip(srow) {
-                    *bv += v;
+                if let Some(bias) = bias.as_deref_mut() {
+                    for (bv, &v) in bias[i * c..(i + 1) * c].iter_mut().zip(srow) {
+                        *bv += v;
+                    }
                 }
             }
         }

@@ -5,7 +5,8 @@
 //! Layout. `R = B * n` window rows (row `b * n + j`), `H` KV heads, `gw` gate channels per head
 //! (`d_h` for vector gates, 1 for scalar and uniform ones). Per offset `i`:
 //! `X_i: [R, d]` (the slot's token row of the attention input, zero for an empty slot),
-//! `P_i = X_i C_{g(i)}: [R, H*d_h]`, gate logits `S_i = X_i Z_{g(i)} + b_i: [R, H*gw]`, gate
+//! `P_i = X_i C_{g(i)}: [R, H*d_h]`, gate logits `S_i = X_i Z_{g(i)} + b_i: [R, H*gw]` (no `b_i`
+//! for a spec without gate biases, `gate_bias: false`), gate
 //! weights `A_i = softmax_i(S_i)` over the window's valid offsets (uniform: `1/valid`), pooled
 //! entry `E = sum_i A_i (.) P_i` (a scalar gate broadcast over its head's channels), then RoPE
 //! at the entry positions of [`KernelSpec::entry_position`]. Windows, slots and positions come
@@ -15,7 +16,7 @@
 //! `dP_i = A_i (.) dE`, `dA_i = dE (.) P_i` (summed over a head's channels for a scalar gate;
 //! the key and value branches both add to a tied gate's `dA`), softmax backward
 //! `dS_i = A_i (.) (dA_i - sum_k A_k (.) dA_k)`; then `dC_{g(i)} += X_i^T dP_i`,
-//! `dZ_{g(i)} += X_i^T dS_i`, `db_i += colsum(dS_i)`, `dX_i = dP_i C^T + dS_i Z^T`, scattered
+//! `dZ_{g(i)} += X_i^T dS_i`, `db_i += colsum(dS_i)` (when there is a `b`), `dX_i = dP_i C^T + dS_i Z^T`, scattered
 //! back onto the slot's token row. Offsets, rows and heads go in one fixed order.
 
 use super::ops::{rms_norm, Rope};
@@ -42,6 +43,9 @@ pub(super) struct CompressorShape {
     pub gw: usize,
     /// The key gate has parameters (not uniform).
     pub gate_k: bool,
+    /// The learned gates carry per-offset biases `b_i` (not DeepSeek-V4.1's `gate_bias:
+    /// false`, whose logits are `X_i Z_{g(i)}` alone).
+    pub gate_bias: bool,
     /// The value gate has parameters of its own (untied, not uniform).
     pub gate_v: bool,
     /// Keys and values are one vector (DeepSeek-V4): no value projection, and the value entry
@@ -69,6 +73,7 @@ impl CompressorShape {
             d,
             gw,
             gate_k: spec.gate != GateKind::Uniform,
+            gate_bias: spec.has_gate_bias(),
             gate_v: spec.has_value_gate(),
             shared_kv: spec.shared_kv,
             norm_eps: spec.rms_norm.then_some(spec.rms_norm_eps as f32),
@@ -82,11 +87,13 @@ impl CompressorShape {
         if !self.shared_kv {
             v.push("proj_v");
         }
-        if self.gate_k {
-            v.extend(["gate_k.z", "gate_k.b"]);
-        }
-        if self.gate_v {
-            v.extend(["gate_v.z", "gate_v.b"]);
+        for (has, z, b) in [(self.gate_k, "gate_k.z", "gate_k.b"), (self.gate_v, "gate_v.z", "gate_v.b")] {
+            if has {
+                v.push(z);
+                if self.gate_bias {
+                    v.push(b);
+                }
+            }
         }
         if self.norm_eps.is_some() {
             v.push("gamma");
@@ -100,8 +107,8 @@ impl CompressorShape {
         let mut next = || it.next().expect("one tensor per kernel parameter");
         let proj_k = next();
         let proj_v = (!self.shared_kv).then(&mut next);
-        let gate_k = self.gate_k.then(|| (next(), next()));
-        let gate_v = self.gate_v.then(|| (next(), next()));
+        let mut gate = |has: bool| has.then(|| (next(), self.gate_bias.then(&mut next)));
+        let (gate_k, gate_v) = (gate(self.gate_k), gate(self.gate_v));
         let gamma = self.norm_eps.map(|_| next());
         KernelParams { proj_k, proj_v, gate_k, gate_v, gamma }
     }
@@ -112,8 +119,8 @@ impl CompressorShape {
         let mut next = || it.next().expect("one gradient per kernel parameter");
         let proj_k = next();
         let proj_v = (!self.shared_kv).then(&mut next);
-        let gate_k = self.gate_k.then(|| (next(), next()));
-        let gate_v = self.gate_v.then(|| (next(), next()));
+        let mut gate = |has: bool| has.then(|| (next(), self.gate_bias.then(&mut next)));
+        let (gate_k, gate_v) = (gate(self.gate_k), gate(self.gate_v));
         let gamma = self.norm_eps.map(|_| next());
         KernelGrads { proj_k, proj_v, gate_k, gate_v, gamma }
     }
@@ -147,8 +154,9 @@ pub(super) struct KernelParams<'a> {
     pub proj_k: &'a [f32],
     /// `None` with shared K/V.
     pub proj_v: Option<&'a [f32]>,
-    pub gate_k: Option<(&'a [f32], &'a [f32])>,
-    pub gate_v: Option<(&'a [f32], &'a [f32])>,
+    /// `(Z, b)` of a learned gate (`b` `None` without gate biases).
+    pub gate_k: Option<(&'a [f32], Option<&'a [f32]>)>,
+    pub gate_v: Option<(&'a [f32], Option<&'a [f32]>)>,
     /// The entry RMSNorm's weight, if the spec has one.
     pub gamma: Option<&'a [f32]>,
 }
@@ -157,8 +165,8 @@ pub(super) struct KernelParams<'a> {
 pub(super) struct KernelGrads<'a> {
     pub proj_k: &'a mut [f32],
     pub proj_v: Option<&'a mut [f32]>,
-    pub gate_k: Option<(&'a mut [f32], &'a mut [f32])>,
-    pub gate_v: Option<(&'a mut [f32], &'a mut [f32])>,
+    pub gate_k: Option<(&'a mut [f32], Option<&'a mut [f32]>)>,
+    pub gate_v: Option<(&'a mut [f32], Option<&'a mut [f32]>)>,
     pub gamma: Option<&'a mut [f32]>,
 }
 
@@ -245,8 +253,25 @@ impl CompressorShape {
     }
 }
 
+/// How one gate's weights are formed.
+#[derive(Clone, Copy)]
+enum Gate<'a> {
+    /// `1 / valid` on every valid slot.
+    Uniform,
+    /// Softmax over the offsets of the logits plus the per-offset bias, when the spec has one
+    /// (`None`: `gate_bias: false`, the logits alone).
+    Learned(Option<&'a [f32]>),
+}
+
+impl<'a> Gate<'a> {
+    /// The gate of a branch's parameters `(Z, b)` (`None`: no parameters, uniform).
+    fn of(params: Option<(&'a [f32], Option<&'a [f32]>)>) -> Self {
+        params.map_or(Gate::Uniform, |(_, bias)| Gate::Learned(bias))
+    }
+}
+
 /// Gate weights `[W, R, H*gw]` of one gate: softmax over the offsets of the logits in columns
-/// `col..col + H*gw` of `y` plus the bias, or uniform (`bias` `None`).
+/// `col..col + H*gw` of `y` (plus the bias, if any), or uniform.
 #[allow(clippy::too_many_arguments)]
 fn gate_forward(
     sh: &CompressorShape,
@@ -255,25 +280,30 @@ fn gate_forward(
     y: &[f32],
     nc: usize,
     col: usize,
-    bias: Option<&[f32]>,
+    gate: Gate,
     a: &mut Vec<f32>,
 ) {
     let (w, c) = (sh.w, sh.h * sh.gw);
     size(a, w * r * c);
-    match bias {
-        Some(bias) => {
+    match gate {
+        Gate::Learned(bias) => {
             for i in 0..w {
                 for row in 0..r {
                     let src = &y[(i * r + row) * nc + col..(i * r + row) * nc + col + c];
                     let dst = &mut a[(i * r + row) * c..(i * r + row + 1) * c];
-                    for ((dv, &sv), &bv) in dst.iter_mut().zip(src).zip(&bias[i * c..(i + 1) * c]) {
-                        *dv = sv + bv;
+                    match bias {
+                        Some(bias) => {
+                            for ((dv, &sv), &bv) in dst.iter_mut().zip(src).zip(&bias[i * c..(i + 1) * c]) {
+                                *dv = sv + bv;
+                            }
+                        }
+                        None => dst.copy_from_slice(src),
                     }
                 }
             }
             softmax_offsets(a, win, w, r, c);
         }
-        None => {
+        Gate::Uniform => {
             for i in 0..w {
                 for row in 0..r {
                     let j = row % win.n;
@@ -391,7 +421,7 @@ pub(super) fn compress_forward(
         let yi = &mut cache.y[i * r * nc..(i + 1) * r * nc];
         gemm(r, nc, d, yi, nc, false, xi, View::rows(&cache.wp[g * d * nc..(g + 1) * d * nc], nc));
     }
-    gate_forward(sh, win, r, &cache.y, nc, sk, prm.gate_k.map(|(_, bias)| bias), &mut cache.ak);
+    gate_forward(sh, win, r, &cache.y, nc, sk, Gate::of(prm.gate_k), &mut cache.ak);
     let g = prm.gamma;
     pool(sh, win, b, t, &cache.y, nc, 0, &cache.ak, g, &mut cache.ek, &mut cache.rk, kc);
     if sh.shared_kv {
@@ -402,7 +432,7 @@ pub(super) fn compress_forward(
             vc[at.clone()].copy_from_slice(&kc[at]);
         }
     } else if sh.gate_v {
-        gate_forward(sh, win, r, &cache.y, nc, sv, prm.gate_v.map(|(_, bias)| bias), &mut cache.av);
+        gate_forward(sh, win, r, &cache.y, nc, sv, Gate::of(prm.gate_v), &mut cache.av);
         pool(sh, win, b, t, &cache.y, nc, cv, &cache.av, g, &mut cache.ev, &mut cache.rv, vc);
     } else {
         pool(sh, win, b, t, &cache.y, nc, cv, &cache.ak, g, &mut cache.ev, &mut cache.rv, vc);
