@@ -1,7 +1,7 @@
 //! Forward pass of the compression kernels at d = 128, d_h = 64, one head, f32: the f64
-//! reference, the candle kernel's fast CPU path for inference (`kernel::tensor::fast`: the `gemm`
-//! crate's AVX-512 sgemm, streaming softmax-pool) and its primitive-op path (the one training
-//! differentiates through), for w8s4 and dsv4-csa at T = 4 096 and 65 536; plus candle's
+//! reference, the fast CPU path for inference (`kernel::tensor::fast::FastKernel`: the `gemm`
+//! crate's AVX-512 sgemm, streaming softmax-pool) and candle's primitive-op path (the one
+//! training differentiates through), for w8s4 and dsv4-csa at T = 4 096 and 65 536; plus candle's
 //! and the one-thread `gemm` crate's sgemm on this machine in the same run, as the yardstick for "achieved FLOP/s".
 //!
 //! Throughput is reported in tokens; GFLOP/s = `phasekv::kernel::forward_flops` / time
@@ -12,6 +12,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use phasekv::kernel::tensor::fast::FastKernel;
 use phasekv::kernel::tensor::{TensorKernel, TensorParams};
 use phasekv::kernel::{forward_flops, random_input, reference, KernelDims, KernelParams, KernelSpec};
 use std::hint::black_box;
@@ -52,10 +53,12 @@ fn kernels(c: &mut Criterion) {
             let tp = TensorParams::from_heads(&spec, dims, std::slice::from_ref(&params), &dev, DType::F32).unwrap();
             let xt =
                 Tensor::from_vec(x.iter().map(|&v| v as f32).collect::<Vec<_>>(), (1, t, dims.d_model), &dev).unwrap();
-            for (name, fast) in [("candle-f32-fast", true), ("candle-f32-primitive", false)] {
-                let k = TensorKernel::new(&spec, dims, 1, &dev, DType::F32).unwrap().with_fast(fast);
-                g.bench_function(BenchmarkId::new(name, t), |b| b.iter(|| black_box(k.compress(&tp, &xt).unwrap())));
-            }
+            let k = TensorKernel::new(&spec, dims, 1, &dev, DType::F32).unwrap();
+            g.bench_function(BenchmarkId::new("candle-autodiff-f32", t), |b| {
+                b.iter(|| black_box(k.compress(&tp, &xt).unwrap()))
+            });
+            let k = FastKernel::new(&spec, dims, 1).unwrap();
+            g.bench_function(BenchmarkId::new("fast-f32", t), |b| b.iter(|| black_box(k.compress(&tp, &xt).unwrap())));
         }
         g.finish();
     }

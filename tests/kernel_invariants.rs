@@ -34,16 +34,11 @@ macro_rules! invariant_tests {
                         assert_exercised($inv, &reports);
                     }
                 }
+                // candle's differentiable primitive ops (the path training differentiates
+                // through); the fused CPU forward has its own tests (`kernel_fast.rs`).
                 test_device!(candle_f32, |dev: &Device| {
                     let dev = dev.clone();
                     let reports = check_every_preset($inv, TENSOR_CASES, &move |spec| Box::new(TensorSubject::new(spec, DType::F32, &dev)));
-                    assert_exercised($inv, &reports);
-                });
-                // The primitive-op path (the one training differentiates through); on the CPU
-                // the default f32 path above is the fast forward (`kernel::tensor::fast`).
-                test_device!(candle_f32_primitive, |dev: &Device| {
-                    let dev = dev.clone();
-                    let reports = check_every_preset($inv, TENSOR_CASES, &move |spec| Box::new(TensorSubject::new(spec, DType::F32, &dev).primitive()));
                     assert_exercised($inv, &reports);
                 });
             }

@@ -484,6 +484,12 @@ fn sharded_reproductions_merge_to_the_ledger_of_one_run() {
     let units = plan.units().unwrap();
     let single = dir.join("single");
     assert!(run_units(&single, &plan, &units).iter().all(|&w| w));
+    // The kernel table: one row per preset, path and invariant, each path named for what ran.
+    let k: KernelsResult = phasekv::lab::read_json(&single.join("kernels/kernels.json")).unwrap();
+    let mut paths: Vec<&str> = k.rows.iter().map(|r| r.implementation.as_str()).collect();
+    paths.dedup();
+    let one = ["reference-f64", "candle-autodiff-f32-cpu", "fast-f32-cpu"];
+    assert_eq!(paths, one.repeat(phasekv::kernel::spec::preset_names().len()), "{paths:?}");
     let one = build_report(std::slice::from_ref(&single), &single).unwrap();
     let n = 3;
     let shards: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("shard{i}"))).collect();

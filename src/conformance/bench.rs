@@ -173,7 +173,7 @@ pub fn run(
             timed.push(("reference-f64", secs));
         }
         if which.candle {
-            let kernel = TensorKernel::new(spec, dims, 1, &dev, DType::F32)?.with_fast(false);
+            let kernel = TensorKernel::new(spec, dims, 1, &dev, DType::F32)?;
             let tp = TensorParams::from_heads(spec, dims, std::slice::from_ref(&params), &dev, DType::F32)?;
             let xt = Tensor::from_vec(x.iter().map(|&v| v as f32).collect::<Vec<_>>(), (1, t, dims.d_model), &dev)?;
             let secs = time_median(seconds, || kernel.compress(&tp, &xt).map(|_| ()))?;

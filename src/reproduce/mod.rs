@@ -19,6 +19,7 @@ pub mod slurm;
 
 pub use plan::{parse_shard, shard, slurm_shard, Arm, Axis, Minutes, ModelUnit, Plan, Scale, Sweep, Unit};
 
+use crate::conformance::harness::fast_subject::FastSubject;
 use crate::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
 use crate::conformance::harness::{run_all, Invariant};
 use crate::kernel::spec::{preset_names, KernelSpec};
@@ -42,7 +43,8 @@ pub const PLAN_FILE: &str = "plan.json";
 pub struct InvariantRow {
     /// Preset.
     pub preset: String,
-    /// `reference-f64` or `candle-f32`.
+    /// The path that ran, as [`kernel_paths`] labels it: `reference-f64`,
+    /// `candle-autodiff-f32-cpu` or `fast-f32-cpu`.
     pub implementation: String,
     /// Invariant id (K1..K13).
     pub invariant: String,
@@ -154,6 +156,22 @@ pub fn run_unit(out: &Path, plan: &Plan, unit: &Unit, progress: &mut dyn Progres
     }
 }
 
+/// How many implementation paths [`kernel_paths`] gives.
+pub const KERNEL_PATHS: usize = 3;
+
+/// The implementation paths of the kernel-invariant table, each labelled for what runs
+/// ([`crate::conformance::harness::KernelUnderTest::label`]): the f64 reference
+/// (`reference-f64`), candle's differentiable primitive ops in f32, the path training
+/// differentiates (`candle-autodiff-f32-cpu`), and the fused no-gradient CPU forward
+/// (`fast-f32-cpu`).
+pub fn kernel_paths(spec: &KernelSpec) -> [Box<dyn crate::conformance::harness::KernelUnderTest>; KERNEL_PATHS] {
+    [
+        Box::new(ReferenceSubject::new(spec)),
+        Box::new(TensorSubject::new(spec, candle_core::DType::F32, &candle_core::Device::Cpu)),
+        Box::new(FastSubject::new(spec)),
+    ]
+}
+
 fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<bool> {
     let path = out.join("kernels").join("kernels.json");
     if path.exists() {
@@ -165,15 +183,12 @@ fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<b
     let mut rows = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let spec = KernelSpec::preset(name)?;
-        let subjects: [(&str, Box<dyn crate::conformance::harness::KernelUnderTest>); 2] = [
-            ("reference-f64", Box::new(ReferenceSubject::new(&spec))),
-            ("candle-f32", Box::new(TensorSubject::new(&spec, candle_core::DType::F32, &candle_core::Device::Cpu))),
-        ];
-        for (imp, subject) in subjects.iter() {
+        for subject in kernel_paths(&spec) {
+            let implementation = subject.label();
             for r in run_all(subject.as_ref(), plan.kernel_cases, 0) {
                 rows.push(InvariantRow {
                     preset: name.to_string(),
-                    implementation: imp.to_string(),
+                    implementation: implementation.clone(),
                     invariant: r.invariant.id().to_string(),
                     status: r.status,
                     cases_passed: r.cases_passed,
@@ -183,7 +198,7 @@ fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<b
         }
         progress.step("kernel invariants", i + 1, names.len());
     }
-    debug_assert_eq!(rows.len(), names.len() * 2 * Invariant::ALL.len());
+    debug_assert_eq!(rows.len(), names.len() * KERNEL_PATHS * Invariant::ALL.len());
     let failed = rows.iter().filter(|r| r.status == InvariantStatus::Fail).count();
     write_json(&path, &KernelsResult { cases: plan.kernel_cases, rows, seconds: t0.elapsed().as_secs_f64() })?;
     progress.message(&format!("kernels: {failed} failing (preset, implementation, invariant) rows"));

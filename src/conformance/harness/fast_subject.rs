@@ -59,10 +59,6 @@ impl KernelUnderTest for FastSubject {
         Box::new(FastSubject { spec })
     }
 
-    fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>> {
-        Ok(self.compress_many(dims, params, &[x.to_owned()])?.remove(0))
-    }
-
     fn compress_many(
         &self,
         dims: KernelDims,

@@ -29,7 +29,8 @@ pub use strategies::Case;
 /// A kernel implementation the harness can check. Inputs and outputs cross the boundary in
 /// f64; an implementation may compute in a lower precision ([`KernelUnderTest::dtype`]).
 pub trait KernelUnderTest {
-    /// A label for reports (`reference`, `candle-f32`, `mutant:bias-by-window` ...).
+    /// A label for reports, naming the path that ran (`reference-f64`, `candle-autodiff-f32-cpu`,
+    /// `fast-f32-cpu`, `mutant:bias-by-window` ...).
     fn label(&self) -> String;
     /// The spec being implemented.
     fn spec(&self) -> &KernelSpec;
@@ -51,16 +52,22 @@ pub trait KernelUnderTest {
     }
     /// The same implementation for another spec (used by K7 and K10, which compare two specs).
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest>;
-    /// Compresses one sequence `x: [T, d]`.
-    fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>>;
-    /// Compresses several sequences of the same length (implementations may batch).
+    /// Compresses several sequences of the same length, one [`Compressed`] per sequence in
+    /// order (implementations batch them: one tensor call, one request to a process).
     fn compress_many(
         &self,
         dims: KernelDims,
         params: &KernelParams<f64>,
         xs: &[Array2<f64>],
-    ) -> Result<Vec<Compressed<f64>>> {
-        xs.iter().map(|x| self.compress(dims, params, x.view())).collect()
+    ) -> Result<Vec<Compressed<f64>>>;
+    /// Compresses one sequence `x: [T, d]`: [`KernelUnderTest::compress_many`] of a batch of
+    /// one.
+    fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>> {
+        let got = self.compress_many(dims, params, &[x.to_owned()])?;
+        let n = got.len();
+        got.into_iter().next().filter(|_| n == 1).ok_or_else(|| {
+            crate::Error::invalid("kernel output", format!("{} returned {n} results for one sequence", self.label()))
+        })
     }
     /// Streams the sequences one after another through one stream, resetting between them;
     /// each sequence is fed in chunks of the given sizes. Returns the entries of each sequence.

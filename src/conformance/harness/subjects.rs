@@ -57,8 +57,13 @@ impl KernelUnderTest for ReferenceSubject {
         Box::new(ReferenceSubject { spec, mutant: self.mutant })
     }
 
-    fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>> {
-        mutants::compress(self.mutant, &self.spec, dims, params, x)
+    fn compress_many(
+        &self,
+        dims: KernelDims,
+        params: &KernelParams<f64>,
+        xs: &[Array2<f64>],
+    ) -> Result<Vec<Compressed<f64>>> {
+        xs.iter().map(|x| mutants::compress(self.mutant, &self.spec, dims, params, x.view())).collect()
     }
 
     fn stream(
@@ -169,29 +174,24 @@ fn concat_entries(spec: &KernelSpec, dims: KernelDims, parts: &[Compressed<f64>]
     }
 }
 
-/// The candle implementation in one dtype on one device.
+/// The candle implementation in one dtype on one device: its differentiable primitive-op path
+/// (the one training differentiates through), on every device and dtype. The fused CPU forward
+/// is another subject ([`super::fast_subject::FastSubject`]).
 #[derive(Clone, Debug)]
 pub struct TensorSubject {
     spec: KernelSpec,
     dtype: DType,
     device: Device,
-    fast: bool,
 }
 
 impl TensorSubject {
     /// The candle kernel for a spec, in `dtype` on `device`.
     pub fn new(spec: &KernelSpec, dtype: DType, device: &Device) -> Self {
-        TensorSubject { spec: spec.clone(), dtype, device: device.clone(), fast: true }
-    }
-
-    /// The same subject with the fast CPU f32 path disabled (primitive ops only).
-    pub fn primitive(mut self) -> Self {
-        self.fast = false;
-        self
+        TensorSubject { spec: spec.clone(), dtype, device: device.clone() }
     }
 
     fn kernel(&self, dims: KernelDims, params: &KernelParams<f64>) -> Result<(TensorKernel, TensorParams)> {
-        let k = TensorKernel::new(&self.spec, dims, 1, &self.device, self.dtype)?.with_fast(self.fast);
+        let k = TensorKernel::new(&self.spec, dims, 1, &self.device, self.dtype)?;
         let p = TensorParams::from_heads(&self.spec, dims, std::slice::from_ref(params), &self.device, self.dtype)?;
         Ok((k, p))
     }
@@ -216,10 +216,9 @@ fn tensor_to_array2(t: &Tensor) -> Result<Array2<f64>> {
 
 impl KernelUnderTest for TensorSubject {
     fn label(&self) -> String {
-        let fast = self.fast && self.device.is_cpu() && self.dtype == DType::F32;
         let dtype = format!("{:?}", self.dtype).to_lowercase();
         let device = if self.device.is_cpu() { "cpu" } else { "gpu" };
-        format!("candle-{dtype}-{device}{}", if fast { "-fast" } else { "" })
+        format!("candle-autodiff-{dtype}-{device}")
     }
 
     fn spec(&self) -> &KernelSpec {
@@ -231,11 +230,7 @@ impl KernelUnderTest for TensorSubject {
     }
 
     fn with_spec(&self, spec: KernelSpec) -> Box<dyn KernelUnderTest> {
-        Box::new(TensorSubject { spec, dtype: self.dtype, device: self.device.clone(), fast: self.fast })
-    }
-
-    fn compress(&self, dims: KernelDims, params: &KernelParams<f64>, x: ArrayView2<f64>) -> Result<Compressed<f64>> {
-        Ok(self.compress_many(dims, params, &[x.to_owned()])?.remove(0))
+        Box::new(TensorSubject { spec, dtype: self.dtype, device: self.device.clone() })
     }
 
     fn compress_many(

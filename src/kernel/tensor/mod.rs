@@ -23,7 +23,6 @@ pub use params::{TensorCompressed, TensorGate, TensorParams};
 use crate::kernel::spec::{GateKind, KernelDims, KernelSpec};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
-use fast::FastKernel;
 
 /// A kernel spec bound to dims, a head count, a device and a dtype.
 #[derive(Clone, Debug)]
@@ -34,7 +33,6 @@ pub struct TensorKernel {
     device: Device,
     dtype: DType,
     group_index: Tensor,
-    fast: bool,
 }
 
 impl TensorKernel {
@@ -50,19 +48,7 @@ impl TensorKernel {
         let w = spec.geometry.window();
         let gi: Vec<u32> = (0..w).map(|i| spec.group_of(i) as u32).collect();
         let group_index = Tensor::from_vec(gi, w, device)?;
-        Ok(TensorKernel { spec: spec.clone(), dims, heads, device: device.clone(), dtype, group_index, fast: true })
-    }
-
-    /// Enables or disables the fast CPU forward ([`fast`]), used by default for
-    /// f32 on the CPU when nothing requires a gradient. Disabling it forces the primitive-op path.
-    pub fn with_fast(mut self, fast: bool) -> Self {
-        self.fast = fast;
-        self
-    }
-
-    /// Whether a call with these inputs takes the fast CPU path.
-    pub fn uses_fast(&self, params: &TensorParams, x: &Tensor) -> bool {
-        self.fast && self.device.is_cpu() && self.dtype == DType::F32 && !x.track_op() && !params.requires_grad()
+        Ok(TensorKernel { spec: spec.clone(), dims, heads, device: device.clone(), dtype, group_index })
     }
 
     /// The spec.
@@ -80,13 +66,13 @@ impl TensorKernel {
         &self.device
     }
 
-    /// Compresses `x: [B, T, d]` one-shot.
+    /// Compresses `x: [B, T, d]` one-shot, always through candle's differentiable primitive ops
+    /// (the path training differentiates, on any device and dtype). The fused no-gradient CPU
+    /// forward is [`fast::FastKernel`], which a caller that wants it builds: nothing switches
+    /// paths behind the caller's back.
     pub fn compress(&self, params: &TensorParams, x: &Tensor) -> Result<TensorCompressed> {
         let (_, t_len, _) = self.check_x(x)?;
         let g = &self.spec.geometry;
-        if self.uses_fast(params, x) {
-            return FastKernel::new(&self.spec, self.dims, self.heads)?.compress(params, x);
-        }
         let n = g.num_windows(t_len);
         let slots = g.slot_tokens(t_len);
         let positions = (0..n).map(|j| self.spec.entry_position(j)).collect();

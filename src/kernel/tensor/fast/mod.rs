@@ -147,7 +147,7 @@ impl FastKernel {
     }
 
     /// Compresses `x: [B, T, d]` (f32 on the CPU) one-shot; the same output as
-    /// [`super::TensorKernel::compress`] (its primitive-op path). Refuses inputs or parameters that take part in
+    /// [`super::TensorKernel::compress`] (candle's primitive ops) to f32 rounding. Refuses inputs or parameters that take part in
     /// automatic differentiation (this path has no backward).
     pub fn compress(&self, params: &TensorParams, x: &Tensor) -> Result<TensorCompressed> {
         let (b, t_len, d) =

@@ -20,12 +20,20 @@ impl LedgerClaim for K {
                     .map(|r| format!("{} {} {}", r.preset, r.implementation, r.invariant))
                     .collect();
                 let presets = k.rows.iter().map(|r| r.preset.as_str()).collect::<std::collections::BTreeSet<_>>().len();
+                let paths: Vec<&str> = k.rows.iter().fold(Vec::new(), |mut v, r| {
+                    if !v.contains(&r.implementation.as_str()) {
+                        v.push(&r.implementation);
+                    }
+                    v
+                });
                 Claim {
                     id: "K".into(),
-                    claim: "the kernel invariants K1-K13 hold for every preset (f64 reference and candle f32)".into(),
+                    claim: "the kernel invariants K1-K13 hold for every preset and every implementation path".into(),
                     measured: format!(
-                        "{} presets x 2 implementations x 13 invariants, {} cases each: {} pass, {} not applicable, {} fail{}",
+                        "{} presets x {} implementation paths ({}) x 13 invariants, {} cases each: {} pass, {} not applicable, {} fail{}",
                         presets,
+                        paths.len(),
+                        paths.join(", "),
                         k.cases,
                         k.rows.iter().filter(|r| r.status == InvariantStatus::Pass).count(),
                         k.rows.iter().filter(|r| r.status == InvariantStatus::NotApplicable).count(),
