@@ -4,8 +4,10 @@
 # reads its sizes from `phasekv train --print-config`), one thread each, alternating in rounds so
 # that load drifts hit all four alike. Prints the median step of each, the ratios, and GFLOP/s (phasekv's
 # `flops_per_step` for all three) next to the best single-thread sgemm rate measured in the same
-# run (PyTorch's, candle's or the gemm crate's). Needs torch.
+# run (PyTorch's, candle's or the gemm crate's). Needs torch. The twin implements `full` and `w8s4`;
+# any other preset (e.g. dsv4-csa) runs candle and fast side by side only (the "vs candle" column).
 #   benches/compare_train.sh [STEPS] [ROUNDS] [PRESETS]     e.g. benches/compare_train.sh 30 3 full,w8s4
+#   benches/compare_train.sh 30 3 dsv4-csa                  fast against candle on DeepSeek-V4's CSA
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-30}
@@ -21,8 +23,12 @@ for _ in $(seq "$rounds"); do
     if "$bin" train --preset "$p" --engine fast --print-config > /dev/null 2>&1; then
       "$bin" train --preset "$p" --bench "$steps" --engine fast >> "$lines"
     fi
-    "$bin" train --preset "$p" --print-config | python3 benches/pytorch_train.py --config - --steps "$steps" --threads 1 >> "$lines"
-    "$bin" train --preset "$p" --print-config | python3 benches/pytorch_train.py --config - --steps "$steps" --threads 1 --compile >> "$lines"
+    case "$p" in
+      full|w8s4)
+        "$bin" train --preset "$p" --print-config | python3 benches/pytorch_train.py --config - --steps "$steps" --threads 1 >> "$lines"
+        "$bin" train --preset "$p" --print-config | python3 benches/pytorch_train.py --config - --steps "$steps" --threads 1 --compile >> "$lines"
+        ;;
+    esac
   done
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -49,7 +55,7 @@ for r in rows:
     by.setdefault((r["preset"], r["impl"]), []).append(r)
 print(f"best sgemm, 1 thread: {sgemm:.1f} GFLOP/s (PyTorch 512^3 {torch_sgemm:.1f}, candle {ours['candle_sgemm_gflops']:.1f}, "
       f"gemm crate {ours['gemm_sgemm_gflops']:.1f}); % sgemm is against the best")
-print(f"{'preset':<6} {'impl':<19} {'median s':>9} {'rounds':>6} {'GFLOP/s':>8} {'% sgemm':>8} {'vs eager':>10} {'vs compile':>10}")
+print(f"{'preset':<8} {'impl':<19} {'median s':>9} {'rounds':>6} {'GFLOP/s':>8} {'% sgemm':>8} {'vs candle':>10} {'vs eager':>10} {'vs compile':>10}")
 for preset in sorted({p for p, _ in by}):
     ref = [r for r in by if r[0] == preset and r[1].startswith("candle")][0]
     flops = by[ref][0]["flops_per_step"]
@@ -60,11 +66,12 @@ for preset in sorted({p for p, _ in by}):
         if got != want:
             sys.exit(f"error: the twin's workload {got} is not phasekv's {want}")
     med = {i: statistics.median(r["median_s"] for r in rs) for (p, i), rs in by.items() if p == preset}
-    pt, pc = med.get("pytorch-eager-f32"), med.get("pytorch-compile-f32")
+    pca, pt, pc = med.get("candle-f32"), med.get("pytorch-eager-f32"), med.get("pytorch-compile-f32")
     for impl, s in sorted(med.items()):
         g = flops / s / 1e9
+        ratio_ca = f"{pca / s:.2f}x" if pca else "-"
         ratio = f"{pt / s:.2f}x" if pt else "-"
         ratio_c = f"{pc / s:.2f}x" if pc else "-"
-        print(f"{preset:<6} {impl:<19} {s:>9.4f} {len(by[(preset, impl)]):>6} {g:>8.1f} {100 * g / sgemm:>7.1f}% {ratio:>10} {ratio_c:>10}")
+        print(f"{preset:<8} {impl:<19} {s:>9.4f} {len(by[(preset, impl)]):>6} {g:>8.1f} {100 * g / sgemm:>7.1f}% {ratio_ca:>10} {ratio:>10} {ratio_c:>10}")
 PY
 rm -f "$lines"

@@ -255,10 +255,12 @@ fn tensor_attention_matches_reference() {
 fn varbuilder_init_registers_every_parameter() {
     use candle_nn::{VarBuilder, VarMap};
     let dev = Device::Cpu;
-    // dsv41-c4: a gate without biases registers no `.b` (its zero bias is not trained).
+    // dsv41-c4: a gate without biases registers no `.b` (its zero bias is not trained); it
+    // rotates 64 channels, so its heads are 64 wide.
     for name in ["w8s4", "w8s4-tied", "w8s4-uniform", "dsv4-csa", "dsv41-c4", "full"] {
         let spec = KernelSpec::preset(name).unwrap();
-        let dims = phasekv::kernel::KernelDims::new(6, 4).unwrap();
+        let dh = (4..).find(|&dh| spec.validate_for(dh).is_ok()).unwrap();
+        let dims = phasekv::kernel::KernelDims::new(6, dh).unwrap();
         let map = VarMap::new();
         let vb = VarBuilder::from_varmap(&map, DType::F32, &dev);
         let p = TensorParams::init(&spec, dims, 2, &vb).unwrap();
@@ -268,6 +270,6 @@ fn varbuilder_init_registers_every_parameter() {
         let kernel = TensorKernel::new(&spec, dims, 2, &dev, DType::F32).unwrap();
         let x = Tensor::randn(0f32, 1.0, (1, 20, 6), &dev).unwrap();
         let out = kernel.compress(&p, &x).unwrap();
-        assert_eq!(out.keys.dims(), &[1, 2, spec.geometry.num_windows(20), 4]);
+        assert_eq!(out.keys.dims(), &[1, 2, spec.geometry.num_windows(20), dh]);
     }
 }

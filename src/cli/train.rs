@@ -1,6 +1,6 @@
 //! `phasekv train`: train one model on the retrieval task and print its accuracy. Without
 //! `--config` it trains [`RunConfig::recommended`] (the committed reproduction's task, the fast
-//! engine wherever it implements the preset).
+//! engine, which implements every preset; `--engine candle` chooses the autodiff reference).
 
 use super::progress::Progress as Bar;
 use clap::Args;
@@ -29,10 +29,11 @@ pub struct TrainArgs {
     /// Peak learning rate (overrides the config).
     #[arg(long)]
     lr: Option<f64>,
-    /// Engine of the forward and backward pass and of the evaluations: `fast` (hand-derived
-    /// f32 CPU path, 3-4x candle's step; every preset; the default, see `theory/training.md`
-    /// §5b) or `candle` (autodiff, the reference, every preset; a config
-    /// file that names no engine means candle). Recorded in the run's config and metrics.
+    /// Engine of the forward and backward pass and of the evaluations: `fast` (the default:
+    /// hand-derived f32 CPU path, 3-4x candle's step, every preset `kernel list` shows; see
+    /// `theory/training.md` §5b) or `candle` (autodiff, the reference the fast engine's
+    /// gradients are tested against, every preset; chosen explicitly, and by a config file
+    /// that names no engine). Recorded in the run's config and metrics.
     #[arg(long)]
     engine: Option<String>,
     /// Run directory (default `runs/<preset>-seed<seed>`); an unfinished run there with the

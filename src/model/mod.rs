@@ -6,6 +6,13 @@
 //! engine ([`engine::TrainEngine`]) turns a batch into a loss, counts and gradients, and
 //! [`train`] drives an engine, the optimiser, an [`Observer`] and the [`checkpoint`]s.
 //!
+//! Two engines implement every preset `phasekv kernel list` shows: [`fast`] (hand-derived f32
+//! forward and backward on the CPU), the default of `phasekv train` and of
+//! [`RunConfig::recommended`], and the candle [`decoder`] (autodiff), the reference whose
+//! gradients the fast engine is tested against (`tests/train_fast.rs`), chosen explicitly
+//! (`--engine candle`, or a config file that names no engine, as the runs committed before
+//! the fast engine do). Evaluation runs on the training engine.
+//!
 //! | file | owns |
 //! |---|---|
 //! | [`config`] | model, optimiser and run configs with validation; the recorded defaults |
@@ -13,8 +20,8 @@
 //! | [`record`] | the run's record: batch scores, step and evaluation reports, metrics |
 //! | [`engine`] | the engine trait and the held-out evaluation on an engine |
 //! | [`params`] | a seeded parameter store (candle's CPU RNG cannot be seeded) |
-//! | [`decoder`] | the decoder on candle (the autodiff engine `candle`): RMSNorm, GQA with q/k norms and RoPE, SwiGLU, compressed attention |
-//! | [`fast`] | the fast engine `fast`: hand-derived f32 forward and backward on the CPU ([`fast::SUPPORTED`]) |
+//! | [`decoder`] | the decoder on candle (the autodiff engine `candle`, the reference): RMSNorm, GQA with q/k norms and RoPE, SwiGLU, compressed attention |
+//! | [`fast`] | the fast engine `fast` (the default): hand-derived f32 forward and backward on the CPU, every preset ([`fast::SUPPORTED`]) |
 //! | [`optim`] | AdamW with exposed state (exact resume) and gradient clipping |
 //! | [`weights`] | the model's weights: save/load and the provenance check of a finished run |
 //! | [`checkpoint`] | checkpoints (read, write, retention, resume) and parameter snapshots |

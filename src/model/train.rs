@@ -66,8 +66,9 @@ pub fn validate(config: &RunConfig) -> Result<()> {
     }
 }
 
-/// The engine a model trains on when nobody chose one: `fast` wherever it implements the
-/// model, else `candle`.
+/// The engine a model trains on when nobody chose one: `fast`, which implements every listed
+/// preset (`candle` only for a model it refuses, an unknown preset, whose validation then names
+/// the problem as the model's).
 pub fn preferred_engine(model: &ModelConfig) -> Engine {
     if FastDecoder::supports(model).is_ok() {
         Engine::Fast
