@@ -312,3 +312,28 @@ fn failure_11_a_closed_stdout_is_a_quiet_exit() {
         assert!(err.trim().is_empty(), "{args:?}: not quiet:\n{err}");
     }
 }
+
+#[test]
+fn failure_11_kernel_check_is_bounded_by_its_work_not_by_w_alone() {
+    // W = 512 passes the window bound; with S = 1 a case is 74 times the work of S = 256 (K4's
+    // 512 probes of 1029 tokens): 64 cases are refused at once, naming how many fit.
+    let dir = scratch("work");
+    let e = check(&dir, &["--preset", "w512s1", "--impl", "reference", "--cases", "64"]);
+    assert_eq!(e.code, 2, "{}\n{}", e.out, e.err);
+    assert_eq!(e.err.trim_end().lines().count(), 1, "{}", e.err);
+    for n in ["invalid --cases", "64 cases per invariant on w512s1", "MAX_CHECK_WORK", "at most 6 cases fit"] {
+        assert!(e.err.contains(n), "'{n}' missing: {}", e.err);
+    }
+    assert!(e.secs < 10.0, "took {} s", e.secs);
+    // The same bound for a process's hello, which then ends with its group.
+    let e = check(
+        &dir,
+        &["--external", &child(r#"hello '{"preset": "w512s1", "dtype": "f64"}'"#, &dir), "--cases", "64"],
+    );
+    assert_eq!(e.code, 2, "{}\n{}", e.out, e.err);
+    assert_eq!(e.err.trim_end().lines().count(), 1, "{}", e.err);
+    assert!(e.err.contains("invalid --cases") && e.err.contains("at most 6 cases fit"), "{}", e.err);
+    assert_nothing_left_running(&dir);
+    assert_wrote_only(&dir, &["pids"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
