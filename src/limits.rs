@@ -57,6 +57,13 @@ pub const MAX_SAMPLES_PER_GROUP: usize = 100_000;
 pub const MAX_KNOCKOUT_REFERENCE: usize = 1024;
 /// Window `W` of a preset run through the invariant harness (`kernel check --preset`).
 pub const MAX_CHECK_WINDOW: usize = 512;
+/// Work of `kernel check` (`--cases` times the work of one case on the preset), in units of
+/// `(W + 2T + 16) * n(T) * W * d * d_h` at the longest case (`conformance::harness::check_work`).
+/// Measured in the test profile (2026-12-03, load about 1 on the 2-core box): w512s1 with 4
+/// reference cases is 4.4e10 units and took 130 s, almost all of it K4's 512 probes per case,
+/// so the largest accepted check (6 such cases) takes about 3.5 minutes there. W alone bounds
+/// nothing: at W = 512 a case with S = 256 is 74 times cheaper than with S = 1.
+pub const MAX_CHECK_WORK: u64 = 1 << 36;
 /// Property-test cases per invariant (`kernel check --cases`, a plan's `kernel_cases`).
 pub const MAX_CHECK_CASES: u32 = 100_000;
 /// Sequence length of `kernel bench --tokens`.
@@ -131,6 +138,11 @@ pub const TABLE: &[Limit] = &[
     limit!("eval, analyze, audit export --samples", "100000", "prompts per residue group (MAX_SAMPLES_PER_GROUP)"),
     limit!("analyze knockout --reference", "1024", "reference prompts per prompt (MAX_KNOCKOUT_REFERENCE)"),
     limit!("kernel check --preset wWsS", "512", "window W in the invariant harness (MAX_CHECK_WINDOW)"),
+    limit!(
+        "kernel check (work of --cases on the preset)",
+        "68719476736",
+        "2^36 units of (W+2T+16) n W d d_h at T = 2W+2S+3, about 3.5 min (MAX_CHECK_WORK)"
+    ),
     limit!("kernel bench --tokens", "1048576", "sequence length (MAX_BENCH_TOKENS)"),
     limit!("kernel bench --d-model, --d-head", "4096", "widths (MAX_BENCH_WIDTH)"),
     limit!("kernel bench --seconds", "3600", "finite, above 0 (MAX_BENCH_SECONDS)"),
@@ -281,7 +293,8 @@ mod tests {
             ("tokens held", MAX_HELD_TOKENS),
             ("eval, analyze", MAX_SAMPLES_PER_GROUP as u64),
             ("analyze knockout", MAX_KNOCKOUT_REFERENCE as u64),
-            ("kernel check", MAX_CHECK_WINDOW as u64),
+            ("kernel check --preset", MAX_CHECK_WINDOW as u64),
+            ("kernel check (work", MAX_CHECK_WORK),
             ("kernel bench --tokens", MAX_BENCH_TOKENS as u64),
             ("kernel bench --d-model", MAX_BENCH_WIDTH as u64),
             ("kernel bench --seconds", MAX_BENCH_SECONDS as u64),

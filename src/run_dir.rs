@@ -292,30 +292,76 @@ pub fn temp_sibling(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{}-{n}.tmp.{name}", std::process::id()))
 }
 
-/// Moves a finished temporary file (from [`temp_sibling`]) onto `path`, removing it on failure.
-pub fn persist(tmp: &Path, path: &Path) -> Result<()> {
-    std::fs::rename(tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(tmp);
-        Error::io(path, e)
-    })
+/// A path this writer created and owns until it is kept: removed when dropped (a file, or a
+/// directory with everything in it), so every error path, a `?` or a panic's unwinding, leaves
+/// nothing behind. The one guard of the crate's temporary files and directories.
+#[derive(Debug)]
+pub struct Owned {
+    path: PathBuf,
+    dir: bool,
+    kept: bool,
+}
+
+impl Owned {
+    /// A temporary file next to `dest` ([`temp_sibling`]), created empty and new (never a
+    /// file another writer made).
+    pub fn temp_file(dest: &Path) -> Result<(Owned, std::fs::File)> {
+        let path = temp_sibling(dest);
+        let file =
+            std::fs::OpenOptions::new().write(true).create_new(true).open(&path).map_err(|e| Error::io(&path, e))?;
+        Ok((Owned { path, dir: false, kept: false }, file))
+    }
+
+    /// A temporary name next to `dest` for a writer that creates the file itself (a plotting
+    /// backend); whatever it leaves there is removed unless persisted.
+    pub fn temp_name(dest: &Path) -> Owned {
+        Owned { path: temp_sibling(dest), dir: false, kept: false }
+    }
+
+    /// Creates directory `path`, which must not exist (fails if another writer made it
+    /// meanwhile): it and everything written in it are removed unless kept.
+    pub fn new_dir(path: &Path) -> Result<Owned> {
+        std::fs::create_dir(path).map_err(|e| Error::io(path, e))?;
+        Ok(Owned { path: path.to_path_buf(), dir: true, kept: false })
+    }
+
+    /// The path owned.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keeps the path (a directory written whole).
+    pub fn keep(mut self) -> PathBuf {
+        self.kept = true;
+        std::mem::take(&mut self.path)
+    }
+
+    /// Renames the finished temporary onto `dest`; on failure it is removed and the error
+    /// names `dest`.
+    pub fn persist(mut self, dest: &Path) -> Result<()> {
+        std::fs::rename(&self.path, dest).map_err(|e| Error::io(dest, e))?;
+        self.kept = true;
+        Ok(())
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = if self.dir { std::fs::remove_dir_all(&self.path) } else { std::fs::remove_file(&self.path) };
+        }
+    }
 }
 
 /// Write `bytes` to `path` through a temporary sibling file (unique to this writer), flushed
-/// to disk, and a rename: an interrupted run never leaves a half-written file. The one atomic
-/// write of the crate. Files get the ordinary mode (0666 less the umask).
+/// to disk, and a rename: an interrupted run never leaves a half-written file, and a failed
+/// write (a full disk) leaves no temporary file. The one atomic write of the crate. Files get
+/// the ordinary mode (0666 less the umask). Errors name `path`.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    let tmp = temp_sibling(path);
-    let written = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(&tmp, e));
-    }
-    persist(&tmp, path)
+    let (tmp, mut f) = Owned::temp_file(path).map_err(|e| renamed(e, path))?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| Error::io(path, e))?;
+    tmp.persist(path)
 }
 
 /// Like [`atomic_write`], but never replaces an existing `path`: the finished temporary file
@@ -323,15 +369,17 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
 /// it meanwhile), so results written this way are never overwritten.
 pub fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    let tmp = temp_sibling(path);
-    let written = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::hard_link(&tmp, path)
-    })();
-    let _ = std::fs::remove_file(&tmp);
-    written.map_err(|e| Error::io(path, e))
+    let (tmp, mut f) = Owned::temp_file(path).map_err(|e| renamed(e, path))?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| Error::io(path, e))?;
+    std::fs::hard_link(tmp.path(), path).map_err(|e| Error::io(path, e))
+}
+
+/// An I/O error on a temporary sibling, named by the file the user asked for instead.
+fn renamed(e: Error, path: &Path) -> Error {
+    match e {
+        Error::Io { error, .. } => Error::io(path, error),
+        other => other,
+    }
 }
 
 /// Name of the lock file of a directory with one writer.

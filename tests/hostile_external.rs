@@ -1,8 +1,10 @@
-//! Issue 28, failures 1-5: `kernel check --external` against kernel processes that misbehave
+//! Issue 28, failures 1-5 and 11: `kernel check --external` against kernel processes that misbehave
 //! on purpose (`tests/fixtures/misbehaving_kernel.py`, standard library only). Each run must end
 //! with its exit status and one line on stderr, quickly (short `--reply-timeout`s), with the
 //! child and its grandchild (a `sleep` in the same process group, pids in a file) no longer
-//! running, and nothing written in the working directory but the pid file.
+//! running, and nothing written in the working directory but the pid file. Where phasekv is
+//! signalled or killed, every process of the kernel's group, taken by pid while it ran, must be
+//! gone.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -76,18 +78,47 @@ fn running(pid: u32) -> bool {
     }
 }
 
-/// The child and its grandchild are gone (each given a second to be reaped).
-fn assert_nothing_left_running(dir: &Path) {
+/// The child and its grandchild, by the pids the fixture wrote.
+fn fixture_pids(dir: &Path) -> Vec<u32> {
     let pids = std::fs::read_to_string(dir.join("pids")).expect("the fixture wrote its pids");
     let pids: Vec<u32> = pids.split_whitespace().map(|p| p.parse().unwrap()).collect();
     assert_eq!(pids.len(), 2, "{pids:?}");
-    let deadline = Instant::now() + Duration::from_secs(1);
+    pids
+}
+
+/// The process group of `pid` (field 5 of `/proc/PID/stat`).
+fn group_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Every running process of the kernel's process group (its guard, the `sh` that started the
+/// fixture, the fixture and its grandchild), by pid: taken while they run, checked after.
+fn kernel_group(dir: &Path) -> Vec<u32> {
+    let pgid = group_of(fixture_pids(dir)[0]).expect("the fixture runs");
+    let members: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| group_of(p) == Some(pgid) && running(p))
+        .collect();
+    assert!(members.len() >= 3, "the guard, the fixture and its grandchild: {members:?}");
+    members
+}
+
+/// None of `pids` runs within `secs` seconds.
+fn assert_gone(pids: &[u32], secs: f64) {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
     while pids.iter().any(|&p| running(p)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    for p in pids {
+    for &p in pids {
         assert!(!running(p), "process {p} of the kernel's group is still running");
     }
+}
+
+/// The child and its grandchild are gone (each given a second to be reaped).
+fn assert_nothing_left_running(dir: &Path) {
+    assert_gone(&fixture_pids(dir), 1.0);
 }
 
 /// Only `allowed` entries in the working directory.
@@ -118,7 +149,8 @@ fn failure_1_more_windows_than_the_geometry_is_a_failed_invariant_not_a_panic() 
     let cmd = child("windows-plus 3", &dir);
     let e = check(&dir, &["--external", &cmd, "--shrink", "4", "--failures", failures.to_str().unwrap()]);
     assert_eq!(e.code, 1, "{}\n{}", e.out, e.err);
-    assert!(!e.err.contains("panicked"), "{}", e.err);
+    // (stderr holds proptest's notes that shrinking stopped at --shrink, nothing else)
+    assert!(!e.err.contains("panicked") && !e.err.contains("error"), "a failed invariant is a row: {}", e.err);
     let k1 = e.out.lines().find(|l| l.starts_with("K1 ")).unwrap_or_else(|| panic!("no K1 row:\n{}", e.out));
     assert!(k1.contains("FAIL") && k1.contains("windows") && k1.contains("the geometry gives"), "{k1}");
     assert!(e.out.contains("verdict: FAILED"), "{}", e.out);
@@ -194,18 +226,26 @@ fn failure_4_a_silent_or_dead_child_ends_the_run_with_one_line() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `kernel check` against a child that answers hello and then goes silent, started in `dir`;
+/// returns once the child serves (its pids are written before it reads the hello), with every
+/// process of its group.
+fn start_serving(dir: &Path) -> (Child, Instant, Vec<u32>) {
+    let cmd = child("silent-after-hello", dir);
+    let started = Instant::now();
+    let phasekv = start(dir, &["--external", &cmd, "--reply-timeout", "30"]);
+    while !dir.join("pids").exists() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let group = kernel_group(dir);
+    (phasekv, started, group)
+}
+
 #[test]
 fn failure_5_a_first_signal_stops_at_once_and_ends_the_group() {
-    for (signal, code, name) in [("INT", 130, "SIGINT"), ("TERM", 143, "SIGTERM")] {
+    for (signal, code, name) in [("INT", 130, "SIGINT"), ("TERM", 143, "SIGTERM"), ("HUP", 129, "SIGHUP")] {
         let dir = scratch(&format!("signal-{signal}"));
-        let cmd = child("silent-after-hello", &dir);
-        let started = Instant::now();
-        let phasekv = start(&dir, &["--external", &cmd, "--reply-timeout", "30"]);
-        // Signal once the child is serving (its pids are written before it reads the hello).
-        while !dir.join("pids").exists() && started.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(500));
+        let (phasekv, started, group) = start_serving(&dir);
         let sent = Command::new("kill").args([&format!("-{signal}"), &phasekv.id().to_string()]).status().unwrap();
         assert!(sent.success());
         let e = finish(phasekv, started);
@@ -213,10 +253,24 @@ fn failure_5_a_first_signal_stops_at_once_and_ends_the_group() {
         assert_eq!(e.err.trim_end().lines().count(), 1, "{}", e.err);
         assert!(e.err.starts_with(&format!("interrupted by {name}: stopped at once")), "{}", e.err);
         assert!(e.secs < 10.0, "took {} s", e.secs);
-        assert_nothing_left_running(&dir);
+        assert_gone(&group, 1.0);
         assert_wrote_only(&dir, &["pids"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+#[test]
+fn failure_4_phasekv_killed_by_sigkill_takes_the_kernel_group_with_it() {
+    // Nothing of phasekv runs after SIGKILL: the group's guard sees phasekv's end of its pipe
+    // close and kills the group (the shell, the fixture, its grandchild).
+    let dir = scratch("sigkill");
+    let (mut phasekv, _, group) = start_serving(&dir);
+    phasekv.kill().unwrap();
+    let status = phasekv.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{status:?}");
+    assert_gone(&group, 3.0);
+    assert_wrote_only(&dir, &["pids"]);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -257,4 +311,29 @@ fn failure_11_a_closed_stdout_is_a_quiet_exit() {
         assert!(matches!(o.status.code(), Some(0 | 141)), "{args:?}: {:?}\n{err}", o.status);
         assert!(err.trim().is_empty(), "{args:?}: not quiet:\n{err}");
     }
+}
+
+#[test]
+fn failure_11_kernel_check_is_bounded_by_its_work_not_by_w_alone() {
+    // W = 512 passes the window bound; with S = 1 a case is 74 times the work of S = 256 (K4's
+    // 512 probes of 1029 tokens): 64 cases are refused at once, naming how many fit.
+    let dir = scratch("work");
+    let e = check(&dir, &["--preset", "w512s1", "--impl", "reference", "--cases", "64"]);
+    assert_eq!(e.code, 2, "{}\n{}", e.out, e.err);
+    assert_eq!(e.err.trim_end().lines().count(), 1, "{}", e.err);
+    for n in ["invalid --cases", "64 cases per invariant on w512s1", "MAX_CHECK_WORK", "at most 6 cases fit"] {
+        assert!(e.err.contains(n), "'{n}' missing: {}", e.err);
+    }
+    assert!(e.secs < 10.0, "took {} s", e.secs);
+    // The same bound for a process's hello, which then ends with its group.
+    let e = check(
+        &dir,
+        &["--external", &child(r#"hello '{"preset": "w512s1", "dtype": "f64"}'"#, &dir), "--cases", "64"],
+    );
+    assert_eq!(e.code, 2, "{}\n{}", e.out, e.err);
+    assert_eq!(e.err.trim_end().lines().count(), 1, "{}", e.err);
+    assert!(e.err.contains("invalid --cases") && e.err.contains("at most 6 cases fit"), "{}", e.err);
+    assert_nothing_left_running(&dir);
+    assert_wrote_only(&dir, &["pids"]);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -6,35 +6,48 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-/// Set by the first SIGINT (Ctrl-C) or SIGTERM (what Slurm and most schedulers send at a time
-/// limit or on preemption): long runs stop after the current step, with a checkpoint, and the
-/// same command resumes them. A second signal of the same kind exits at once.
-static SIGNALS: OnceLock<(Arc<AtomicBool>, Arc<AtomicBool>)> = OnceLock::new();
+/// The signals that stop a run: SIGINT (Ctrl-C), SIGTERM (what Slurm and most schedulers send
+/// at a time limit or on preemption) and SIGHUP (the terminal or ssh session went away), each
+/// with its name and exit status (128 + its number). The first sets its flag: long runs stop
+/// after the current step, with a checkpoint, and the same command resumes them;
+/// `kernel check --external` stops at once. A second signal of the same kind exits at once.
+const STOP_SIGNALS: [(i32, &str, u8); 3] = [
+    (signal_hook::consts::SIGTERM, "SIGTERM", 143),
+    (signal_hook::consts::SIGHUP, "SIGHUP", 129),
+    (signal_hook::consts::SIGINT, "SIGINT", 130),
+];
 
-fn signal_flags() -> &'static (Arc<AtomicBool>, Arc<AtomicBool>) {
-    SIGNALS.get_or_init(|| (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false))))
+/// One flag per entry of [`STOP_SIGNALS`].
+static SIGNALS: OnceLock<[Arc<AtomicBool>; 3]> = OnceLock::new();
+
+fn signal_flags() -> &'static [Arc<AtomicBool>; 3] {
+    SIGNALS.get_or_init(|| std::array::from_fn(|_| Arc::new(AtomicBool::new(false))))
 }
 
-/// Whether SIGINT or SIGTERM was received.
+/// Whether SIGINT, SIGTERM or SIGHUP was received.
 pub fn interrupted() -> bool {
-    let (int, term) = signal_flags();
-    int.load(Ordering::SeqCst) || term.load(Ordering::SeqCst)
+    signal_flags().iter().any(|f| f.load(Ordering::SeqCst))
 }
 
-/// Exit status of a run stopped by a signal: 128 + the signal's number (130 for SIGINT, 143
-/// for SIGTERM, SIGTERM winning when both came).
+/// The signal that stopped a run, by name, and the exit status to end with: 128 + its number
+/// (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP; SIGTERM, then SIGHUP, winning when several
+/// came). SIGINT's when none came.
+pub fn interrupted_by() -> (&'static str, u8) {
+    let flags = signal_flags();
+    let i = (0..STOP_SIGNALS.len()).find(|&i| flags[i].load(Ordering::SeqCst)).unwrap_or(2);
+    (STOP_SIGNALS[i].1, STOP_SIGNALS[i].2)
+}
+
+/// Exit status of a run stopped by a signal ([`interrupted_by`]).
 pub fn interrupted_exit_code() -> ExitCode {
-    let (_, term) = signal_flags();
-    ExitCode::from(if term.load(Ordering::SeqCst) { 143 } else { 130 })
+    ExitCode::from(interrupted_by().1)
 }
 
 fn install_interrupt_handler() {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let (int, term) = signal_flags();
-    for (sig, flag, code) in [(SIGINT, int, 130), (SIGTERM, term, 143)] {
+    for ((sig, _, code), flag) in STOP_SIGNALS.iter().zip(signal_flags()) {
         // Order matters: the conditional shutdown sees the flag a first signal set and exits.
-        let _ = signal_hook::flag::register_conditional_shutdown(sig, code, Arc::clone(flag));
-        let _ = signal_hook::flag::register(sig, Arc::clone(flag));
+        let _ = signal_hook::flag::register_conditional_shutdown(*sig, *code as i32, Arc::clone(flag));
+        let _ = signal_hook::flag::register(*sig, Arc::clone(flag));
     }
 }
 

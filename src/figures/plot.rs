@@ -193,20 +193,21 @@ fn write_both(stem: &Path, size: (u32, u32), fig: &impl Figure) -> Result<Vec<Pa
     let name = stem.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "figure".into());
     let svg = stem.with_file_name(format!("{name}.svg"));
     let png = stem.with_file_name(format!("{name}.png"));
-    let svg_tmp = crate::run_dir::temp_sibling(&svg);
-    let png_tmp = crate::run_dir::temp_sibling(&png);
+    // Removed on every error path (a full disk) unless persisted.
+    let svg_tmp = crate::run_dir::Owned::temp_name(&svg);
+    let png_tmp = crate::run_dir::Owned::temp_name(&png);
     {
-        let root = SVGBackend::new(&svg_tmp, size).into_drawing_area();
+        let root = SVGBackend::new(svg_tmp.path(), size).into_drawing_area();
         fig.draw(&root).map_err(|e| plot_err(stem, e))?;
         root.present().map_err(|e| plot_err(stem, e))?;
     }
     {
-        let root = BitMapBackend::new(&png_tmp, size).into_drawing_area();
+        let root = BitMapBackend::new(png_tmp.path(), size).into_drawing_area();
         fig.draw(&root).map_err(|e| plot_err(stem, e))?;
         root.present().map_err(|e| plot_err(stem, e))?;
     }
-    crate::run_dir::persist(&svg_tmp, &svg)?;
-    crate::run_dir::persist(&png_tmp, &png)?;
+    svg_tmp.persist(&svg)?;
+    png_tmp.persist(&png)?;
     Ok(vec![svg, png])
 }
 

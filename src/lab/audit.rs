@@ -58,8 +58,9 @@ pub fn audit_analyze(
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
-    // create_dir, not create_dir_all: fails if another process made it meanwhile.
-    std::fs::create_dir(out).map_err(|e| Error::io(out, e))?;
+    // A new directory (fails if another process made it meanwhile), removed with what was
+    // written in it on any error (a full disk): never a half-written audit.
+    let dir = crate::run_dir::Owned::new_dir(out)?;
     write_json_atomic(&out.join("profile.json"), &profile)?;
     if let Some(st) = &statistics {
         write_json_atomic(&out.join("statistics.json"), st)?;
@@ -67,6 +68,7 @@ pub fn audit_analyze(
     write_csv_atomic(&out.join("groups.csv"), &group_rows(&profile.groups))?;
     let name = results.file_name().and_then(|n| n.to_str()).unwrap_or("results");
     figures::phase_profile(&out.join("phase"), &format!("audit of {name}"), &profile, stride)?;
+    dir.keep();
     Ok(AuditAnalysis { profile, statistics })
 }
 

@@ -8,7 +8,8 @@ use phasekv::conformance::harness::external::{end_process_group, ExternalKernel,
 use phasekv::conformance::harness::fast_subject::FastSubject;
 use phasekv::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
 use phasekv::conformance::harness::{
-    checkable, run_catalogue, seeded_runner, seeded_runner_shrinking, InvariantReport, InvariantStatus, KernelUnderTest,
+    checkable_with, run_catalogue, seeded_runner, seeded_runner_shrinking, InvariantReport, InvariantStatus,
+    KernelUnderTest,
 };
 use phasekv::conformance::mutants::Mutant;
 use phasekv::kernel::KernelSpec;
@@ -47,7 +48,7 @@ pub fn run(
         return check_external(&cmd, given.as_ref(), opts);
     }
     let Some(spec) = given else { bail!("give --preset NAME, --spec FILE.json or --external CMD") };
-    checkable(&spec)?;
+    checkable_with(&spec, opts.cases, 1)?;
     let mut subjects: Vec<Box<dyn KernelUnderTest>> = Vec::new();
     match &opts.mutant {
         Some(name) => subjects.push(Box::new(ReferenceSubject::mutant(&spec, Mutant::from_name(name)?))),
@@ -80,8 +81,8 @@ pub fn run(
 
 /// `kernel check --external CMD`: every invariant against the process, one start; each failure's
 /// shrunk case written as a dump under `failures`. A process that breaks the protocol, dies or
-/// goes silent ends the run with one line (exit status 2); a first SIGINT or SIGTERM ends it at
-/// once (130 or 143); the process group is ended on every path.
+/// goes silent ends the run with one line (exit status 2); a first SIGINT, SIGTERM or SIGHUP ends
+/// it at once (130, 143 or 129); the process group is ended on every path.
 fn check_external(cmd: &str, given: Option<&KernelSpec>, opts: &Options) -> anyhow::Result<ExitCode> {
     let Options { cases, seed, shrink, reply_timeout, budget, .. } = *opts;
     let failures = opts.failures.as_path();
@@ -110,6 +111,8 @@ fn check_external(cmd: &str, given: Option<&KernelSpec>, opts: &Options) -> anyh
         let (a, b) = ((&spec.name, spec.describe()), (&g.name, g.describe()));
         bail!("invalid --external: the process serves {} ({}) but --preset/--spec gives {} ({})", a.0, a.1, b.0, b.1);
     }
+    // The work of the run, with the heads the process runs (its hello's min_d_head).
+    checkable_with(&spec, cases, kernel.min_d_head())?;
     println!("preset {}: {}", spec.name, spec.describe());
     println!("{cases} cases per invariant, seed {seed}");
     println!("\n== {} ({:?}, one process: {cmd}) ==", kernel.label(), kernel.dtype());
@@ -141,15 +144,15 @@ fn check_external(cmd: &str, given: Option<&KernelSpec>, opts: &Options) -> anyh
     Ok(verdict(failed.is_empty()))
 }
 
-/// After a first SIGINT or SIGTERM: ends the kernel's process group, says so, exits 130 or 143.
+/// After a first SIGINT, SIGTERM or SIGHUP: ends the kernel's process group, says so, exits
+/// 130, 143 or 129.
 fn stop_now(group: Option<u32>) -> ! {
     if let Some(g) = group {
         end_process_group(g);
     }
-    let term = crate::cli::interrupted_exit_code() == ExitCode::from(143);
-    let (name, code) = if term { ("SIGTERM", 143) } else { ("SIGINT", 130) };
+    let (name, code) = crate::cli::interrupted_by();
     eprintln!("interrupted by {name}: stopped at once; the kernel's process group was ended");
-    std::process::exit(code)
+    std::process::exit(code as i32)
 }
 
 /// `--failures` must be new or empty: a second run's dumps never mix with a first run's.

@@ -114,7 +114,7 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
     let units = if args.unit.is_empty() { reproduce::shard(&all, i, n)? } else { plan.select(&args.unit)? };
     let whole = units.len() == all.len();
     let part = if args.unit.is_empty() { format!("shard {i}/{n}") } else { format!("{} selected units", units.len()) };
-    std::fs::create_dir_all(&out)?;
+    std::fs::create_dir_all(&out).map_err(|e| phasekv::Error::io(&out, e))?;
     reproduce::write_plan(&out, &plan)?;
     let names: Vec<String> = units.iter().map(|u| u.name()).collect();
     eprintln!("reproduce ({:?}, {part}) into {}: {}", plan.scale, out.display(), names.join(", "));
@@ -142,7 +142,7 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
     // Wall time of invocations that did work (a rerun that only reuses results records nothing).
     if worked {
         let tdir = out.join("timing");
-        std::fs::create_dir_all(&tdir)?;
+        std::fs::create_dir_all(&tdir).map_err(|e| phasekv::Error::io(&tdir, e))?;
         let who = if args.unit.is_empty() { format!("shard-{i}-of-{n}") } else { "units".into() };
         phasekv::run_dir::atomic_write(
             &tdir.join(format!("{stamp}-{who}-{}.json", std::process::id())),

@@ -126,12 +126,12 @@ fn bar(len: u64, label: &str) -> Progress {
     Progress::new(len, label)
 }
 
-/// Called from every progress callback: after SIGINT or SIGTERM (the handler installed in
-/// `cli::main` only sets a flag) a theory command stops at its next unit of work, leaving its
-/// run directory unfinished (no DONE), with exit status 130 or 143.
+/// Called from every progress callback: after SIGINT, SIGTERM or SIGHUP (the handler installed
+/// in `cli::main` only sets a flag) a theory command stops at its next unit of work, leaving its
+/// run directory unfinished (no DONE), with exit status 130, 143 or 129.
 fn stop_if_interrupted() {
     if super::interrupted() {
-        let code = if super::interrupted_exit_code() == ExitCode::from(143) { 143 } else { 130 };
+        let code = i32::from(super::interrupted_by().1);
         eprintln!("interrupted: stopped; the run directory is left unfinished (no DONE)");
         std::process::exit(code);
     }

@@ -2,7 +2,7 @@
 
 use super::parts::{decode, elem_size};
 use super::{file_err, RawTensor};
-use crate::{Error, Result};
+use crate::Result;
 use candle_core::DType;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -34,14 +34,15 @@ pub fn read_safetensors(path: &Path, bytes: &[u8]) -> Result<(HashMap<String, St
     Ok((meta, out))
 }
 
-/// Writes raw tensors and metadata as a safetensors file.
+/// Writes raw tensors and metadata as a safetensors file (atomically: a full disk leaves no
+/// half-written dump and no temporary file).
 pub fn write_safetensors(
     path: &Path,
     meta: &HashMap<String, String>,
     tensors: &BTreeMap<String, RawTensor>,
 ) -> Result<()> {
     let bytes = safetensors_bytes(meta, tensors).map_err(|r| file_err(path, r))?;
-    std::fs::write(path, bytes).map_err(|e| Error::io(path, e))
+    crate::run_dir::atomic_write(path, &bytes)
 }
 
 /// Serialises raw tensors and metadata to safetensors bytes.

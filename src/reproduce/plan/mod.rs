@@ -282,6 +282,14 @@ impl Plan {
                 format!("{} outside the allowed range 1..={cases} (kernel check --cases)", self.kernel_cases),
             ));
         }
+        // The kernels unit checks every shipped preset with kernel_cases cases.
+        if self.kernels {
+            for name in crate::kernel::spec::preset_names() {
+                let spec = crate::kernel::spec::KernelSpec::preset(&name)?;
+                crate::conformance::harness::checkable_with(&spec, self.kernel_cases, 1)
+                    .map_err(|e| Error::invalid("plan.kernel_cases", e.to_string()))?;
+            }
+        }
         // What `eval`, `analyze knockout` and `analyze gates` accept; the products with each
         // arm's sequence length are checked per arm.
         let lab = &self.lab;

@@ -98,6 +98,9 @@ pub(super) fn k3_stride_shift(s: &dyn KernelUnderTest, case: &Case) -> Result<Ch
     Ok(CheckVerdict::pass(worst, bound))
 }
 
+/// Gate values (`n * W * d_h` per probe) K4 holds at once: 2^22 f64 per gate tensor, 32 MiB.
+const PROBE_BATCH_SLOTS: usize = 1 << 22;
+
 /// Proper divisors `p < S` of `S`.
 fn proper_divisors(n: usize) -> Vec<usize> {
     (1..n).filter(|p| n.is_multiple_of(*p)).collect()
@@ -141,27 +144,35 @@ pub(super) fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Resul
     let mut p0 = case.params.clone();
     p0.zero_gate_content();
     let w = spec.geometry.window();
-    let probes: Vec<Array2<f64>> = (0..w.min(t_len))
-        .map(|o| {
-            let mut x = Array2::zeros((t_len, case.dims.d_model));
+    let probe = |o: usize| {
+        let mut x = Array2::zeros((t_len, case.dims.d_model));
+        for t in (o..t_len).step_by(w) {
+            x.row_mut(t).assign(&case.direction);
+        }
+        x
+    };
+    // The probes go in batches of at most PROBE_BATCH_SLOTS gate values each, every output
+    // reduced to its tokens' retention before the next batch: memory stays that of one batch
+    // (all W probes at once held W * n * W * d_h values, 6.8 GB at W = 512).
+    let slots_per_probe = (spec.geometry.num_windows(t_len) * w * case.dims.d_head).max(1);
+    let batch = (PROBE_BATCH_SLOTS / slots_per_probe).max(1);
+    let mut profile = vec![0.0; t_len];
+    let offsets: Vec<usize> = (0..w.min(t_len)).collect();
+    for chunk in offsets.chunks(batch) {
+        let probes: Vec<Array2<f64>> = chunk.iter().map(|&o| probe(o)).collect();
+        let outs = s.compress_many(case.dims, &p0, &probes)?;
+        for (&o, out) in chunk.iter().zip(&outs) {
             for t in (o..t_len).step_by(w) {
-                x.row_mut(t).assign(&case.direction);
+                profile[t] = (0..out.len())
+                    .filter(|&j| in_window(spec, j, t))
+                    .map(|j| {
+                        out.pooled_k.row(j).dot(&out.pooled_k.row(j)).sqrt()
+                            + out.pooled_v.row(j).dot(&out.pooled_v.row(j)).sqrt()
+                    })
+                    .sum();
             }
-            x
-        })
-        .collect();
-    let outs = s.compress_many(case.dims, &p0, &probes)?;
-    let profile: Vec<f64> = (0..t_len)
-        .map(|t| {
-            let o = &outs[t % w];
-            (0..o.len())
-                .filter(|&j| in_window(spec, j, t))
-                .map(|j| {
-                    o.pooled_k.row(j).dot(&o.pooled_k.row(j)).sqrt() + o.pooled_v.row(j).dot(&o.pooled_v.row(j)).sqrt()
-                })
-                .sum()
-        })
-        .collect();
+        }
+    }
     let g = spec.geometry;
     let interior: Vec<bool> = (0..t_len).map(|t| g.is_interior(t, t_len)).collect();
     let st = g.stride();
