@@ -45,7 +45,8 @@ pub const SUPPORTED: &str = "every preset: full, w{W}s{S} with its ablations, an
 /// against the candle path): full attention; the paper's `w{W}s{S}` kernels with vector,
 /// scalar and uniform gates, tied or untied, with or without RoPE, overlapping or not; and
 /// DeepSeek-V4's kernels (shared K/V, entry RMSNorm, partial YaRN RoPE on rotated channels),
-/// CSA (padded left, two parameter groups) and HCA (at rate 4, which the tests' sequences hold).
+/// CSA (padded left, two parameter groups) and HCA (at rate 4, which the tests' sequences hold);
+/// and layers on staggered grids (`-stagger-layers`, each layer's own offset).
 pub const SUPPORTED_PRESETS: &[&str] = &[
     "full",
     "w8s4",
@@ -57,6 +58,8 @@ pub const SUPPORTED_PRESETS: &[&str] = &[
     "w8s4-norope",
     "dsv4-csa",
     "dsv4-hca4",
+    "w8s8-stagger-layers",
+    "w8s4-stagger-layers",
 ];
 
 /// Refuses a model whose preset does not exist (the fast engine implements every kernel spec
@@ -66,6 +69,8 @@ pub fn check_supported(model: &ModelConfig) -> Result<()> {
         return Ok(());
     }
     let spec = KernelSpec::preset(&model.preset).map_err(|e| Error::invalid("train.engine", e.to_string()))?;
+    // KV heads of one layer on different grids (`stagger: heads`): the line names --engine candle.
+    (0..model.n_layer).try_for_each(|l| model.layer_spec(&spec, l).map(drop))?;
     // A learned gate without per-offset biases (DeepSeek-V4.1's `gate_bias: false`) is not
     // implemented by the fast compressor yet: refuse it here rather than fail when the
     // engine looks up `gate_k.b`.
@@ -129,8 +134,9 @@ struct Inputs {
 /// What the forward and backward pass of one batch share ([`FastDecoder::plan`]).
 struct Plan {
     rope: Option<Rope>,
-    win: Option<Windows>,
-    mask: Mask,
+    /// Per layer: its windows and mask (layers differ only on staggered grids).
+    win: Vec<Option<Windows>>,
+    mask: Vec<Mask>,
 }
 
 /// The model's and the batch's sizes.
@@ -155,7 +161,8 @@ pub struct FastDecoder {
     vocab: usize,
     vars: Vec<(String, Var)>,
     rope_freqs: Option<Vec<f64>>,
-    spec: KernelSpec,
+    /// Each layer's kernel on its own grid ([`ModelConfig::layer_spec`]).
+    layer_specs: Vec<KernelSpec>,
     /// The compressor of every layer (`None` for `full`).
     comp: Option<CompressorShape>,
     /// Parameters per layer ([`LAYER`], then the compressor's).
@@ -274,12 +281,13 @@ impl FastDecoder {
             _ => None,
         };
         let per_layer = LAYER.len() + knames.len();
+        let layer_specs = (0..config.n_layer).map(|l| config.layer_spec(&spec, l)).collect::<Result<_>>()?;
         Ok(FastDecoder {
             cfg: config.clone(),
             vocab,
             vars,
             rope_freqs,
-            spec,
+            layer_specs,
             comp,
             per_layer,
             work: Workspace::default(),
@@ -344,14 +352,15 @@ impl FastDecoder {
     /// entries of this length; `full` attends causally (a local window of the whole sequence,
     /// as the decoder calls it).
     fn plan(&self, t: usize) -> Plan {
-        let win = self.comp.as_ref().map(|sh| sh.windows(t));
-        let ne = win.as_ref().map_or(0, |w| w.n);
         let local = if self.comp.is_some() { self.cfg.local_window } else { t.max(1) };
-        Plan {
-            rope: self.rope_freqs.as_ref().map(|f| Rope::new(f, t)),
-            mask: Mask::new(&self.spec.geometry, self.spec.visibility, ne, t, local),
-            win,
+        let (mut win, mut mask) = (Vec::new(), Vec::new());
+        for spec in &self.layer_specs {
+            let w = self.comp.as_ref().map(|sh| sh.windows(spec, t));
+            let ne = w.as_ref().map_or(0, |w| w.n);
+            mask.push(Mask::new(&spec.geometry, spec.visibility, ne, t, local));
+            win.push(w);
         }
+        Plan { rope: self.rope_freqs.as_ref().map(|f| Rope::new(f, t)), win, mask }
     }
 
     /// The sizes of one batch.
@@ -380,8 +389,7 @@ impl FastDecoder {
         let eps = NORM_EPS as f32;
         let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * pl + j] };
         let (embed, final_norm, lm_head) = (&w[0], &w[1 + nl * pl], &w[2 + nl * pl]);
-        let (comp, rope, win, mask) = (self.comp.as_ref(), &plan.rope, &plan.win, &plan.mask);
-        let (ne, cols) = (mask.n, mask.n + t);
+        let (comp, rope) = (self.comp.as_ref(), &plan.rope);
         let ws = &mut self.work;
         ws.layers.resize_with(nl, LayerCache::default);
         size(&mut ws.x, bt * d);
@@ -389,6 +397,8 @@ impl FastDecoder {
             row.copy_from_slice(&embed[tok as usize * d..(tok as usize + 1) * d]);
         }
         for l in 0..nl {
+            let (win, mask) = (&plan.win[l], &plan.mask[l]);
+            let (ne, cols) = (mask.n, mask.n + t);
             let cc = &mut ws.layers[l];
             for (v, n) in [
                 (&mut cc.x_in, bt * d),
@@ -439,7 +449,7 @@ impl FastDecoder {
                     dst[o..o + dh].copy_from_slice(s);
                 }
             }
-            if let (Some(sh), Some(win)) = (comp, &win) {
+            if let (Some(sh), Some(win)) = (comp, win) {
                 let kp = sh.params(w, 1 + l * pl + LAYER.len());
                 compress_forward(sh, win, &kp, &cc.h1, b, t, &mut cc.comp, &mut cc.kc, &mut cc.vc);
             }
@@ -496,8 +506,7 @@ impl FastDecoder {
         let (qw, kw) = (hq * dh, hkv * dh);
         let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * pl + j] };
         let (final_norm, lm_head) = (&w[1 + nl * pl], &w[2 + nl * pl]);
-        let (comp, rope, win, mask) = (self.comp.as_ref(), &plan.rope, &plan.win, &plan.mask);
-        let (ne, cols, n) = (mask.n, mask.n + t, idx.len());
+        let (comp, rope, n) = (self.comp.as_ref(), &plan.rope, idx.len());
         let ws = &mut self.work;
         let mut grads: Vec<Vec<f32>> = w.iter().map(|p| vec![0f32; p.len()]).collect();
         let (g_embed_i, g_final_i, g_head_i) = (0, 1 + nl * pl, 2 + nl * pl);
@@ -524,14 +533,18 @@ impl FastDecoder {
             (&mut ws.dv, bt * kw),
             (&mut ws.dqp, bt * qw),
             (&mut ws.dkp, bt * kw),
-            (&mut ws.ds, t * cols),
-            (&mut ws.dkc, b * hkv * cols * dh),
-            (&mut ws.dvc, b * hkv * cols * dh),
         ] {
             size(v, n);
         }
         let dx = &mut ws.dx;
         for l in (0..nl).rev() {
+            let (win, mask) = (&plan.win[l], &plan.mask[l]);
+            let (ne, cols) = (mask.n, mask.n + t);
+            for (v, n) in
+                [(&mut ws.ds, t * cols), (&mut ws.dkc, b * hkv * cols * dh), (&mut ws.dvc, b * hkv * cols * dh)]
+            {
+                size(v, n);
+            }
             let cc = &ws.layers[l];
             let gi = |j: usize| 1 + l * pl + j;
             // x_out = x_mid + a @ w_down
@@ -577,7 +590,7 @@ impl FastDecoder {
             gemm(bt, d, qw, &mut ws.dhid, d, false, View::rows(&ws.dqp, qw), View::t(lw(l, WQ), qw));
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dkp, kw), View::t(lw(l, WK), kw));
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dv, kw), View::t(lw(l, WV), kw));
-            if let (Some(sh), Some(win)) = (comp, &win) {
+            if let (Some(sh), Some(win)) = (comp, win) {
                 let kg = sh.grads(&mut grads[gi(LAYER.len())..gi(pl)]);
                 let gamma = sh.params(w, gi(LAYER.len())).gamma;
                 compress_backward(sh, win, &cc.comp, &ws.dkc, &ws.dvc, b, t, &mut ws.comp, kg, gamma, &mut ws.dhid);
