@@ -208,10 +208,11 @@ pub(super) fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Resul
 /// K14 (grid shift, issue 30): a kernel on the grid with offset `o > 0` is the same kernel on a
 /// grid `o' < o` moved by `d = o - o'` tokens. For `o'` in `{0, floor(o/2)}`: prepend the last
 /// `d` prefix rows to the sequence and compress on grid `o`; entry `j + k` of that equals entry
-/// `j` of grid `o'` on the sequence itself (`k = 1` when `o' = 0`: grid `o`'s leading window has
-/// no counterpart there), pooled entries and gates, wherever grid `o'`'s window `j` has no empty
-/// slot (exact for the reference, reassociation otherwise), and differs where it has one (the
-/// prepended tokens fill it). The entry count is `n_{o'}(T) + k`. Offset 0: not applicable.
+/// `j` of grid `o'` on the sequence itself (`k = 1` when `o' = 0` and grid `o`'s leading window is
+/// complete: it has no counterpart there), pooled entries and gates, wherever grid `o'`'s window
+/// `j` has no empty slot (exact for the reference, reassociation otherwise), and differs where it
+/// has one (the prepended tokens fill it). The entry count is `n_{o'}(T) + k`. Offset 0: not
+/// applicable.
 pub(super) fn k14_grid_shift(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
     let spec = s.spec();
     let g = spec.geometry;
@@ -230,7 +231,8 @@ pub(super) fn k14_grid_shift(s: &dyn KernelUnderTest, case: &Case) -> Result<Che
         let pre = case.prefix.slice(ndarray::s![case.prefix.nrows() - d.., ..]);
         let x2 = ndarray::concatenate(Axis(0), &[pre, case.x.view()]).expect("same width");
         let b = s.compress(case.dims, &case.params, x2.view())?;
-        let k = usize::from(o2 == 0);
+        // Grid o's leading window has no counterpart on grid 0; it counts once complete.
+        let k = usize::from(o2 == 0 && g.end(0) < x2.nrows());
         if b.len() != a.len() + k {
             return Ok(CheckVerdict::Fail(format!(
                 "prepending {d} tokens on grid {o} gave {} entries; grid {o2} has {} (+{k} leading)",
