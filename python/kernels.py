@@ -10,7 +10,8 @@ The interface a dumpable compressor implements (see README, "Validating a kernel
   shared_kv kernels) and optionally `pooled_keys`, `pooled_values [B, n, d_h]`,
   `gate_k`, `gate_v [B, n, W, c]` (c = d_g, or 1 for uniform gates).
 
-`W8S4` and `Dsv4Csa` implement the presets; `W8S4OffByOne` is deliberately wrong (every window
+`W8S4` and `Dsv4Csa` implement the presets, `W8S8Offset4` one head of a staggered preset (a grid
+offset, `w8s8@o4`); `W8S4OffByOne` is deliberately wrong (every window
 starts one token late) and must fail validation with the phase signature.
 """
 import math
@@ -74,6 +75,8 @@ class GatedCompressor(torch.nn.Module):
     rope_fraction = 1  # rotate the last d_h / rope_fraction channels (1: all)
     position = "first"  # first | stride_start
     start_shift = 0  # the bug knob: every window starts this many tokens late
+    offset = 0  # grid offset o in 0..S (theory/kernels.md, "Staggered grids"): windows move by o - S
+    #             when o > 0, so one leading window holds tokens 0..o-1 (its earlier slots empty)
     theta, yarn = 10000.0, None  # RoPE base and YaRN (factor, original length, beta_fast, beta_slow)
 
     def __init__(self, d_model, d_head, seed=0):
@@ -100,12 +103,14 @@ class GatedCompressor(torch.nn.Module):
     def slots(self, t_len):
         """Token index of every slot [n, W] (-1: empty) and the number of windows."""
         w, s = self.window, self.stride
+        lead = self.offset - s if self.offset > 0 else 0
+        t_grid = t_len - lead  # the unshifted grid's windows, complete in T - lead tokens
         if self.pad_left:
-            n = t_len // s
-            start = torch.arange(n) * s + s - w
+            n = t_grid // s
+            start = torch.arange(n) * s + s - w + lead
         else:
-            n = (t_len - w) // s + 1 if t_len >= w else 0
-            start = torch.arange(n) * s
+            n = (t_grid - w) // s + 1 if t_grid >= w else 0
+            start = torch.arange(n) * s + lead
         idx = start[:, None] + torch.arange(w)[None, :] + self.start_shift
         idx = torch.where((idx >= 0) & (idx < t_len), idx, torch.full_like(idx, -1))
         return idx, start, n
@@ -131,7 +136,9 @@ class GatedCompressor(torch.nn.Module):
         valid = idx >= 0
         xw = x[:, idx.clamp(min=0)] * valid[None, :, :, None].to(x.dtype)  # [B, n, W, d]
         ak, pk = self.branch(xw, valid, self.gate_k, self.proj_k)
-        positions = start.clamp(min=0) if self.position == "first" else torch.arange(n) * self.stride
+        lead = self.offset - self.stride if self.offset > 0 else 0
+        stride_start = (torch.arange(n) * self.stride + lead).clamp(min=0)
+        positions = start.clamp(min=0) if self.position == "first" else stride_start
         out = {"keys": self.post(pk, positions), "pooled_keys": pk, "gate_k": ak}
         if not self.shared_kv:
             av, pv = self.branch(xw, valid, self.gate_v, self.proj_v)
@@ -168,4 +175,15 @@ class W8S4OffByOne(W8S4):
     start_shift = 1
 
 
-KERNELS = {"w8s4": W8S4, "dsv4-csa": Dsv4Csa, "w8s4-off-by-one": W8S4OffByOne}
+class W8S8Offset4(GatedCompressor):
+    """phasekv `w8s8@o4`: head 1 of `w8s8-stagger-heads` (the paper's w8s8 kernel on the grid
+    offset by S/2 = 4): windows cover 4..11, 12..19, ..., and a leading window holds tokens 0..3
+    in its last four slots (the first four empty)."""
+
+    window, stride, offset = 8, 8, 4
+
+    def phasekv_spec(self):
+        return "w8s8@o4"
+
+
+KERNELS = {"w8s4": W8S4, "dsv4-csa": Dsv4Csa, "w8s4-off-by-one": W8S4OffByOne, "w8s8-offset4": W8S8Offset4}

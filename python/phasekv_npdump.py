@@ -53,7 +53,9 @@ def round_to(a, dtype):
 
 
 def _preset_geometry(name):
-    """(window, stride, alignment) of a preset name, the families phasekv ships."""
+    """(window, stride, alignment) of a preset name, the families phasekv ships (`NAME@o{k}`:
+    the same geometry on the grid offset by k)."""
+    name = name.split("@o")[0]
     if name.startswith("dsv4-csa"):
         return 8, 4, "pad_left"
     if name.startswith("dsv4-hca"):

@@ -16,6 +16,17 @@
 //!
 //! Visibility: entry `j` is visible to a query at `q` iff `end(j) <= q` ([`Visibility::Inclusive`],
 //! the released DeepSeek-V4 convention) or `end(j) < q` ([`Visibility::Strict`]).
+//!
+//! **Grid offset** (issue 30, `theory/kernels.md`, "Staggered grids"). A geometry also has an
+//! offset `o` in `0..S` (default 0: the table above). With `o > 0` the whole grid moves right by
+//! `o` and **one leading window** covers the start of the sequence: every window moves by the
+//! *lead* `o - S` (in `-S+1..=-1`), so window 0 is the grid window that ends at `o - 1 + W - S`
+//! and holds token 0 at offset `S - o`; its slots before token 0 are empty, exactly as
+//! under `pad_left`. With `o = 0` the lead is 0 and nothing changes. So window `j` covers
+//! `start_0(j) + lead ..= end_0(j) + lead`, `n(T)` becomes `n_0(T - lead)` (the count at
+//! `T + S - o` of the unshifted grid: the same or one more), the phase of a token is its grid
+//! phase `(t - o) mod S`, and every token lies in at least one window, as on the unshifted grid.
+//! The offset adds no parameter: a window still has `W` slots.
 
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -49,17 +60,24 @@ pub enum EntryPosition {
     First,
     /// The last token of the window.
     Last,
-    /// `(j+1)S - S = jS`: DeepSeek-V4's `4w`.
+    /// `(j+1)S - S = jS`: DeepSeek-V4's `4w` (on a shifted grid `jS + lead`, at least 0).
     StrideStart,
 }
 
-/// Window size, stride and alignment, validated (`1 <= S <= W`).
+/// Window size, stride, alignment and grid offset, validated (`1 <= S <= W`, `0 <= o < S`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Geometry {
     window: usize,
     stride: usize,
     alignment: Alignment,
+    /// The grid offset `o` (absent in JSON when 0, so unstaggered specs and dumps read as before).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    offset: usize,
+}
+
+fn is_zero(o: &usize) -> bool {
+    *o == 0
 }
 
 /// The first raw token a query at position `q` attends to in its local window of `local` tokens:
@@ -87,7 +105,38 @@ impl Geometry {
                 ),
             ));
         }
-        Ok(Geometry { window, stride, alignment })
+        Ok(Geometry { window, stride, alignment, offset: 0 })
+    }
+
+    /// The same geometry on the grid shifted by `offset` (`0 <= offset < S`; module doc).
+    pub fn with_offset(self, offset: usize) -> Result<Self> {
+        if offset >= self.stride {
+            return Err(Error::invalid(
+                "offset",
+                format!("the grid offset must be in 0..{} (below the stride), got {offset}", self.stride),
+            ));
+        }
+        Ok(Geometry { offset, ..self })
+    }
+
+    /// A deserialized geometry re-validated (serde does not call [`Geometry::new`]).
+    pub fn revalidate(self) -> Result<Self> {
+        Geometry::new(self.window, self.stride, self.alignment)?.with_offset(self.offset)
+    }
+
+    /// The grid offset `o`.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// How far every window sits from its place on the unshifted grid: `o - S` for `o > 0`
+    /// (one leading, partly empty window), 0 for `o = 0`. The one place of that rule.
+    pub fn lead(&self) -> i64 {
+        if self.offset == 0 {
+            0
+        } else {
+            self.offset as i64 - self.stride as i64
+        }
     }
 
     /// The window size `W`.
@@ -108,6 +157,8 @@ impl Geometry {
     /// Number of complete windows `n(T)` in a sequence of `t_len` tokens.
     pub fn num_windows(&self, t_len: usize) -> usize {
         let (w, s) = (self.window, self.stride);
+        // Window j ends at end_0(j) + lead, so it is complete in T tokens iff end_0(j) < T - lead.
+        let t_len = t_len + (-self.lead()) as usize;
         match self.alignment {
             Alignment::Start => {
                 if t_len >= w {
@@ -124,10 +175,11 @@ impl Geometry {
     /// before token 0).
     pub fn start(&self, j: usize) -> i64 {
         let (w, s) = (self.window as i64, self.stride as i64);
-        match self.alignment {
-            Alignment::Start => j as i64 * s,
-            Alignment::PadLeft => (j as i64 + 1) * s - w,
-        }
+        self.lead()
+            + match self.alignment {
+                Alignment::Start => j as i64 * s,
+                Alignment::PadLeft => (j as i64 + 1) * s - w,
+            }
     }
 
     /// Position of the last slot of window `j` (always a real token).
@@ -169,9 +221,9 @@ impl Geometry {
         self.occurrences(t, t_len).into_iter().map(|(j, _)| j).collect()
     }
 
-    /// The phase `t mod S` of token `t`.
+    /// The grid phase `(t - o) mod S` of token `t` (`t mod S` on the unshifted grid).
     pub fn phase(&self, t: usize) -> usize {
-        t % self.stride
+        (t + self.stride - self.offset) % self.stride
     }
 
     /// The offsets at which an interior token of the given phase appears:
@@ -226,7 +278,7 @@ impl Geometry {
         match which {
             EntryPosition::First => self.start(j).max(0) as usize,
             EntryPosition::Last => self.end(j),
-            EntryPosition::StrideStart => j * self.stride,
+            EntryPosition::StrideStart => (j as i64 * self.stride as i64 + self.lead()).max(0) as usize,
         }
     }
 
@@ -291,5 +343,39 @@ mod tests {
         let csa = Geometry::new(8, 4, Alignment::PadLeft).unwrap();
         assert!(!csa.is_interior(0, 40)); // right offsets {0, 4}, but window 0 is half empty
         assert!(csa.is_interior(4, 40));
+    }
+
+    #[test]
+    fn grid_offset_shifts_every_window_and_adds_one_leading_window() {
+        let g = Geometry::new(8, 8, Alignment::Start).unwrap().with_offset(4).unwrap();
+        assert_eq!((g.offset(), g.lead()), (4, -4));
+        // Window 0 is the leading partial window: tokens 0..=3 at offsets 4..=7.
+        assert_eq!((g.start(0), g.end(0), g.first_valid_offset(0)), (-4, 3, 4));
+        assert_eq!((g.start(1), g.end(1)), (4, 11));
+        assert_eq!((g.num_windows(3), g.num_windows(4), g.num_windows(12), g.num_windows(16)), (0, 1, 2, 2));
+        assert_eq!(g.phase(4), 0);
+        assert_eq!(g.phase(3), 7);
+        assert!(g.is_interior(9, 40) && !g.is_interior(2, 40));
+        assert_eq!(g.entry_position(0, EntryPosition::First), 0);
+        assert_eq!(g.entry_position(1, EntryPosition::First), 4);
+        assert_eq!(g.entry_position(1, EntryPosition::StrideStart), 4);
+        assert_eq!(g.num_visible(11, Visibility::Inclusive), 2);
+        // The unshifted grid is offset 0, and its windows are the shifted ones moved back.
+        let g0 = Geometry::new(8, 8, Alignment::Start).unwrap();
+        assert_eq!(g0.with_offset(0).unwrap(), g0);
+        for o in 1..8 {
+            let g = g0.with_offset(o).unwrap();
+            for t in 0..40 {
+                assert_eq!(g.num_windows(t), g0.num_windows(t + 8 - o), "o={o} t={t}");
+                assert!(!g.windows_containing(t, 64).is_empty(), "o={o}: token {t} in no window");
+            }
+        }
+        let csa = Geometry::new(8, 4, Alignment::PadLeft).unwrap().with_offset(1).unwrap();
+        assert_eq!((csa.start(0), csa.end(0), csa.num_windows(1)), (-7, 0, 1));
+        let e = g0.with_offset(8).unwrap_err().to_string();
+        assert!(e.contains("offset") && e.contains("0..8") && e.contains('8'), "{e}");
+        let json = serde_json::to_string(&g).unwrap();
+        assert!(json.contains("\"offset\":4"), "{json}");
+        assert!(!serde_json::to_string(&g0).unwrap().contains("offset"));
     }
 }

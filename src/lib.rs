@@ -14,7 +14,7 @@
 //! | [`geometry`] | windows, phases, multiplicity, visibility, entry positions, the local raw window: the only place those formulas live |
 //! | [`numeric`] | the one softmax and log-sum-exp over a slice (bottom layer: imports nothing from the crate) |
 //! | [`kernel`] | kernel specs (the preset registry and the JSON spec language), the f64 reference, the candle implementation, streaming, compressed attention: the kernel only |
-//! | [`conformance`] | what checks a kernel: the invariant harness K1-K13 (also for a kernel in another process), mutants, dumps and their validation, the kernel bench |
+//! | [`conformance`] | what checks a kernel: the invariant harness K1-K14 (also for a kernel in another process), mutants, dumps and their validation, the kernel bench |
 //! | [`analysis`] | the phase lab: padding protocols, phase statistics and the pre-registered phase test, verdict states, evaluation and knockouts, gate preferences, the JSONL audit |
 //! | [`limits`] | upper bounds on every size a user gives, and the one bounded file read |
 //! | [`figures`] | every plot, drawn from result data: chart helpers (line chart, category grid, scatter; SVG + PNG), lab figures, theory figures |

@@ -36,6 +36,42 @@ fn the_w16s4_preset_is_listed_and_meets_every_invariant() {
     assert!(out.contains("verdict: every invariant holds"), "{out}");
 }
 
+/// The staggered presets (issue 30): listed, saying they keep the parameters and the entries per
+/// `S` tokens of their twin; `kernel check` runs each head's grid (0 and S/2 in the default
+/// model shape) and K14 passes on the shifted one; the wrong-head mutant fails there.
+#[test]
+fn the_staggered_presets_are_listed_and_each_heads_grid_meets_every_invariant() {
+    let (code, out, _) = phasekv(&["kernel", "list"]);
+    assert_eq!(code, 0);
+    for (name, rule) in
+        [("w8s8-stagger-heads", "heads"), ("w8s8-stagger-layers", "layers"), ("w8s4-stagger-layers", "layers")]
+    {
+        let row = out.lines().position(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{out}"));
+        assert!(out.lines().nth(row).unwrap().contains(&format!("stagger={rule}")), "{out}");
+        let about = out.lines().nth(row + 1).unwrap();
+        assert!(about.contains("same parameters") && about.contains("entries per S tokens"), "{about}");
+    }
+    let (code, out, err) = phasekv(&["kernel", "check", "--preset", "w8s8-stagger-heads", "--cases", "8"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("offsets 0, 4"), "{out}");
+    assert!(out.contains("preset w8s8-stagger-heads@o4:"), "{out}");
+    // K14 applies on the shifted grid only: once per implementation there.
+    assert_eq!(out.lines().filter(|l| l.starts_with("K14 ") && l.contains("PASS")).count(), 2, "{out}");
+    assert!(out.contains("verdict: every invariant holds"), "{out}");
+    let (code, out, _) = phasekv(&[
+        "kernel",
+        "check",
+        "--preset",
+        "w8s8-stagger-heads@o4",
+        "--mutant",
+        "other-head-offset",
+        "--cases",
+        "16",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.lines().any(|l| l.starts_with("K2 ") && l.contains(" FAIL ")), "{out}");
+}
+
 #[test]
 fn check_passes_on_dsv4_csa_with_every_invariant_listed() {
     let (code, out, err) = phasekv(&["kernel", "check", "--preset", "dsv4-csa", "--cases", "16"]);

@@ -1,4 +1,4 @@
-//! The fast CPU kernel (`phasekv::kernel::tensor::fast`): the invariant catalogue K1-K13 on every
+//! The fast CPU kernel (`phasekv::kernel::tensor::fast`): the invariant catalogue K1-K14 on every
 //! preset, long sequences that span several chunks (against the f64 reference with the
 //! two-references rule, and against the candle kernel with several sequences and heads),
 //! thread-count independence, refusals, and `phasekv kernel check --impl fast` from the CLI.

@@ -1,4 +1,4 @@
-//! The invariant catalogue K1-K13 (`theory/kernels.md`, "The catalogue and the tests") on every preset, for the f64 reference
+//! The invariant catalogue K1-K14 (`theory/kernels.md`, "The catalogue and the tests") on every preset, for the f64 reference
 //! and for the candle implementation on every available device (CPU always; CUDA with the
 //! `cuda` feature and a GPU). K13 runs the candle kernel in f32, f16 and bf16.
 

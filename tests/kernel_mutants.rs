@@ -86,3 +86,28 @@ fn missing_causal_mask() {
     assert_caught(Mutant::AttentionLookAhead, "w8s4", &[Invariant::K12Causality]);
     assert_caught(Mutant::AttentionLookAhead, "dsv4-csa", &[Invariant::K12Causality]);
 }
+
+/// Staggered grids (issue 30): each head's kernel on its own grid, `preset@o{k}`.
+const STAGGERED_HEADS: [&str; 3] = ["w8s8-stagger-heads@o4", "w8s4-stagger-layers@o2", "w8s8-stagger-heads"];
+
+#[test]
+fn correct_reference_on_staggered_grids_is_not_flagged() {
+    for preset in STAGGERED_HEADS {
+        assert!(caught_by(None, preset).is_empty(), "{preset}");
+    }
+}
+
+#[test]
+fn grid_offset_ignored() {
+    // Windows back on the unshifted grid: the locality of every entry and the grid shift break.
+    assert_caught(Mutant::IgnoreOffset, "w8s8-stagger-heads@o4", &[Invariant::K2Locality, Invariant::K14GridShift]);
+    assert_caught(Mutant::IgnoreOffset, "w8s4-stagger-layers@o2", &[Invariant::K2Locality, Invariant::K14GridShift]);
+}
+
+#[test]
+fn grid_offset_of_the_other_head() {
+    // Head 1's kernel on head 0's grid and head 0's on head 1's: the count and locality break.
+    assert_caught(Mutant::OtherHeadOffset, "w8s8-stagger-heads@o4", &[Invariant::K1Count, Invariant::K2Locality]);
+    assert_caught(Mutant::OtherHeadOffset, "w8s8-stagger-heads", &[Invariant::K1Count, Invariant::K2Locality]);
+    assert_caught(Mutant::OtherHeadOffset, "w8s4-stagger-layers@o2", &[Invariant::K2Locality]);
+}

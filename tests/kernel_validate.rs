@@ -128,6 +128,41 @@ fn pytorch_kernels_round_trip_correct_ones_pass_the_off_by_one_fails_by_phase() 
     }
 }
 
+/// A PyTorch kernel on a staggered grid (`python/kernels.py`'s `W8S8Offset4`: head 1 of
+/// `w8s8-stagger-heads`, spec `w8s8@o4`) round-trips through the dump script and validates; the
+/// same module dumped as the unshifted `w8s8` (its offset forgotten) fails.
+#[test]
+fn pytorch_kernel_on_a_staggered_grid_round_trips_and_its_forgotten_offset_fails() {
+    let Some(py) = python_with_torch() else { return };
+    let dir = scratch("torch-stagger");
+    let python_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+    let (good, forgot) = (dir.join("good.safetensors"), dir.join("forgot.safetensors"));
+    // One python start: the kernel as shipped, and the same module claiming the unshifted spec.
+    let program = format!(
+        "import sys, torch; sys.path.insert(0, {py_dir:?})\n\
+         from kernels import KERNELS\nfrom phasekv_dump import dump\n\
+         m = KERNELS['w8s8-offset4'](6, 8, seed=3)\n\
+         x = torch.rand(2, 21, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2 - 1\n\
+         dump(m, x, {good:?})\n\
+         m.phasekv_spec = lambda: 'w8s8'\n\
+         dump(m, x, {forgot:?})\n",
+        py_dir = python_dir.to_str().unwrap(),
+        good = good.to_str().unwrap(),
+        forgot = forgot.to_str().unwrap(),
+    );
+    let o = Command::new(py).args(["-c", &program]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (code, out, err) = phasekv(&["kernel", "validate", good.to_str().unwrap()]);
+    assert_eq!(code, 0, "w8s8@o4:\n{out}\n{err}");
+    assert!(out.contains("verdict: PASS"), "{out}");
+    for id in ["K1 ", "K2 ", "K3 ", "K5 ", "K13 "] {
+        assert!(out.lines().any(|l| l.starts_with(id) && l.contains("PASS")), "{id}:\n{out}");
+    }
+    let (code, out, err) = phasekv(&["kernel", "validate", forgot.to_str().unwrap()]);
+    assert_eq!(code, 1, "the offset forgotten must fail:\n{out}\n{err}");
+    assert!(out.contains("verdict: FAIL"), "{out}");
+}
+
 fn parts(d: &Dump) -> (HashMap<String, String>, BTreeMap<String, RawTensor>) {
     d.to_parts()
 }

@@ -96,6 +96,10 @@ fn config_for(c: &Case, preset: &str) -> RunConfig {
     let mut cfg = common::configs::tiny_config(preset);
     cfg.model.d_model = c.d_model;
     cfg.model.n_layer = c.n_layer;
+    if phasekv::kernel::KernelSpec::preset(preset).is_ok_and(|s| s.is_staggered()) {
+        // Staggered layers need two at least (2 or 3: offsets 0, S/2, or 0, S/3, 2S/3).
+        cfg.model.n_layer = c.n_layer + 1;
+    }
     cfg.model.n_kv_head = c.n_kv_head;
     cfg.model.n_head = c.n_kv_head * c.groups;
     cfg.model.d_head = head_width(preset, c.d_head);

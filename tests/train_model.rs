@@ -21,6 +21,7 @@ const PRESETS: &[&str] = &[
     "w8s4-tied",
     "w8s4-norope",
     "dsv4-csa",
+    "w8s8-stagger-layers",
 ];
 
 fn tokens_of(cfg: &RunConfig, seed: u64) -> Vec<u32> {
@@ -74,6 +75,57 @@ fn every_parameter_of_every_preset_receives_a_gradient() {
         // and not all zero
         assert!(opt.grad_norm(&grads).unwrap() > 0.0, "{preset}");
     }
+}
+
+/// Staggered KV heads (issue 30) with the same parameters: in layer 0 (the same input in every
+/// model), head 0 of `w8s8-stagger-heads` compresses as head 0 of `w8s8` and head 1 as head 1 of
+/// `w8s8@o4` (every head at offset 4), the captures padded with zeros to the longer head; a
+/// future token never changes an earlier output, and every parameter gets a gradient.
+#[test]
+fn staggered_heads_compress_each_head_on_its_own_grid() {
+    let dev = Device::Cpu;
+    let cfg_of = |preset: &str| {
+        let mut c = tiny(preset);
+        (c.model.n_kv_head, c.model.n_head) = (2, 2);
+        c
+    };
+    let models: Vec<Model> =
+        ["w8s8-stagger-heads", "w8s8", "w8s8@o4"].iter().map(|p| Model::new(&cfg_of(p), &dev).unwrap()).collect();
+    let cfg = cfg_of("w8s8-stagger-heads");
+    let toks = tokens_of(&cfg, 7);
+    let t = toks.len();
+    let batch = Tensor::from_vec(toks.clone(), (1, t), &dev).unwrap();
+    let probe = phasekv::model::decoder::Probe { capture: true, replace: None };
+    let keys: Vec<Vec<Vec<Vec<f32>>>> = models
+        .iter()
+        .map(|m| m.decoder.forward_probe(&batch, &probe).unwrap().captures[0].keys.get(0).unwrap().to_vec3().unwrap())
+        .collect();
+    let (n0, n4) = (keys[1][0].len(), keys[2][1].len());
+    assert!(n4 == n0 + 1 || n4 == n0, "offset 4 has n(T + 4) entries: {n0} vs {n4}");
+    assert_eq!(keys[0][0].len(), n0.max(n4), "captures padded to the longer head");
+    let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5 * (1.0 + y.abs()));
+    for j in 0..n0 {
+        assert!(close(&keys[0][0][j], &keys[1][0][j]), "head 0 entry {j}: {:?} vs {:?}", keys[0][0][j], keys[1][0][j]);
+    }
+    for j in 0..n4 {
+        assert!(close(&keys[0][1][j], &keys[2][1][j]), "head 1 entry {j}: {:?} vs {:?}", keys[0][1][j], keys[2][1][j]);
+    }
+    assert!(keys[0][0][n0..].iter().flatten().all(|&v| v == 0.0), "head 0's padding");
+    // The grids differ (or the test shows nothing): head 1's first entry is the leading window.
+    assert!(!close(&keys[0][1][0], &keys[1][1][0]), "head 1 sits on head 0's grid");
+    // Causality across the per-head path, and gradients everywhere.
+    let mut b = toks.clone();
+    b[t - 3] = (b[t - 3] + 1) % cfg.task.vocab_size() as u32;
+    let both = Tensor::from_vec([toks, b].concat(), (2, t), &dev).unwrap();
+    let logits = models[0].decoder.logits(&both).unwrap().to_vec3::<f32>().unwrap();
+    for p in 0..t - 3 {
+        let same = logits[0][p].iter().zip(&logits[1][p]).all(|(x, y)| (x - y).abs() <= 1e-6);
+        assert!(same, "editing token {} changed position {p}", t - 3);
+    }
+    let batch = Batch::new(&cfg.task.batch(0, 0, 2), &dev).unwrap();
+    let grads = models[0].decoder.batch_loss(&batch).unwrap().loss.backward().unwrap();
+    let opt = phasekv::model::optim::AdamW::new(models[0].store.vars(), 0.9, 0.98, 0.0).unwrap();
+    assert_eq!(opt.missing_grads(&grads), Vec::<String>::new());
 }
 
 #[test]

@@ -84,13 +84,14 @@ pub fn evaluate(model: &Decoder, prompts: &[Prompt], progress: &mut dyn FnMut(us
     Ok(out)
 }
 
-/// Number of attended entries (or tokens, for `full`) that lie wholly in the haystack.
-pub fn haystack_entries(model: &Decoder, task: &TaskConfig) -> usize {
+/// Number of attended entries (or tokens, for `full`) of KV head `head` of layer `layer` that
+/// lie wholly in the haystack (on that head's grid: staggered presets differ per head or layer).
+pub fn haystack_entries(model: &Decoder, task: &TaskConfig, layer: usize, head: usize) -> usize {
     let h = task.haystack_len();
     if model.config().is_full() {
         return h;
     }
-    let g = &model.spec().geometry;
+    let g = &model.head_spec(layer, head).geometry;
     (0..g.num_windows(task.seq_len())).filter(|&j| g.end(j) < h).count()
 }
 
@@ -116,7 +117,8 @@ pub struct KnockoutMap {
     pub modulus: usize,
     /// Reference prompts per prompt.
     pub reference: usize,
-    /// Entries replaced per head (haystack entries).
+    /// Entries replaced per head (haystack entries), of layer 0's head 0: on staggered grids a
+    /// head replaces its own grid's count, which may differ by one.
     pub replaced_entries: usize,
     /// Clean accuracy per group on the same prompts.
     pub clean: Vec<GroupAccuracy>,
@@ -140,7 +142,6 @@ pub fn knockout(
     let device = Device::Cpu;
     let cfg = model.config();
     let (n_layer, n_kv) = (cfg.n_layer, cfg.n_kv_head);
-    let m = haystack_entries(model, task);
     let mut clean: Vec<Outcome> = Vec::new();
     let mut knocked: Vec<Vec<Outcome>> = vec![Vec::new(); n_layer * n_kv];
     let chunk_size = (CHUNK / reference.min(CHUNK)).max(1);
@@ -161,6 +162,7 @@ pub fn knockout(
             };
             let (mk, mv) = (mean(&layer.keys)?, mean(&layer.values)?);
             for h in 0..n_kv {
+                let m = haystack_entries(model, task, l, h);
                 let pick = |u: &Tensor| -> Result<Tensor> { Ok(u.narrow(1, h, 1)?.squeeze(1)?.narrow(1, 0, m)?) };
                 let replace = Replacement { layer: l, head: h, keys: pick(&mk)?, values: pick(&mv)? };
                 let probe = Probe { capture: false, replace: Some(replace) };
@@ -181,6 +183,7 @@ pub fn knockout(
         let mean_drop_pp = finite.iter().sum::<f64>() / finite.len().max(1) as f64;
         rows.push(KnockoutRow { layer: i / n_kv, head: i % n_kv, groups, drop_pp, mean_drop_pp });
     }
+    let m = haystack_entries(model, task, 0, 0);
     Ok(KnockoutMap { modulus: md, reference, replaced_entries: m, clean: clean_groups, rows })
 }
 

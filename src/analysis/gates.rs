@@ -119,8 +119,6 @@ pub fn gate_stats(model: &Decoder, samples: &[Sample]) -> Result<Vec<GateStats>>
     let toks = Tensor::from_vec(flat, (samples.len(), t), &device)?;
     let fwd = model.forward_probe(&toks, &Probe { capture: true, replace: None })?;
     let spec = model.spec();
-    let g = &spec.geometry;
-    let full_windows: Vec<usize> = (0..g.num_windows(t)).filter(|&j| g.valid_slots(j) == g.window()).collect();
     let mut out = Vec::new();
     for (l, cap) in fwd.captures.iter().enumerate() {
         let mut branches = vec![(Branch::Key, cap.gate_k.as_ref())];
@@ -133,6 +131,10 @@ pub fn gate_stats(model: &Decoder, samples: &[Sample]) -> Result<Vec<GateStats>>
             let (b, h, n, w, c) = gate.dims5()?;
             let data: Vec<f64> = gate.to_dtype(candle_core::DType::F64)?.flatten_all()?.to_vec1::<f64>()?;
             for head in 0..h {
+                // Each head on its own grid (staggered presets): its full windows.
+                let g = &model.head_spec(l, head).geometry;
+                let full_windows: Vec<usize> =
+                    (0..g.num_windows(t)).filter(|&j| g.valid_slots(j) == g.window()).collect();
                 let mut wins = Vec::with_capacity(b * full_windows.len());
                 for bb in 0..b {
                     for &j in full_windows.iter().filter(|&&j| j < n) {
@@ -149,7 +151,7 @@ pub fn gate_stats(model: &Decoder, samples: &[Sample]) -> Result<Vec<GateStats>>
                             (Branch::Value, Some(pv)) => pv,
                             _ => &params.proj_k,
                         };
-                        let sets = ReadSets { x, proj, gate: &data, dims: (b, h, n, w, c), head };
+                        let sets = ReadSets { x, proj, gate: &data, dims: (b, h, n, w, c), head, layer: l };
                         Some(reads_of(model, &sets, &full_windows)?)
                     }
                     _ => None,
@@ -181,6 +183,8 @@ struct ReadSets<'a> {
     /// `(B, H, n, W, c)`.
     dims: (usize, usize, usize, usize, usize),
     head: usize,
+    /// The layer (with `head`: whose grid the windows are on).
+    layer: usize,
 }
 
 /// [`Reads`] of one head and branch over the full windows of the batch.
@@ -190,7 +194,7 @@ fn reads_of(model: &Decoder, r: &ReadSets, full_windows: &[usize]) -> Result<Rea
     let dh = model.config().d_head;
     let x: Vec<f64> = r.x.to_dtype(candle_core::DType::F64)?.flatten_all()?.to_vec1()?;
     let p: Vec<f64> = r.proj.to_dtype(candle_core::DType::F64)?.flatten_all()?.to_vec1()?;
-    let spec = model.spec();
+    let spec = model.head_spec(r.layer, r.head);
     let g = &spec.geometry;
     let mut wins = Vec::with_capacity(b * full_windows.len());
     let mut v = vec![0f64; w * dh];

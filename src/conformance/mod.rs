@@ -4,7 +4,7 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`harness`] | the invariant catalogue K1-K13, the kernels under test (reference, candle, a kernel in another process), strategies, the tolerance rule |
+//! | [`harness`] | the invariant catalogue K1-K14, the kernels under test (reference, candle, a kernel in another process), strategies, the tolerance rule |
 //! | [`bench`] | `phasekv kernel bench`: reference and candle forward passes timed beside this machine's sgemm rate |
 //! | [`mutants`] | deliberately broken references, wrapped around the reference's building blocks |
 //! | [`dump`] | dumps of external kernels (safetensors / .npy): load, check, save |

@@ -31,17 +31,25 @@ pub enum Mutant {
     StrideForWindow,
     /// Compressed attention sees one token ahead (entries visible when `end(j) <= q + 1`).
     AttentionLookAhead,
+    /// The grid offset is ignored: windows sit on the unshifted grid (as many as the spec's).
+    IgnoreOffset,
+    /// The offset of the other head of a two-way stagger, `(o + S/2) mod S`, is applied instead
+    /// of this head's `o` (the heads' grids swapped: `w8s8-stagger-heads` puts head 0 at 4 and
+    /// head 1 at 0). Windows, count and entry positions all follow that wrong grid.
+    OtherHeadOffset,
 }
 
 impl Mutant {
     /// Every mutant, with its short name.
-    pub const ALL: [(Mutant, &'static str); 6] = [
+    pub const ALL: [(Mutant, &'static str); 8] = [
         (Mutant::WindowStartOffByOne, "off-by-one-window-start"),
         (Mutant::SoftmaxOverChannels, "softmax-over-channels"),
         (Mutant::BiasByWindow, "bias-by-window"),
         (Mutant::PaddedSlotsKeepWeight, "padded-slots-keep-weight"),
         (Mutant::StrideForWindow, "stride-for-window"),
         (Mutant::AttentionLookAhead, "attention-look-ahead"),
+        (Mutant::IgnoreOffset, "ignore-offset"),
+        (Mutant::OtherHeadOffset, "other-head-offset"),
     ];
 
     /// The short name (`off-by-one-window-start` ...).
@@ -65,10 +73,17 @@ impl Mutant {
         params: &KernelParams<F>,
         x: ArrayView2<F>,
     ) -> Result<Compressed<F>> {
+        if self == Mutant::OtherHeadOffset {
+            let g = spec.geometry;
+            let wrong = g.with_offset((g.offset() + g.stride() / 2) % g.stride())?;
+            return reference::compress(&KernelSpec { geometry: wrong, ..spec.clone() }, dims, params, x);
+        }
         let g = spec.geometry;
+        let unshifted = g.with_offset(0)?;
         let t_len = x.nrows();
         let slot = |j: usize, i: usize| match self {
             Mutant::WindowStartOffByOne => g.token_at(j, i).map(|t| t + 1).filter(|&t| t < t_len),
+            Mutant::IgnoreOffset => unshifted.token_at(j, i).filter(|&t| t < t_len),
             Mutant::StrideForWindow if i >= g.stride() => None,
             _ => g.token_at(j, i),
         };
@@ -112,7 +127,10 @@ impl Mutant {
         inputs: &AttentionInputs<f64>,
     ) -> Result<AttentionOut<f64>> {
         let c = self.compress(spec, dims, params, x)?;
-        let (g, vis) = (spec.geometry, spec.visibility);
+        let (mut g, vis) = (spec.geometry, spec.visibility);
+        if self == Mutant::OtherHeadOffset {
+            g = g.with_offset((g.offset() + g.stride() / 2) % g.stride())?;
+        }
         let horizon = |q: usize| if self == Mutant::AttentionLookAhead { q + 1 } else { q };
         attention::compressed_attention_masked(c.keys.view(), c.values.view(), inputs, |j, q| {
             g.is_visible(j, horizon(q), vis)

@@ -58,6 +58,11 @@ struct Attention {
     wo: Tensor,
     q_norm: Tensor,
     k_norm: Tensor,
+    /// Each KV head's kernel, on its own grid ([`ModelConfig::head_specs`]).
+    head_specs: Vec<KernelSpec>,
+    /// One-head kernels, one per KV head, when this layer's heads sit on different grids
+    /// (`stagger: heads`); empty otherwise (every head in one batched kernel).
+    head_kernels: Vec<TensorKernel>,
     kernel: Option<(TensorKernel, TensorParams)>,
 }
 
@@ -150,11 +155,19 @@ impl Decoder {
         for l in 0..config.n_layer {
             let vb = vb.pp(format!("layer{l}"));
             let va = vb.pp("attn");
+            let head_specs = config.head_specs(&spec, l)?;
+            let staggered = head_specs.iter().any(|h| h.geometry != head_specs[0].geometry);
+            let mut head_kernels = Vec::new();
             let kernel = if config.is_full() {
                 None
             } else {
                 let dims = KernelDims::new(d, dh)?;
-                let k = TensorKernel::new(&spec, dims, hkv, &device, vb.dtype())?;
+                if staggered {
+                    for hs in &head_specs {
+                        head_kernels.push(TensorKernel::new(hs, dims, 1, &device, vb.dtype())?);
+                    }
+                }
+                let k = TensorKernel::new(&head_specs[0], dims, hkv, &device, vb.dtype())?;
                 let p = TensorParams::init(&spec, dims, hkv, &va.pp("kernel"))?;
                 Some((k, p))
             };
@@ -165,6 +178,8 @@ impl Decoder {
                 wo: linear(&va, hq * dh, d, "wo", out_scale)?,
                 q_norm: va.get_with_hints(dh, "q_norm", Init::Const(config.qk_norm_gain))?,
                 k_norm: va.get_with_hints(dh, "k_norm", Init::Const(config.qk_norm_gain))?,
+                head_specs,
+                head_kernels,
                 kernel,
             };
             let vm = vb.pp("mlp");
@@ -198,9 +213,16 @@ impl Decoder {
         self.blocks.get(layer).and_then(|b| b.attn.kernel.as_ref()).map(|(_, p)| p)
     }
 
-    /// The kernel spec of the attention layers.
+    /// The kernel spec of the attention layers (the preset's, with its stagger rule; each
+    /// KV head computes on [`Decoder::head_spec`]).
     pub fn spec(&self) -> &KernelSpec {
         &self.spec
+    }
+
+    /// The kernel of KV head `head` of layer `layer` on that head's grid (the preset's spec for
+    /// an index out of range).
+    pub fn head_spec(&self, layer: usize, head: usize) -> &KernelSpec {
+        self.blocks.get(layer).and_then(|b| b.attn.head_specs.get(head)).unwrap_or(&self.spec)
     }
 
     /// Final-normed hidden states for token ids `tokens: [B, T]` (u32).
@@ -309,7 +331,10 @@ impl Decoder {
                     &empty,
                 )?;
                 let cap = capture.then(|| LayerCapture { keys: k, values: v, gate_k: None, gate_v: None, input: None });
-                (out, cap)
+                (out.output, cap)
+            }
+            Some((_, params)) if !a.head_kernels.is_empty() => {
+                self.attention_per_head(a, params, x, (&q, &k, &v), replace, capture)?
             }
             Some((kernel, params)) => {
                 let entries = kernel.compress(params, x)?;
@@ -321,8 +346,8 @@ impl Decoder {
                     None => (entries.keys, entries.values),
                 };
                 let out = tensor::compressed_attention(
-                    &self.spec.geometry,
-                    self.spec.visibility,
+                    &a.head_specs[0].geometry,
+                    a.head_specs[0].visibility,
                     self.config.local_window,
                     &q,
                     &k,
@@ -337,12 +362,84 @@ impl Decoder {
                     gate_v: Some(entries.gate_v),
                     input: Some(x.clone()),
                 });
-                (out, cap)
+                (out.output, cap)
             }
         };
-        let o = out.output.transpose(1, 2)?.contiguous()?.reshape((b, t, hq * dh))?;
+        let o = out.transpose(1, 2)?.contiguous()?.reshape((b, t, hq * dh))?;
         Ok((apply(&o, &a.wo)?, cap))
     }
+}
+
+impl Decoder {
+    /// Compressed attention of a layer whose KV heads sit on different grids: each KV head
+    /// compresses with its own one-head kernel (its columns of the stacked parameters) and its
+    /// query heads attend over its own entries and visibility. Captured entries and gates are
+    /// padded with zeros to the longest head's count (a head's own windows are
+    /// [`Decoder::head_spec`]'s).
+    fn attention_per_head(
+        &self,
+        a: &Attention,
+        params: &TensorParams,
+        x: &Tensor,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        replace: Option<&Replacement>,
+        capture: bool,
+    ) -> Result<(Tensor, Option<LayerCapture>)> {
+        let (hq, hkv) = (self.config.n_head, self.config.n_kv_head);
+        let groups = hq / hkv;
+        let mut outs = Vec::with_capacity(hkv);
+        let mut caps = Vec::with_capacity(hkv);
+        for (h, (spec, kernel)) in a.head_specs.iter().zip(&a.head_kernels).enumerate() {
+            let e = kernel.compress(&params.head(h, hkv)?, x)?;
+            let (ek, ev) = match replace.filter(|r| r.head == h) {
+                Some(r) => (replace_head(&e.keys, 0, &r.keys)?, replace_head(&e.values, 0, &r.values)?),
+                None => (e.keys, e.values),
+            };
+            let out = tensor::compressed_attention(
+                &spec.geometry,
+                spec.visibility,
+                self.config.local_window,
+                &q.narrow(1, h * groups, groups)?.contiguous()?,
+                &k.narrow(1, h, 1)?.contiguous()?,
+                &v.narrow(1, h, 1)?.contiguous()?,
+                &ek,
+                &ev,
+            )?;
+            outs.push(out.output);
+            if capture {
+                caps.push([ek, ev, e.gate_k, e.gate_v]);
+            }
+        }
+        let out = Tensor::cat(&outs, 1)?;
+        if !capture {
+            return Ok((out, None));
+        }
+        let n = caps.iter().map(|c| c[0].dim(2)).collect::<candle_core::Result<Vec<_>>>()?.into_iter().max();
+        let n = n.unwrap_or(0);
+        let stack = |i: usize| -> Result<Tensor> {
+            let padded = caps.iter().map(|c| pad_entries(&c[i], n)).collect::<Result<Vec<_>>>()?;
+            Ok(Tensor::cat(&padded, 1)?)
+        };
+        let cap = LayerCapture {
+            keys: stack(0)?,
+            values: stack(1)?,
+            gate_k: Some(stack(2)?),
+            gate_v: Some(stack(3)?),
+            input: Some(x.clone()),
+        };
+        Ok((out, Some(cap)))
+    }
+}
+
+/// `u: [B, 1, m, ...]` padded with zeros to `n` entries on axis 2.
+fn pad_entries(u: &Tensor, n: usize) -> Result<Tensor> {
+    let m = u.dim(2)?;
+    if m == n {
+        return Ok(u.clone());
+    }
+    let mut shape = u.dims().to_vec();
+    shape[2] = n - m;
+    Ok(Tensor::cat(&[u, &Tensor::zeros(shape, u.dtype(), u.device())?], 2)?)
 }
 
 /// The loss of one batch as a graph node (what autodiff differentiates), with its score.

@@ -26,6 +26,7 @@ macro_rules! for_each_invariant {
             k11_streaming => phasekv::conformance::harness::Invariant::K11Streaming,
             k12_causality => phasekv::conformance::harness::Invariant::K12Causality,
             k13_reference_agreement => phasekv::conformance::harness::Invariant::K13ReferenceAgreement,
+            k14_grid_shift => phasekv::conformance::harness::Invariant::K14GridShift,
         }
     };
 }
@@ -61,9 +62,16 @@ pub(crate) use test_device;
 /// Presets on which `inv` has something to check: every preset, except that presets without a
 /// learned gate (uniform pooling, `full`, `dsv41-c1`) have nothing for K7 and K10, and presets
 /// without gate biases (those, and DeepSeek-V4.1's `gate_bias: false`) no one-hot limit (K8).
+/// A staggered preset's head grid is labelled `name@o{offset}`; K14 (grid shift) applies to
+/// grids with an offset above 0 only.
 pub fn applicable(inv: Invariant, preset: &str) -> bool {
-    let spec = KernelSpec::preset(preset).expect("listed preset");
+    let (name, offset) = match preset.split_once("@o") {
+        Some((n, o)) => (n, o.parse::<usize>().expect("offset label")),
+        None => (preset, 0),
+    };
+    let spec = KernelSpec::preset(name).expect("listed preset");
     match inv {
+        Invariant::K14GridShift => offset > 0,
         Invariant::K8OneHotLimit => spec.has_gate_bias(),
         Invariant::K7UniformLimit | Invariant::K10TiedScalar => spec.gate != GateKind::Uniform,
         _ => true,

@@ -53,9 +53,16 @@ pub fn macro_config(label: &str, cases: u32, regressions: &'static str) -> Confi
     }
 }
 
-/// Every preset, as specs.
+/// Every preset, as specs; a staggered preset as one kernel per grid its heads sit on in the
+/// default model shape ([`KernelSpec::head_kernels`], labelled `name@o{offset}`).
 pub fn all_presets() -> Vec<KernelSpec> {
-    preset_names().iter().map(|n| KernelSpec::preset(n).expect("listed preset")).collect()
+    let m = phasekv::model::config::ModelConfig::default();
+    preset_names()
+        .iter()
+        .flat_map(|n| {
+            KernelSpec::preset(n).expect("listed preset").head_kernels(m.n_layer, m.n_kv_head).expect("grids")
+        })
+        .collect()
 }
 
 /// Runs `invariant` on every preset with `make(spec)`; returns the reports. Panics listing every
@@ -69,13 +76,13 @@ pub fn check_every_preset(
     let mut failures = Vec::new();
     for spec in all_presets() {
         let subject = make(&spec);
-        let label = format!("{}-{}-{}", invariant.id(), subject.label(), spec.name);
+        let label = format!("{}-{}-{}", invariant.id(), subject.label(), spec.grid_label());
         let mut r = runner(&label, cases, Some("proptest-regressions/kernel_invariants.txt"));
         let report = run_invariant(subject.as_ref(), invariant, &mut r);
         if let Some(f) = &report.failure {
-            failures.push(format!("{} on {} ({}): {f}", invariant.id(), spec.name, subject.label()));
+            failures.push(format!("{} on {} ({}): {f}", invariant.id(), spec.grid_label(), subject.label()));
         }
-        reports.push((spec.name.clone(), report));
+        reports.push((spec.grid_label(), report));
     }
     assert!(failures.is_empty(), "invariant failures:\n{}", failures.join("\n"));
     reports

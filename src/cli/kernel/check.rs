@@ -47,8 +47,32 @@ pub fn run(
     if let Some(cmd) = external {
         return check_external(&cmd, given.as_ref(), opts);
     }
-    let Some(spec) = given else { bail!("give --preset NAME, --spec FILE.json or --external CMD") };
-    checkable_with(&spec, opts.cases, 1)?;
+    let Some(given) = given else { bail!("give --preset NAME, --spec FILE.json or --external CMD") };
+    checkable_with(&given, opts.cases, 1)?;
+    // A staggered spec: every grid its heads sit on in the default model shape, each checked as
+    // a kernel of its own (`theory/kernels.md`, "Staggered grids").
+    let shape = phasekv::model::config::ModelConfig::default();
+    let grids = given.head_kernels(shape.n_layer, shape.n_kv_head)?;
+    if given.is_staggered() {
+        let offsets: Vec<String> = grids.iter().map(|g| g.geometry.offset().to_string()).collect();
+        println!(
+            "stagger {}: {} layers x {} KV heads sit on the grids at offsets {}; each is checked",
+            given.stagger.name(),
+            shape.n_layer,
+            shape.n_kv_head,
+            offsets.join(", ")
+        );
+    }
+    let mut all_ok = true;
+    for spec in &grids {
+        all_ok &= check_grid(spec, opts)?;
+    }
+    Ok(verdict(all_ok))
+}
+
+/// Every invariant on one grid's kernel, for each implementation asked for; whether all held.
+fn check_grid(spec: &KernelSpec, opts: &Options) -> anyhow::Result<bool> {
+    let spec = spec.clone();
     let mut subjects: Vec<Box<dyn KernelUnderTest>> = Vec::new();
     match &opts.mutant {
         Some(name) => subjects.push(Box::new(ReferenceSubject::mutant(&spec, Mutant::from_name(name)?))),
@@ -67,7 +91,7 @@ pub fn run(
             }
         }
     }
-    println!("preset {}: {}", spec.name, spec.describe());
+    println!("preset {}: {}", spec.grid_label(), spec.describe());
     println!("{} cases per invariant, seed {}", opts.cases, opts.seed);
     let mut all_ok = true;
     for subject in &subjects {
@@ -76,7 +100,7 @@ pub fn run(
         let reports = run_catalogue(subject.as_ref(), &|| seeded_runner(opts.cases, opts.seed), &mut print_row)?;
         all_ok &= reports.iter().all(|r| r.status != InvariantStatus::Fail);
     }
-    Ok(verdict(all_ok))
+    Ok(all_ok)
 }
 
 /// `kernel check --external CMD`: every invariant against the process, one start; each failure's

@@ -19,7 +19,7 @@ pub enum KernelCmd {
         #[arg(long, value_name = "PRESET")]
         json: Option<String>,
     },
-    /// Run the invariant harness (K1-K13) on a preset or a JSON spec, for the f64 reference and
+    /// Run the invariant harness (K1-K14) on a preset or a JSON spec, for the f64 reference and
     /// the candle implementation. Exit status 0 when every invariant holds, 1 otherwise.
     Check {
         /// Preset name (see `phasekv kernel list`).

@@ -1,4 +1,4 @@
-//! The invariant harness: the catalogue K1-K13 of `theory/kernels.md`, usable on any kernel
+//! The invariant harness: the catalogue K1-K14 of `theory/kernels.md`, usable on any kernel
 //! that implements [`KernelUnderTest`] (the reference, the candle implementation in any dtype,
 //! deliberately broken mutants, and later kernels loaded from dumps).
 //!
@@ -116,11 +116,14 @@ pub enum Invariant {
     K12Causality,
     /// K13: the implementation meets the tolerance rule against the f64 reference.
     K13ReferenceAgreement,
+    /// K14: on a grid with offset `o > 0`, prepending `o - o'` tokens maps it onto grid `o'`
+    /// (staggered grids, issue 30; not applicable at offset 0).
+    K14GridShift,
 }
 
 impl Invariant {
     /// All invariants in catalogue order.
-    pub const ALL: [Invariant; 13] = [
+    pub const ALL: [Invariant; 14] = [
         Invariant::K1Count,
         Invariant::K2Locality,
         Invariant::K3StrideShift,
@@ -134,11 +137,12 @@ impl Invariant {
         Invariant::K11Streaming,
         Invariant::K12Causality,
         Invariant::K13ReferenceAgreement,
+        Invariant::K14GridShift,
     ];
 
     /// The catalogue id, `K1` .. `K13`.
     pub fn id(&self) -> &'static str {
-        ["K1", "K2", "K3", "K4", "K5", "K6", "K7", "K8", "K9", "K10", "K11", "K12", "K13"][*self as usize]
+        ["K1", "K2", "K3", "K4", "K5", "K6", "K7", "K8", "K9", "K10", "K11", "K12", "K13", "K14"][*self as usize]
     }
 
     /// A short name.
@@ -157,6 +161,7 @@ impl Invariant {
             "streaming",
             "causality",
             "reference agreement",
+            "grid shift",
         ][*self as usize]
     }
 }

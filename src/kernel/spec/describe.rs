@@ -46,8 +46,14 @@ impl KernelSpec {
                 }
             ),
         };
+        let grid = match (g.offset(), self.stagger) {
+            (0, super::Stagger::None) => String::new(),
+            (o, super::Stagger::None) => format!(" offset={o}"),
+            (0, rule) => format!(" stagger={}", rule.name()),
+            (o, rule) => format!(" offset={o} stagger={}", rule.name()),
+        };
         format!(
-            "W={} S={} {align} gate={gate}{} groups={groups} {} {} norm={} rope={rope}",
+            "W={} S={}{grid} {align} gate={gate}{} groups={groups} {} {} norm={} rope={rope}",
             g.window(),
             g.stride(),
             if self.gate != GateKind::Uniform && !self.gate_bias { " (no bias)" } else { "" },

@@ -15,12 +15,14 @@
 mod describe;
 pub mod presets;
 mod rope;
+mod stagger;
 
 pub use presets::{preset_names, Family, Preset};
 pub use rope::{
     dsv4_yarn, RopeChannels, RopeScaling, RopeSpec, DSV41_ROPE_CHANNELS, DSV4_COMPRESS_ROPE_THETA, DSV4_HCA_RATE,
     DSV4_ROPE_FRACTION, ROPE_THETA,
 };
+pub use stagger::Stagger;
 
 use crate::geometry::{EntryPosition, Geometry, Visibility};
 use crate::{Error, Result};
@@ -57,8 +59,12 @@ pub enum ParamGroups {
 pub struct KernelSpec {
     /// The preset name this spec came from (or a user label).
     pub name: String,
-    /// Window size, stride and alignment.
+    /// Window size, stride, alignment and grid offset.
     pub geometry: Geometry,
+    /// How a model's KV heads and layers spread their grid offsets ([`Stagger`]; absent in JSON
+    /// when `none`). A kernel instance computes on `geometry` alone.
+    #[serde(default, skip_serializing_if = "Stagger::is_none")]
+    pub stagger: Stagger,
     /// Gate kind.
     pub gate: GateKind,
     /// Parameter groups `g(i)`.
@@ -130,8 +136,7 @@ impl KernelSpec {
     pub fn from_json(text: &str) -> Result<Self> {
         let spec: KernelSpec =
             serde_json::from_str(text).map_err(|e| Error::invalid("spec", format!("not a kernel spec: {e}")))?;
-        let g = spec.geometry;
-        Geometry::new(g.window(), g.stride(), g.alignment())?;
+        let g = spec.geometry.revalidate()?;
         if let ParamGroups::Map(m) = &spec.groups {
             if let Some(&bad) = m.iter().find(|&&k| k >= g.window().max(m.len())) {
                 return Err(Error::invalid(

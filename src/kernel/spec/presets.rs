@@ -26,18 +26,21 @@ pub enum Family {
     DeepSeekV4,
     /// DeepSeek-V4.1's compressor (mlx-lm, vLLM, SGLang).
     DeepSeekV41,
+    /// A paper geometry whose KV heads or layers sit on staggered grids ([`STAGGERS`]).
+    Stagger,
     /// The uncompressed baseline.
     Baseline,
 }
 
 impl Family {
-    /// A short name (`paper`, `ablation`, `dsv4`, `baseline`).
+    /// A short name (`paper`, `ablation`, `dsv4`, `dsv41`, `stagger`, `baseline`).
     pub fn name(self) -> &'static str {
         match self {
             Family::Paper => "paper",
             Family::Ablation => "ablation",
             Family::DeepSeekV4 => "dsv4",
             Family::DeepSeekV41 => "dsv41",
+            Family::Stagger => "stagger",
             Family::Baseline => "baseline",
         }
     }
@@ -77,6 +80,11 @@ const fn ablation(name: &'static str, about: &'static str) -> Preset {
     row(name, Family::Ablation, about, windowed)
 }
 
+/// A row for a paper geometry on staggered grids, `w{W}s{S}-stagger-{heads,layers}`.
+const fn stagger(name: &'static str, about: &'static str) -> Preset {
+    row(name, Family::Stagger, about, windowed)
+}
+
 /// Every named preset, in a stable order: the paper geometries each followed by its four
 /// ablations (`w16s4`, added later, lists none: its ablations parse as the open-ended
 /// `w{W}s{S}-suffix` family), then DeepSeek-V4's kernels and the uncompressed baseline.
@@ -110,6 +118,21 @@ pub const ALL: &[Preset] = &[
     ablation("w12s12-uniform", "w12s12 ablation: no learned gate: mean pooling"),
     ablation("w12s12-tied", "w12s12 ablation: value gate tied to the key gate"),
     ablation("w12s12-norope", "w12s12 ablation: no RoPE on entries, and a NoPE model"),
+    stagger(
+        "w8s8-stagger-heads",
+        "w8s8 with KV head h on the grid offset by h*S/n_kv_head (2 heads: 0 and 4); same parameters, same \
+         entries per S tokens (a shifted head adds one leading partial window)",
+    ),
+    stagger(
+        "w8s8-stagger-layers",
+        "w8s8 with layer l on the grid offset by l*S/n_layer (2 layers: 0 and 4); same parameters, same \
+         entries per S tokens (a shifted layer adds one leading partial window)",
+    ),
+    stagger(
+        "w8s4-stagger-layers",
+        "w8s4 with layer l on the grid offset by l*S/n_layer (2 layers: 0 and 2); with model.n_kv_head 1 the \
+         DeepSeek-like arm w8s4-kv1-stagger-layers; same parameters, same entries per S tokens (+1 leading)",
+    ),
     row(
         "dsv4-csa",
         Family::DeepSeekV4,
@@ -153,6 +176,11 @@ fn ablate_norope(spec: &mut KernelSpec) {
     spec.nope_model = true;
 }
 
+/// The stagger rules a `w{W}s{S}` name takes as a `-suffix` (after an ablation suffix, if any:
+/// `w8s4-tied-stagger-heads`).
+pub const STAGGERS: &[(&str, super::Stagger)] =
+    &[("stagger-heads", super::Stagger::Heads), ("stagger-layers", super::Stagger::Layers)];
+
 /// The listed preset with this name.
 pub fn by_name(name: &str) -> Option<&'static Preset> {
     ALL.iter().find(|p| p.name == name)
@@ -177,8 +205,10 @@ pub fn preset_names() -> Vec<String> {
 /// The error for a name that is neither listed nor of an open-ended family, derived from the
 /// table: one line naming the field, the value and what is accepted.
 fn unknown(name: &str) -> Error {
-    let listed: Vec<&str> = ALL.iter().filter(|p| p.family != Family::Ablation).map(|p| p.name).collect();
-    let suffixes: Vec<String> = ABLATIONS.iter().map(|(s, _)| format!("-{s}")).collect();
+    let listed: Vec<&str> =
+        ALL.iter().filter(|p| !matches!(p.family, Family::Ablation | Family::Stagger)).map(|p| p.name).collect();
+    let suffixes: Vec<String> =
+        ABLATIONS.iter().map(|(s, _)| s).chain(STAGGERS.iter().map(|(s, _)| s)).map(|s| format!("-{s}")).collect();
     Error::invalid(
         "preset",
         format!(
@@ -192,9 +222,18 @@ fn unknown(name: &str) -> Error {
 
 impl KernelSpec {
     /// The spec of a named preset: a listed one ([`ALL`]), `dsv4-hca{m}`, `dsv41-c{m}` or
-    /// `w{W}s{S}[-suffix]`.
+    /// `w{W}s{S}[-suffix]`, optionally followed by `@o{k}` (that kernel on the grid offset by
+    /// `k`, `0 <= k < S`, with no stagger rule).
     /// An unknown name is an error naming the field `preset` and the accepted forms.
     pub fn preset(name: &str) -> Result<Self> {
+        // `NAME@o{k}`: that preset's kernel on the grid with offset k (one head of a staggered
+        // model; what [`KernelSpec::grid_label`] writes and a dump's `preset` may name).
+        if let Some((base, offset)) = name.rsplit_once("@o") {
+            let offset: usize = offset.parse().map_err(|_| unknown(name))?;
+            let spec = KernelSpec::preset(base)?;
+            let geometry = spec.geometry.with_offset(offset)?;
+            return Ok(KernelSpec { geometry, stagger: super::Stagger::None, ..spec });
+        }
         match by_name(name) {
             Some(p) => p.spec(),
             None if name.starts_with("dsv4-hca") => dsv4_hca(name),
@@ -209,6 +248,7 @@ impl KernelSpec {
         KernelSpec {
             name: name.into(),
             geometry,
+            stagger: super::Stagger::None,
             gate: GateKind::Vector,
             groups: ParamGroups::PerOffset,
             gate_bias: true,
@@ -223,11 +263,15 @@ impl KernelSpec {
     }
 }
 
-/// `w{W}s{S}` with an optional ablation suffix.
+/// `w{W}s{S}` with an optional ablation suffix, then an optional stagger suffix.
 fn windowed(name: &str) -> Result<KernelSpec> {
-    let (base, suffix) = match name.split_once('-') {
+    let (name_unstaggered, stagger) = match STAGGERS.iter().find(|(s, _)| name.ends_with(&format!("-{s}"))) {
+        Some((s, rule)) => (&name[..name.len() - s.len() - 1], *rule),
+        None => (name, super::Stagger::None),
+    };
+    let (base, suffix) = match name_unstaggered.split_once('-') {
         Some((b, s)) => (b, Some(s)),
-        None => (name, None),
+        None => (name_unstaggered, None),
     };
     let rest = base.strip_prefix('w').ok_or_else(|| unknown(name))?;
     let (w, s) = rest.split_once('s').ok_or_else(|| unknown(name))?;
@@ -239,6 +283,7 @@ fn windowed(name: &str) -> Result<KernelSpec> {
         let (_, ablate) = ABLATIONS.iter().find(|(s, _)| *s == suffix).ok_or_else(|| unknown(name))?;
         ablate(&mut spec);
     }
+    spec.stagger = stagger;
     Ok(spec)
 }
 
@@ -324,6 +369,7 @@ mod tests {
             spec.validate().unwrap();
             assert_eq!(spec.name, p.name);
             assert_eq!(p.family == Family::Ablation, ABLATIONS.iter().any(|(s, _)| p.name.ends_with(&format!("-{s}"))));
+            assert_eq!(p.family == Family::Stagger, spec.is_staggered(), "{}", p.name);
         }
         let mut seen = std::collections::HashSet::new();
         assert!(ALL.iter().all(|p| seen.insert(p.name)), "duplicate preset name");
@@ -335,7 +381,7 @@ mod tests {
             let e = KernelSpec::preset(bad).unwrap_err().to_string();
             assert!(e.starts_with("invalid preset"), "{bad}: {e}");
             assert!(!e.contains('\n'));
-            for p in ALL.iter().filter(|p| p.family != Family::Ablation) {
+            for p in ALL.iter().filter(|p| !matches!(p.family, Family::Ablation | Family::Stagger)) {
                 assert!(e.contains(p.name), "{bad}: the error lists {}: {e}", p.name);
             }
         }
@@ -345,6 +391,37 @@ mod tests {
         assert!(e.contains("window"), "{e}");
         let e = KernelSpec::preset("dsv41-c0").unwrap_err().to_string();
         assert!(e.contains("window"), "{e}");
+    }
+
+    #[test]
+    fn stagger_suffixes_keep_everything_but_the_rule() {
+        for (base, suffix, rule) in [
+            ("w8s8", "stagger-heads", super::super::Stagger::Heads),
+            ("w8s4-tied", "stagger-layers", super::super::Stagger::Layers),
+        ] {
+            let staggered = KernelSpec::preset(&format!("{base}-{suffix}")).unwrap();
+            let twin = KernelSpec::preset(base).unwrap();
+            assert_eq!(staggered.stagger, rule);
+            assert_eq!(
+                KernelSpec { name: twin.name.clone(), stagger: twin.stagger, ..staggered.clone() },
+                twin,
+                "{base}-{suffix} differs from its twin in more than the rule"
+            );
+            let json = serde_json::to_string(&staggered).unwrap();
+            assert_eq!(KernelSpec::from_json(&json).unwrap(), staggered, "{json}");
+        }
+        assert!(!serde_json::to_string(&KernelSpec::preset("w8s8").unwrap()).unwrap().contains("stagger"));
+        for bad in ["w8s8-stagger", "w8s8-stagger-heads-tied", "w8s8-stagger-rows", "w8s8@oX", "w8s8@o"] {
+            assert!(KernelSpec::preset(bad).unwrap_err().to_string().contains("-stagger-heads"), "{bad}");
+        }
+        let head = KernelSpec::preset("w8s8-stagger-heads@o4").unwrap();
+        assert_eq!(
+            (head.geometry.offset(), head.is_staggered(), head.grid_label()),
+            (4, false, "w8s8-stagger-heads@o4".into())
+        );
+        assert_eq!(KernelSpec::preset("w8s8@o4").unwrap().geometry, head.geometry);
+        let e = KernelSpec::preset("w8s8@o8").unwrap_err().to_string();
+        assert!(e.contains("offset") && e.contains("0..8"), "{e}");
     }
 
     #[test]

@@ -150,6 +150,30 @@ impl TensorParams {
 }
 
 impl TensorParams {
+    /// The parameters of head `h` of `heads` stacked ones, as a one-head [`TensorParams`]
+    /// (contiguous copies of the head's columns: gradients flow back to the stacked tensors).
+    /// What a model whose KV heads sit on different grids compresses each head with.
+    pub fn head(&self, h: usize, heads: usize) -> Result<Self> {
+        if h >= heads {
+            return Err(Error::invalid("head", format!("must be below the head count ({heads}), got {h}")));
+        }
+        let last = |t: &Tensor| -> Result<Tensor> {
+            let axis = t.rank() - 1;
+            let width = t.dim(axis)? / heads;
+            Ok(t.narrow(axis, h * width, width)?.contiguous()?)
+        };
+        let gate = |g: &Option<TensorGate>| -> Result<Option<TensorGate>> {
+            g.as_ref().map(|g| Ok(TensorGate { z: last(&g.z)?, b: last(&g.b)? })).transpose()
+        };
+        Ok(TensorParams {
+            gate_k: gate(&self.gate_k)?,
+            gate_v: gate(&self.gate_v)?,
+            proj_k: last(&self.proj_k)?,
+            proj_v: self.proj_v.as_ref().map(last).transpose()?,
+            gamma: self.gamma.as_ref().map(|g| Ok::<_, Error>(g.narrow(0, h, 1)?.contiguous()?)).transpose()?,
+        })
+    }
+
     /// Whether any parameter takes part in automatic differentiation.
     pub fn requires_grad(&self) -> bool {
         let gate = |g: &Option<TensorGate>| g.as_ref().is_some_and(|g| g.z.track_op() || g.b.track_op());

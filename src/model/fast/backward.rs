@@ -12,8 +12,7 @@ impl FastDecoder {
         let (qw, kw) = (hq * dh, hkv * dh);
         let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * pl + j] };
         let (final_norm, lm_head) = (&w[1 + nl * pl], &w[2 + nl * pl]);
-        let (comp, rope, win, mask) = (self.comp.as_ref(), &plan.rope, &plan.win, &plan.mask);
-        let (ne, cols, n) = (mask.n, mask.n + t, idx.len());
+        let (comp, rope, n) = (self.comp.as_ref(), &plan.rope, idx.len());
         let ws = &mut self.work;
         let mut grads: Vec<Vec<f32>> = w.iter().map(|p| vec![0f32; p.len()]).collect();
         let (g_embed_i, g_final_i, g_head_i) = (0, 1 + nl * pl, 2 + nl * pl);
@@ -40,14 +39,18 @@ impl FastDecoder {
             (&mut ws.dv, bt * kw),
             (&mut ws.dqp, bt * qw),
             (&mut ws.dkp, bt * kw),
-            (&mut ws.ds, t * cols),
-            (&mut ws.dkc, b * hkv * cols * dh),
-            (&mut ws.dvc, b * hkv * cols * dh),
         ] {
             size(v, n);
         }
         let dx = &mut ws.dx;
         for l in (0..nl).rev() {
+            let (win, mask) = (&plan.win[l], &plan.mask[l]);
+            let (ne, cols) = (mask.n, mask.n + t);
+            for (v, n) in
+                [(&mut ws.ds, t * cols), (&mut ws.dkc, b * hkv * cols * dh), (&mut ws.dvc, b * hkv * cols * dh)]
+            {
+                size(v, n);
+            }
             let cc = &ws.layers[l];
             let gi = |j: usize| 1 + l * pl + j;
             // x_out = x_mid + a @ w_down
@@ -93,7 +96,7 @@ impl FastDecoder {
             gemm(bt, d, qw, &mut ws.dhid, d, false, View::rows(&ws.dqp, qw), View::t(lw(l, WQ), qw));
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dkp, kw), View::t(lw(l, WK), kw));
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dv, kw), View::t(lw(l, WV), kw));
-            if let (Some(sh), Some(win)) = (comp, &win) {
+            if let (Some(sh), Some(win)) = (comp, win) {
                 let kg = sh.grads(&mut grads[gi(LAYER.len())..gi(pl)]);
                 let gamma = sh.params(w, gi(LAYER.len())).gamma;
                 compress_backward(sh, win, &cc.comp, &ws.dkc, &ws.dvc, b, t, &mut ws.comp, kg, gamma, &mut ws.dhid);

@@ -16,8 +16,7 @@ impl FastDecoder {
         let eps = NORM_EPS as f32;
         let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * pl + j] };
         let (embed, final_norm, lm_head) = (&w[0], &w[1 + nl * pl], &w[2 + nl * pl]);
-        let (comp, rope, win, mask) = (self.comp.as_ref(), &plan.rope, &plan.win, &plan.mask);
-        let (ne, cols) = (mask.n, mask.n + t);
+        let (comp, rope) = (self.comp.as_ref(), &plan.rope);
         let ws = &mut self.work;
         ws.layers.resize_with(nl, LayerCache::default);
         size(&mut ws.x, bt * d);
@@ -25,6 +24,8 @@ impl FastDecoder {
             row.copy_from_slice(&embed[tok as usize * d..(tok as usize + 1) * d]);
         }
         for l in 0..nl {
+            let (win, mask) = (&plan.win[l], &plan.mask[l]);
+            let (ne, cols) = (mask.n, mask.n + t);
             let cc = &mut ws.layers[l];
             for (v, n) in [
                 (&mut cc.x_in, bt * d),
@@ -75,7 +76,7 @@ impl FastDecoder {
                     dst[o..o + dh].copy_from_slice(s);
                 }
             }
-            if let (Some(sh), Some(win)) = (comp, &win) {
+            if let (Some(sh), Some(win)) = (comp, win) {
                 let kp = sh.params(w, 1 + l * pl + LAYER.len());
                 compress_forward(sh, win, &kp, &cc.h1, b, t, &mut cc.comp, &mut cc.kc, &mut cc.vc);
             }

@@ -48,15 +48,16 @@ use ops::{rms_norm, rms_norm_back, Rope};
 
 /// What the fast engine implements, in words.
 pub const SUPPORTED: &str =
-    "every preset: full, w{W}s{S} with its ablations, DeepSeek-V4's dsv4-* and DeepSeek-V4.1's dsv41-c{m}";
+    "every preset but per-head staggered grids: full, w{W}s{S} with its ablations, DeepSeek-V4's dsv4-*, DeepSeek-V4.1's dsv41-c{m} and *-stagger-layers";
 
 /// Presets of every family the fast engine implements, one each (what the tests compare
 /// against the candle path): full attention; the paper's `w{W}s{S}` kernels with vector,
 /// scalar and uniform gates, tied or untied, with or without RoPE, overlapping or not;
 /// DeepSeek-V4's kernels (shared K/V, entry RMSNorm, partial YaRN RoPE on rotated channels),
 /// CSA (padded left, two parameter groups) and HCA (at rate 4, which the tests' sequences hold);
-/// and DeepSeek-V4.1's (a vector gate without per-offset biases, RoPE on the last channels at
-/// the group's first token), at ratio 4 (`dsv41-c1` has no gate: uniform pooling, as HCA's).
+/// DeepSeek-V4.1's (a vector gate without per-offset biases, RoPE on the last channels at
+/// the group's first token), at ratio 4 (`dsv41-c1` has no gate: uniform pooling, as HCA's);
+/// and layers on staggered grids (`-stagger-layers`, each layer's own offset).
 pub const SUPPORTED_PRESETS: &[&str] = &[
     "full",
     "w8s4",
@@ -69,16 +70,21 @@ pub const SUPPORTED_PRESETS: &[&str] = &[
     "dsv4-csa",
     "dsv4-hca4",
     "dsv41-c4",
+    "w8s8-stagger-layers",
+    "w8s4-stagger-layers",
 ];
 
-/// Refuses a model whose preset does not exist. The fast engine implements every kernel spec
-/// the presets make (separate or shared K/V, with or without the entry RMSNorm, learned gates
-/// with or without per-offset biases), so it refuses nothing `phasekv kernel list` shows.
+/// Refuses a model whose preset does not exist, or whose KV heads of one layer sit on different
+/// grids (`stagger: heads`, which the candle engine trains). Every other kernel spec the presets
+/// make (separate or shared K/V, with or without the entry RMSNorm, learned gates with or
+/// without per-offset biases, layers on their own grids) is implemented.
 pub fn check_supported(model: &ModelConfig) -> Result<()> {
     if model.is_full() {
         return Ok(());
     }
-    KernelSpec::preset(&model.preset).map_err(|e| Error::invalid("train.engine", e.to_string()))?;
+    let spec = KernelSpec::preset(&model.preset).map_err(|e| Error::invalid("train.engine", e.to_string()))?;
+    // KV heads of one layer on different grids (`stagger: heads`): the line names --engine candle.
+    (0..model.n_layer).try_for_each(|l| model.layer_spec(&spec, l).map(drop))?;
     Ok(())
 }
 
@@ -130,8 +136,9 @@ struct Inputs {
 /// What the forward and backward pass of one batch share ([`FastDecoder::plan`]).
 struct Plan {
     rope: Option<Rope>,
-    win: Option<Windows>,
-    mask: Mask,
+    /// Per layer: its windows and mask (layers differ only on staggered grids).
+    win: Vec<Option<Windows>>,
+    mask: Vec<Mask>,
 }
 
 /// The model's and the batch's sizes.
@@ -156,7 +163,8 @@ pub struct FastDecoder {
     vocab: usize,
     vars: Vec<(String, Var)>,
     rope_freqs: Option<Vec<f64>>,
-    spec: KernelSpec,
+    /// Each layer's kernel on its own grid ([`ModelConfig::layer_spec`]).
+    layer_specs: Vec<KernelSpec>,
     /// The compressor of every layer (`None` for `full`).
     comp: Option<CompressorShape>,
     /// Parameters per layer ([`LAYER`], then the compressor's).
@@ -275,12 +283,13 @@ impl FastDecoder {
             _ => None,
         };
         let per_layer = LAYER.len() + knames.len();
+        let layer_specs = (0..config.n_layer).map(|l| config.layer_spec(&spec, l)).collect::<Result<_>>()?;
         Ok(FastDecoder {
             cfg: config.clone(),
             vocab,
             vars,
             rope_freqs,
-            spec,
+            layer_specs,
             comp,
             per_layer,
             work: Workspace::default(),
@@ -345,14 +354,15 @@ impl FastDecoder {
     /// entries of this length; `full` attends causally (a local window of the whole sequence,
     /// as the decoder calls it).
     fn plan(&self, t: usize) -> Plan {
-        let win = self.comp.as_ref().map(|sh| sh.windows(t));
-        let ne = win.as_ref().map_or(0, |w| w.n);
         let local = if self.comp.is_some() { self.cfg.local_window } else { t.max(1) };
-        Plan {
-            rope: self.rope_freqs.as_ref().map(|f| Rope::new(f, t)),
-            mask: Mask::new(&self.spec.geometry, self.spec.visibility, ne, t, local),
-            win,
+        let (mut win, mut mask) = (Vec::new(), Vec::new());
+        for spec in &self.layer_specs {
+            let w = self.comp.as_ref().map(|sh| sh.windows(spec, t));
+            let ne = w.as_ref().map_or(0, |w| w.n);
+            mask.push(Mask::new(&spec.geometry, spec.visibility, ne, t, local));
+            win.push(w);
         }
+        Plan { rope: self.rope_freqs.as_ref().map(|f| Rope::new(f, t)), win, mask }
     }
 
     /// The sizes of one batch.

@@ -69,7 +69,10 @@ fn slot_values(spec: &KernelSpec, proj: &Array3<f64>, x: &Array2<f64>, n: usize)
             (0..w)
                 .map(|i| {
                     let t = window_span(spec, j).0 + i as i64;
-                    (t >= 0).then(|| proj.index_axis(Axis(0), spec.group_of(i)).dot(&x.row(t as usize)))
+                    // A kernel that returns more entries than fit (a mutant on another grid) must
+                    // fail a check, not panic the harness: slots past the sequence are empty.
+                    (t >= 0 && (t as usize) < x.nrows())
+                        .then(|| proj.index_axis(Axis(0), spec.group_of(i)).dot(&x.row(t as usize)))
                 })
                 .collect()
         })

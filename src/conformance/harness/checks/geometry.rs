@@ -215,3 +215,66 @@ pub(super) fn k4_phase_not_window(s: &dyn KernelUnderTest, case: &Case) -> Resul
     }
     Ok(CheckVerdict::pass(worst, tol))
 }
+
+/// K14 (grid shift, issue 30): a kernel on the grid with offset `o > 0` is the same kernel on a
+/// grid `o' < o` moved by `d = o - o'` tokens. For `o'` in `{0, floor(o/2)}`: prepend the last
+/// `d` prefix rows to the sequence and compress on grid `o`; entry `j + k` of that equals entry
+/// `j` of grid `o'` on the sequence itself (`k = 1` when `o' = 0` and grid `o`'s leading window is
+/// complete: it has no counterpart there), pooled entries and gates, wherever grid `o'`'s window
+/// `j` has no empty slot (exact for the reference, reassociation otherwise), and differs where it
+/// has one (the prepended tokens fill it). The entry count is `n_{o'}(T) + k`. Offset 0: not
+/// applicable.
+pub(super) fn k14_grid_shift(s: &dyn KernelUnderTest, case: &Case) -> Result<CheckVerdict> {
+    let spec = s.spec();
+    let g = spec.geometry;
+    let o = g.offset();
+    if o == 0 {
+        return Ok(CheckVerdict::NotApplicable("grid offset 0: no lower grid to map onto".into()));
+    }
+    let mut lower_offsets = vec![0, o / 2];
+    lower_offsets.dedup();
+    let (mut worst, mut bound_at_worst) = (0.0f64, 0.0f64);
+    for o2 in lower_offsets {
+        let g2 = g.with_offset(o2)?;
+        let lower = s.with_spec(KernelSpec { geometry: g2, ..spec.clone() });
+        let a = lower.compress(case.dims, &case.params, case.x.view())?;
+        let d = o - o2;
+        let pre = case.prefix.slice(ndarray::s![case.prefix.nrows() - d.., ..]);
+        let x2 = ndarray::concatenate(Axis(0), &[pre, case.x.view()]).expect("same width");
+        let b = s.compress(case.dims, &case.params, x2.view())?;
+        // Grid o's leading window has no counterpart on grid 0; it counts once complete.
+        let k = usize::from(o2 == 0 && g.end(0) < x2.nrows());
+        if b.len() != a.len() + k {
+            return Ok(CheckVerdict::Fail(format!(
+                "prepending {d} tokens on grid {o} gave {} entries; grid {o2} has {} (+{k} leading)",
+                b.len(),
+                a.len()
+            )));
+        }
+        let bound = same_bound(s, true, terms(s, case), magnitude(&a));
+        for j in 0..a.len() {
+            let diff = entry_diff(&b, j + k, &a, j, true)
+                .max(max_abs_diff(&b.gate_k.index_axis(Axis(0), j + k), &a.gate_k.index_axis(Axis(0), j)))
+                .max(max_abs_diff(&b.gate_v.index_axis(Axis(0), j + k), &a.gate_v.index_axis(Axis(0), j)));
+            if g2.valid_slots(j) == g2.window() {
+                if diff > bound {
+                    return Ok(CheckVerdict::Fail(format!(
+                        "grid {o} after prepending {d} tokens: entry {} differs from grid {o2}'s entry {j} by {diff:.3e} \
+                         (bound {bound:.1e})",
+                        j + k
+                    )));
+                }
+                if diff >= worst {
+                    (worst, bound_at_worst) = (diff, bound);
+                }
+            } else if diff <= bound {
+                return Ok(CheckVerdict::Fail(format!(
+                    "grid {o2}'s entry {j} has empty slots; with {d} real tokens prepended grid {o}'s entry {} should \
+                     differ, but by only {diff:.3e}",
+                    j + k
+                )));
+            }
+        }
+    }
+    Ok(CheckVerdict::pass(worst, bound_at_worst))
+}

@@ -12,7 +12,7 @@ mod geometry;
 use agreement::{k11_streaming, k12_causality, k13_reference};
 pub(crate) use agreement::{low_reference, low_reference_mutated, post_rows};
 use gates::{k10_tied_scalar, k5_normalisation, k6_convexity, k7_uniform_limit, k8_one_hot_limit, k9_permutation};
-use geometry::{k1_count, k2_locality, k3_stride_shift, k4_phase_not_window, perturbed};
+use geometry::{k14_grid_shift, k1_count, k2_locality, k3_stride_shift, k4_phase_not_window, perturbed};
 
 use super::tolerance::{self, max_abs, max_abs_diff};
 use super::{Case, CheckVerdict, Invariant, KernelUnderTest};
@@ -39,17 +39,21 @@ pub fn check(inv: Invariant, s: &dyn KernelUnderTest, case: &Case) -> Result<Che
         Invariant::K11Streaming => k11_streaming(s, case),
         Invariant::K12Causality => k12_causality(s, case),
         Invariant::K13ReferenceAgreement => k13_reference(s, case),
+        Invariant::K14GridShift => k14_grid_shift(s, case),
     }
 }
 
 /// Window `j` as the geometry table of `theory/kernels.md` defines it, re-derived here independently of
-/// [`crate::geometry`] so that K1/K2 test the geometry module too: `(start, end)` inclusive.
+/// [`crate::geometry`] so that K1/K2 test the geometry module too: `(start, end)` inclusive. On a
+/// grid with offset `o > 0` ("Staggered grids") window 0 is the one ending at `o - 1 + W - S`
+/// (`start`) or `o - 1` (`pad_left`): the unshifted window moved by `o - S`.
 pub(super) fn window_span(spec: &KernelSpec, j: usize) -> (i64, i64) {
     let (w, st) = (spec.geometry.window() as i64, spec.geometry.stride() as i64);
+    let o = spec.geometry.offset() as i64;
     let start = match spec.geometry.alignment() {
         Alignment::Start => j as i64 * st,
         Alignment::PadLeft => (j as i64 + 1) * st - w,
-    };
+    } + if o > 0 { o - st } else { 0 };
     (start, start + w - 1)
 }
 

@@ -1,5 +1,5 @@
 //! A kernel in another process, checked live by the harness (`phasekv kernel check --external
-//! CMD`): every invariant K1-K13 runs against it with proptest-drawn cases, failures shrink, and
+//! CMD`): every invariant K1-K14 runs against it with proptest-drawn cases, failures shrink, and
 //! a shrunk counterexample is written as a dump that `phasekv kernel validate` replays.
 //!
 //! The protocol (theory/dump-format.md, "Checking a live kernel"; the Python side is

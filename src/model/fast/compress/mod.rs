@@ -125,14 +125,21 @@ impl CompressorShape {
         KernelGrads { proj_k, proj_v, gate_k, gate_v, gamma }
     }
 
-    /// The windows of a `t`-token sequence: slot tokens `[n, W]`, valid slots per window and
-    /// the entry positions (all from the geometry and the spec).
-    pub fn windows(&self, t: usize) -> Windows {
-        let g = &self.spec.geometry;
+    /// The windows of a `t`-token sequence on one layer's grid (`spec`: this shape's spec on
+    /// that layer's offset, [`crate::model::config::ModelConfig::layer_spec`]): slot tokens
+    /// `[n, W]`, valid slots per window and the entry positions (all from the geometry and the
+    /// spec).
+    pub fn windows(&self, spec: &KernelSpec, t: usize) -> Windows {
+        debug_assert_eq!(
+            KernelSpec { geometry: self.spec.geometry, stagger: self.spec.stagger, ..spec.clone() },
+            self.spec,
+            "a layer's spec differs from the shape's in more than its grid"
+        );
+        let g = &spec.geometry;
         let n = g.num_windows(t);
         let slots = g.slot_tokens(t);
         let counts = slots.chunks(self.w).map(|c| c.iter().filter(|s| s.is_some()).count()).collect();
-        let positions: Vec<usize> = (0..n).map(|j| self.spec.entry_position(j)).collect();
+        let positions: Vec<usize> = (0..n).map(|j| spec.entry_position(j)).collect();
         let rope = self.rope_freqs.as_ref().map(|f| Rope::new(f, positions.iter().max().map_or(0, |&p| p + 1)));
         Windows { n, slots, counts, positions, rope }
     }
