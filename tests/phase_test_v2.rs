@@ -11,8 +11,7 @@ use phasekv::analysis::phase_test::{
     PhaseTestConfig, TestMethod, ALPHA, CONT_MAX_FALSE_POSITIVE, LR_PRECISION, MC_ROUNDS, PROB_FLOOR,
 };
 use phasekv::analysis::training::{
-    seed_outcome, training_status, SeedOutcome, TrainingStatus, EXTENSION_LR_FRACTION, MAX_EXTENSIONS,
-    SUCCESS_ACCURACY,
+    seed_outcome, training_status, SeedOutcome, TrainingStatus, EXTENSION_LR_FRACTION, MAX_EXTENSIONS, SUCCESS_ACCURACY,
 };
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -198,7 +197,8 @@ fn the_continuous_test_is_the_block_anova_f_and_pools_over_seeds() {
     let t = continuous_test(&recs, 2, &PhaseTestConfig { mc_rounds: 99, ..Default::default() }).unwrap();
     let all: Vec<f64> = y.iter().flatten().copied().collect();
     let grand = all.iter().sum::<f64>() / 8.0;
-    let phase_mean = |p: usize| (0..2).flat_map(|f| (0..4).filter(move |g| g % 2 == p).map(move |g| y[f][g])).sum::<f64>() / 4.0;
+    let phase_mean =
+        |p: usize| (0..2).flat_map(|f| (0..4).filter(move |g| g % 2 == p).map(move |g| y[f][g])).sum::<f64>() / 4.0;
     let fam_mean = |f: usize| y[f].iter().sum::<f64>() / 4.0;
     let ss_phase: f64 = (0..2).map(|p| 4.0 * (phase_mean(p) - grand).powi(2)).sum();
     let ss_within: f64 = (0..2).map(|f| y[f].iter().map(|v| (v - fam_mean(f)).powi(2)).sum::<f64>()).sum();
@@ -210,7 +210,8 @@ fn the_continuous_test_is_the_block_anova_f_and_pools_over_seeds() {
     assert!((nll(0.5) - std::f64::consts::LN_2).abs() < 1e-15);
     // Pooled: the sum of the seeds' F, seeded.
     let mut rng = ChaCha8Rng::seed_from_u64(5);
-    let seeds: Vec<Vec<NllRecord>> = (0..3).map(|_| families(10, 8, 4, &mut rng, |r, _, _| heavy(r, 0.05, 0.0))).collect();
+    let seeds: Vec<Vec<NllRecord>> =
+        (0..3).map(|_| families(10, 8, 4, &mut rng, |r, _, _| heavy(r, 0.05, 0.0))).collect();
     let cfg = PhaseTestConfig { mc_rounds: 199, ..Default::default() };
     let p = pooled_continuous_test(&seeds, 4, &cfg).unwrap();
     assert!((p.statistic - p.seeds.iter().map(|s| s.statistic).sum::<f64>()).abs() < 1e-12);

@@ -108,11 +108,17 @@ impl Design {
         let g = x.transpose() * &x;
         // Phases absent from every family's contrast (or aliased) make `g` singular.
         let ginv = g.clone().try_inverse().filter(|m| m.iter().all(|v| v.is_finite())).ok_or_else(|| {
-            Error::invalid("continuous phase test", "a phase has no contrast within the families (every family holds one phase, or a phase is missing)")
+            Error::invalid(
+                "continuous phase test",
+                "a phase has no contrast within the families (every family holds one phase, or a phase is missing)",
+            )
         })?;
         let df1 = stride - 1;
         let df2 = n.checked_sub(blocks.len() + df1).filter(|&d| d > 0).ok_or_else(|| {
-            Error::invalid("continuous phase test", format!("{n} prompts in {} families leave no error degrees of freedom", blocks.len()))
+            Error::invalid(
+                "continuous phase test",
+                format!("{n} prompts in {} families leave no error degrees of freedom", blocks.len()),
+            )
         })?;
         Ok(Design { x, ginv, y, blocks, ss_within, df1, df2 })
     }

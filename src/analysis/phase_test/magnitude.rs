@@ -75,7 +75,10 @@ pub fn adjusted_gap_replicates(
         return Err(Error::invalid("bootstrap rounds", "must be at least 1, got 0"));
     }
     if phases.len() < 2 || phases.iter().any(|&p| p >= stride) {
-        return Err(Error::invalid("phases", format!("need at least 2 phases below the stride {stride}, got {phases:?}")));
+        return Err(Error::invalid(
+            "phases",
+            format!("need at least 2 phases below the stride {stride}, got {phases:?}"),
+        ));
     }
     let gap = |set: &[Vec<PhaseRecord>]| -> Result<f64> {
         let mut sum = 0.0;

@@ -50,13 +50,13 @@ mod separation;
 
 pub use continuous::*;
 pub use knockout::*;
-use logistic::*;
 pub use logistic::LR_PRECISION;
-use separation::*;
+use logistic::*;
 pub use magnitude::{
     adjusted_gap_bootstrap, adjusted_gap_bootstrap_over, adjusted_gap_interval, adjusted_gap_replicates, spread_pp,
     window_sharing_phases,
 };
+use separation::*;
 
 /// Significance level of every pre-registered test.
 pub const ALPHA: f64 = 0.01;

@@ -94,9 +94,13 @@ pub(super) fn separated_cells(x: &DMatrix<f64>, n: &[f64], y: &[f64]) -> Result<
         }
         let s = if y[i] >= n[i] { 1.0 } else { -1.0 };
         let b = (basis.transpose() * row(i)) * s;
-        if b.amax() <= RANK_TOL {
+        let norm = b.norm();
+        if norm <= RANK_TOL {
             continue;
         }
+        // Scaling a row by a positive factor leaves the separable set as it is, and rows of
+        // unit norm keep the simplex tableau well conditioned.
+        let b = b / norm;
         let key: Vec<i64> = b.iter().map(|v| (v / RANK_TOL).round() as i64).collect();
         let slot = *index.entry(key).or_insert_with(|| {
             lp_rows.push(b.clone());
@@ -171,10 +175,14 @@ fn simplex_max(a: &DMatrix<f64>, r: &[f64], c: &[f64]) -> Result<Vec<f64>> {
         t[(i + 1, width - 1)] = r[i];
     }
     let mut basis: Vec<usize> = (nv..nv + m).collect();
-    let eps = 1e-11;
+    let eps = 1e-9;
     let limit = 50 * (m + nv) + 1000;
+    // The objective is bounded (by the number of rows), so a column that would enter without a
+    // positive pivot is a direction no row constrains (its reduced cost is rounding): it is left
+    // out from then on.
+    let mut banned = vec![false; nv + m];
     for _ in 0..limit {
-        let Some(enter) = (0..nv + m).find(|&j| t[(0, j)] < -eps) else {
+        let Some(enter) = (0..nv + m).find(|&j| !banned[j] && t[(0, j)] < -eps) else {
             let mut v = vec![0f64; nv];
             for (i, &bv) in basis.iter().enumerate() {
                 if bv < nv {
@@ -187,7 +195,7 @@ fn simplex_max(a: &DMatrix<f64>, r: &[f64], c: &[f64]) -> Result<Vec<f64>> {
         for i in 0..m {
             let piv = t[(i + 1, enter)];
             if piv > eps {
-                let ratio = t[(i + 1, width - 1)] / piv;
+                let ratio = t[(i + 1, width - 1)].max(0.0) / piv;
                 let better = match leave {
                     None => true,
                     Some((l, best)) => ratio < best - eps || (ratio <= best + eps && basis[i] < basis[l]),
@@ -198,7 +206,8 @@ fn simplex_max(a: &DMatrix<f64>, r: &[f64], c: &[f64]) -> Result<Vec<f64>> {
             }
         }
         let Some((l, _)) = leave else {
-            return Err(Error::Numerical { what: "separation LP".into(), reason: "unbounded".into() });
+            banned[enter] = true;
+            continue;
         };
         let piv = t[(l + 1, enter)];
         for j in 0..width {
@@ -295,12 +304,20 @@ fn newton(x: &DMatrix<f64>, n: &[f64], y: &[f64]) -> Result<(f64, DVector<f64>)>
         if score.norm() < GRADIENT_TOL {
             break;
         }
+        // A ridge far below the curvature keeps the system solvable where fitted probabilities
+        // round to 0 or 1 (a separation the LP's tolerances let through); it does not move the
+        // optimum. Should the system still be singular, the fit stops where it is, below the
+        // supremum by at most what the last step would have gained.
+        let top = (0..p).map(|a| h[(a, a)]).fold(0.0f64, f64::max);
+        for a in 0..p {
+            h[(a, a)] += 1e-12 * (1.0 + top);
+        }
         let delta = match h.clone().cholesky() {
             Some(c) => c.solve(&score),
-            None => h.lu().solve(&score).ok_or_else(|| Error::Numerical {
-                what: "logistic fit".into(),
-                reason: "singular Newton system on the identifiable columns".into(),
-            })?,
+            None => match h.lu().solve(&score) {
+                Some(d) => d,
+                None => break,
+            },
         };
         let mut step = 1.0;
         let mut accepted = None;
