@@ -235,8 +235,14 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     let plan = fixture(&dir);
     let claims = build_report(std::slice::from_ref(&dir), &dir).unwrap();
     let ids: Vec<&str> = claims.iter().map(|c| c.id.as_str()).collect();
-    assert_eq!(ids, ["T1", "T2", "E1", "E2", "E3", "E4", "E5", "E6", "E7", "K"]);
+    assert_eq!(ids, ["T1", "T2", "E1", "E2", "E3", "E4", "E5", "E6", "E7", "E8", "E9", "E10", "K"]);
     for c in &claims {
+        // The v2 claims' arms (w8s4-scalar, w8s4-tied, dsv4-csa) are not in the v1 plan.
+        if ["E8", "E9", "E10"].contains(&c.id.as_str()) {
+            assert_eq!(c.verdict, Verdict::NotRun, "{}: {}", c.id, c.measured);
+            assert!(c.measured.starts_with("no data yet"), "{}: {}", c.id, c.measured);
+            continue;
+        }
         assert_eq!(c.verdict, Verdict::Reproduced, "{}: {}", c.id, c.measured);
         for f in c.figures.iter().chain(&c.data) {
             assert!(dir.join(f).exists(), "{}: linked file {f} missing", c.id);
@@ -456,6 +462,7 @@ fn tiny_plan() -> Plan {
         theory: true,
         kernels: true,
         minutes: Default::default(),
+        rules: Default::default(),
     }
 }
 

@@ -55,6 +55,8 @@ mod kernel_validate_mutants;
 mod kernel_validate_strict;
 #[path = "kernel_validate_tolerance.rs"]
 mod kernel_validate_tolerance;
+#[path = "ledger_v2.rs"]
+mod ledger_v2;
 #[path = "phase_lab.rs"]
 mod phase_lab;
 #[path = "phase_stats.rs"]
@@ -63,6 +65,8 @@ mod phase_stats;
 mod phase_test_calibration;
 #[path = "phase_test_stats.rs"]
 mod phase_test_stats;
+#[path = "phase_test_v2.rs"]
+mod phase_test_v2;
 #[path = "report_ledger.rs"]
 mod report_ledger;
 #[path = "reproduce_plans.rs"]

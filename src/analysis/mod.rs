@@ -7,6 +7,7 @@
 //! | [`phase`] | a phase profile (every statistic) from per-prompt outcomes |
 //! | [`phase_test`] | the pre-registered depth-controlled phase test, its pooling over seeds, knockout row tests |
 //! | [`verdict`] | verdict states of a claim, the ceiling rule, the paper's magnitudes |
+//! | [`training`] | the training-success rule of v2 (§8.2): success, one warm-restart extension, failed seeds excluded |
 //! | [`eval`] | scoring a trained decoder on prompts; knockouts by mean replacement |
 //! | [`gates`] | gate preferences: static and input-dependent concentration |
 //! | [`audit`] | prompts exported as JSONL, external results read back |
@@ -18,4 +19,5 @@ pub mod phase;
 pub mod phase_test;
 pub mod protocol;
 pub mod stats;
+pub mod training;
 pub mod verdict;

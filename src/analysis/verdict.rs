@@ -130,6 +130,92 @@ pub fn verdict(claim: Claim, ceiling: bool, agreement: &SeedAgreement, measured:
     }
 }
 
+/// Which pre-registration judges a run (a plan's `rules`): `v1` (§7, the committed issue-17 run
+/// and every plan written before v2) or `v2` (§8: both tests at `ALPHA / 2`, the ceiling rule of
+/// §8.5, failed seeds excluded by §8.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rules {
+    /// `theory/phase-lab.md` §7.
+    #[default]
+    V1,
+    /// `theory/phase-lab.md` §8.
+    V2,
+}
+
+impl Rules {
+    /// Whether these are the v1 rules (the default, left out of plan files).
+    pub fn is_v1(&self) -> bool {
+        *self == Rules::V1
+    }
+}
+
+/// §8.5: a model whose effect is absent is not testable (ceiling) only when, besides the
+/// accuracy ceiling, every residue group's mean teacher-forced probability of the answer is at
+/// least this under both protocols (the continuous test has no room either).
+pub const PROB_CEILING: f64 = 0.99;
+
+/// Whether every group's mean teacher-forced probability is at least [`PROB_CEILING`] under
+/// every protocol given (`protocols[k][g]`: the mean over the group's prompts, `None` for an
+/// empty group). Needs at least one protocol with at least one non-empty group.
+pub fn at_prob_ceiling(protocols: &[&[Option<f64>]]) -> Result<bool> {
+    if !protocols.iter().any(|p| p.iter().any(Option::is_some)) {
+        return Err(Error::invalid("probability ceiling", "needs at least one protocol with prompts"));
+    }
+    Ok(protocols.iter().all(|p| p.iter().flatten().all(|&m| m >= PROB_CEILING)))
+}
+
+/// A model's phase effect by §8.4: each test (binary, continuous) holds, is absent or neither
+/// by its own seed rule; the model's effect **holds** when it holds in either test and is
+/// **absent** when it is absent in both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Effect {
+    /// Holds in at least one test.
+    Holds,
+    /// Absent in every test.
+    Absent,
+    /// Neither.
+    Neither,
+}
+
+impl Effect {
+    /// The model's effect from its tests' agreements (each already at `ALPHA / 2`, §8.3).
+    pub fn of(tests: &[&SeedAgreement]) -> Effect {
+        if tests.iter().any(|a| a.present()) {
+            Effect::Holds
+        } else if !tests.is_empty() && tests.iter().all(|a| a.absent()) {
+            Effect::Absent
+        } else {
+            Effect::Neither
+        }
+    }
+}
+
+/// The verdict of one model's part by the v2 rules (§8.4, §8.5): a significant effect counts
+/// whatever the accuracy; only an **absent** effect at the ceiling (`ceiling`: accuracy and
+/// probability ceilings both, [`at_ceiling`] and [`at_prob_ceiling`]) is not testable.
+///
+/// - an effect: holds, then the magnitude rule of §7.5; absent at the ceiling: not testable;
+///   otherwise not reproduced;
+/// - no effect: holds: not reproduced (at the ceiling too); absent at the ceiling: not
+///   testable; absent elsewhere: reproduced when the magnitude's lower end is at most the
+///   paper's bound; neither: not reproduced.
+pub fn verdict_v2(claim: Claim, effect: Effect, ceiling: bool, measured: Magnitude) -> Verdict {
+    match (claim, effect) {
+        (Claim::Effect { paper_pp }, Effect::Holds) => {
+            if measured.pp >= MAGNITUDE_FRACTION * paper_pp {
+                Verdict::Reproduced
+            } else {
+                Verdict::ReproducedSmaller
+            }
+        }
+        (_, Effect::Absent) if ceiling => Verdict::NotTestableCeiling,
+        (Claim::NoEffect { paper_max_pp }, Effect::Absent) if measured.lo_pp <= paper_max_pp => Verdict::Reproduced,
+        _ => Verdict::NotReproduced,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,5 +251,36 @@ mod tests {
         assert!(at_ceiling(&[&high, &high]).unwrap());
         assert!(!at_ceiling(&[&high, &one_low]).unwrap());
         assert!(at_ceiling(&[&[]]).is_err());
+    }
+
+    #[test]
+    fn v2_a_significant_effect_counts_at_the_ceiling_and_only_absence_is_not_testable() {
+        let m = Magnitude { pp: 45.0, lo_pp: 30.0, hi_pp: 60.0 };
+        let zero = Magnitude { pp: 0.5, lo_pp: -1.0, hi_pp: 2.0 };
+        let effect = Claim::Effect { paper_pp: PAPER_COMPRESSED_GAP_PP };
+        let none = Claim::NoEffect { paper_max_pp: PAPER_BASELINE_GAP_PP };
+        let holds = agree(1e-6, &[1e-4, 1e-3, 0.2]);
+        let gone = agree(0.5, &[0.5, 0.2, 0.9]);
+        let mid = agree(0.5, &[1e-4, 1e-3, 0.9]);
+        // Either test holding makes the model's effect hold; absence needs both.
+        assert_eq!(Effect::of(&[&gone, &holds]), Effect::Holds);
+        assert_eq!(Effect::of(&[&gone, &gone]), Effect::Absent);
+        assert_eq!(Effect::of(&[&gone, &mid]), Effect::Neither);
+        assert_eq!(Effect::of(&[]), Effect::Neither);
+        // At the ceiling: a held effect counts (v1 said not testable), an absent one does not.
+        assert_eq!(verdict_v2(effect, Effect::Holds, true, m), Verdict::Reproduced);
+        assert_eq!(verdict_v2(effect, Effect::Absent, true, m), Verdict::NotTestableCeiling);
+        assert_eq!(verdict_v2(effect, Effect::Absent, false, m), Verdict::NotReproduced);
+        assert_eq!(verdict_v2(none, Effect::Holds, true, zero), Verdict::NotReproduced);
+        assert_eq!(verdict_v2(none, Effect::Absent, true, zero), Verdict::NotTestableCeiling);
+        assert_eq!(verdict_v2(none, Effect::Absent, false, zero), Verdict::Reproduced);
+        assert_eq!(verdict_v2(none, Effect::Absent, false, m), Verdict::NotReproduced);
+        assert_eq!(verdict_v2(none, Effect::Neither, true, zero), Verdict::NotReproduced);
+        // The probability ceiling: every group of every protocol.
+        let hi = [Some(0.995), None, Some(0.999)];
+        let lo = [Some(0.995), Some(0.98)];
+        assert!(at_prob_ceiling(&[&hi, &hi]).unwrap());
+        assert!(!at_prob_ceiling(&[&hi, &lo]).unwrap());
+        assert!(at_prob_ceiling(&[&[None]]).is_err());
     }
 }

@@ -37,6 +37,7 @@ pub fn tiny_sweep(steps: usize) -> Plan {
         t2_seeds: 1,
         kernel_cases: 1,
         minutes: Default::default(),
+        rules: Default::default(),
     }
 }
 

@@ -139,7 +139,8 @@ pub fn knockout_row_tests(
         let (p, method) = if fits.min_expected < cfg.min_expected {
             let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
             rng.set_stream(ri as u64);
-            (resampled_p(fits.statistic, &problem.bootstrap(&fits, rounds, &mut rng)?), TestMethod::ParametricBootstrap)
+            let reps = problem.bootstrap(&fits, rounds, &mut rng)?;
+            (resampled_p(fits.statistic, &reps, fits.tie_tolerance()), TestMethod::ParametricBootstrap)
         } else {
             (chi2_p(fits.statistic, problem.df())?, TestMethod::Asymptotic)
         };

@@ -21,18 +21,68 @@ pub fn adjusted_gap_bootstrap(
     rounds: usize,
     seed: u64,
 ) -> Result<BootInterval> {
+    let all: Vec<usize> = (0..stride).collect();
+    adjusted_gap_bootstrap_over(seeds, stride, &all, rounds, seed)
+}
+
+/// The spread (max minus min), in percentage points, of depth-adjusted phase accuracies
+/// `adjusted` over `phases` only.
+pub fn spread_pp(adjusted: &[f64], phases: &[usize]) -> f64 {
+    let (lo, hi) = phases
+        .iter()
+        .filter_map(|&p| adjusted.get(p))
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+    100.0 * (hi - lo)
+}
+
+/// The phases whose key-value pair shares a window (E4 of `theory/phase-lab.md` §8.8): phases
+/// `p < stride` of the key's first token with `p + key_len + val_len - 1 <= window - 1`, so
+/// the key and its whole value lie in the window that starts at the key's phase 0 (W8/S8 with
+/// one-token keys and values: phases 0-6; two-token values: 0-5).
+pub fn window_sharing_phases(window: usize, stride: usize, key_len: usize, val_len: usize) -> Vec<usize> {
+    (0..stride).filter(|&p| p + key_len + val_len < window + 1).collect()
+}
+
+/// [`adjusted_gap_bootstrap`] with the spread taken over `phases` only (E4 of §8.8: the phases
+/// whose key-value pair shares a window). Each seed's spread, then their mean (§8.7); the
+/// replicates resample every phase's records (all `stride` strata), as the test's data.
+pub fn adjusted_gap_bootstrap_over(
+    seeds: &[Vec<PhaseRecord>],
+    stride: usize,
+    phases: &[usize],
+    rounds: usize,
+    seed: u64,
+) -> Result<BootInterval> {
+    let (pp, mut boot) = adjusted_gap_replicates(seeds, stride, phases, rounds, seed)?;
+    boot.sort_by(f64::total_cmp);
+    Ok(BootInterval::from_sorted(pp, &boot))
+}
+
+/// The statistic of [`adjusted_gap_bootstrap_over`] and its `rounds` replicates, in the order
+/// drawn (so that two arms' replicates can be paired for a difference, §8.8's E8-E9).
+pub fn adjusted_gap_replicates(
+    seeds: &[Vec<PhaseRecord>],
+    stride: usize,
+    phases: &[usize],
+    rounds: usize,
+    seed: u64,
+) -> Result<(f64, Vec<f64>)> {
     if seeds.is_empty() {
         return Err(Error::invalid("seeds", "no seeds to pool"));
     }
     if rounds == 0 {
         return Err(Error::invalid("bootstrap rounds", "must be at least 1, got 0"));
     }
-    let cfg = PhaseTestConfig { seed, ..PhaseTestConfig::default() };
+    if phases.len() < 2 || phases.iter().any(|&p| p >= stride) {
+        return Err(Error::invalid(
+            "phases",
+            format!("need at least 2 phases below the stride {stride}, got {phases:?}"),
+        ));
+    }
     let gap = |set: &[Vec<PhaseRecord>]| -> Result<f64> {
         let mut sum = 0.0;
         for r in set {
-            let prep = prepare(r, stride, &cfg)?;
-            sum += prep.summary(stride, r, PValue::asymptotic(1.0), TestMethod::Asymptotic).adjusted_gap_pp;
+            sum += spread_pp(&adjusted_phase_accuracies(r, stride)?, phases);
         }
         Ok(sum / set.len() as f64)
     };
@@ -61,8 +111,7 @@ pub fn adjusted_gap_bootstrap(
         }
         boot.push(gap(&set)?);
     }
-    boot.sort_by(f64::total_cmp);
-    Ok(BootInterval::from_sorted(pp, &boot))
+    Ok((pp, boot))
 }
 
 #[cfg(test)]

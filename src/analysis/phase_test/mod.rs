@@ -22,7 +22,10 @@
 //! phase expects at least [`MIN_EXPECTED`] correct and [`MIN_EXPECTED`] wrong answers;
 //! otherwise (near the ceiling, where the chi-square approximation fails) a parametric
 //! bootstrap: [`MC_ROUNDS`] data sets drawn from the fitted null, both models refitted on each,
-//! `p = (1 + #{G* >= G}) / (1 + rounds)`.
+//! `p = (1 + #{G* >= G - LR_PRECISION (1 + |l0|)}) / (1 + rounds)` (ties counted, §8.6).
+//! Every likelihood is its exact supremum (§8.6, `separation`): cells that can be separated
+//! are found by Konis's linear program and the rest is fitted to convergence, for the observed
+//! statistic and for every replicate.
 //!
 //! **Seeds.** The pooled test sums the per-seed statistics (each seed with its own spline and
 //! phase effects): a test of "no phase effect in any seed" with `n (S - 1)` degrees of freedom,
@@ -39,13 +42,21 @@ use serde::{Deserialize, Serialize};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 use std::collections::BTreeMap;
 
+mod continuous;
 mod knockout;
 mod logistic;
 mod magnitude;
+mod separation;
 
+pub use continuous::*;
 pub use knockout::*;
+pub use logistic::LR_PRECISION;
 use logistic::*;
-pub use magnitude::{adjusted_gap_bootstrap, adjusted_gap_interval};
+pub use magnitude::{
+    adjusted_gap_bootstrap, adjusted_gap_bootstrap_over, adjusted_gap_interval, adjusted_gap_replicates, spread_pp,
+    window_sharing_phases,
+};
+use separation::*;
 
 /// Significance level of every pre-registered test.
 pub const ALPHA: f64 = 0.01;
@@ -226,17 +237,8 @@ impl Prepared {
             k[r.position % stride] += r.correct as usize;
         }
         let phases: Vec<GroupAccuracy> = (0..stride).map(|f| GroupAccuracy::new(f, k[f], n[f])).collect();
-        // Depth-adjusted accuracy: every cell's depth part, each phase in turn, weighted by count.
         let pr = &self.problem;
-        let null_cols = pr.x_null.ncols();
-        let base = pr.x_null.clone() * self.fits.full.beta.rows(0, null_cols);
-        let total: f64 = pr.n.iter().sum();
-        let adjusted: Vec<f64> = (0..stride)
-            .map(|f| {
-                let shift = if f > 0 { self.fits.full.beta[null_cols + f - 1] } else { 0.0 };
-                base.iter().zip(&pr.n).map(|(&e, &ni)| ni * sigmoid(e + shift)).sum::<f64>() / total
-            })
-            .collect();
+        let adjusted = adjusted_accuracies(pr, &self.fits.full_beta, stride);
         let (lo, hi) = adjusted.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
         PhaseTest {
             stride,
@@ -255,6 +257,30 @@ impl Prepared {
     }
 }
 
+/// Depth-adjusted accuracy per phase: the full model's mean predicted accuracy over every
+/// cell's depth (weighted by its prompts) with the phase set to each value in turn, from the
+/// finite coefficients `beta` of the capped Newton fit.
+fn adjusted_accuracies(pr: &LrProblem, beta: &DVector<f64>, stride: usize) -> Vec<f64> {
+    let null_cols = pr.x_null.ncols();
+    let base = pr.x_null.clone() * beta.rows(0, null_cols);
+    let total: f64 = pr.n.iter().sum();
+    (0..stride)
+        .map(|f| {
+            let shift = if f > 0 { beta[null_cols + f - 1] } else { 0.0 };
+            base.iter().zip(&pr.n).map(|(&e, &ni)| ni * sigmoid(e + shift)).sum::<f64>() / total
+        })
+        .collect()
+}
+
+/// The depth-adjusted accuracy per phase of one model's `records` at `stride` (what
+/// [`PhaseTest::adjusted`] holds), without the test: the magnitudes' bootstrap refits only this.
+pub fn adjusted_phase_accuracies(records: &[PhaseRecord], stride: usize) -> Result<Vec<f64>> {
+    let (problem, _) = phase_problem(records, stride, SPLINE_KNOTS)?;
+    let null = fit(&problem.x_null, &problem.n, &problem.y, None)?;
+    let beta = fit(&problem.x_full, &problem.n, &problem.y, Some(&problem.extend(&null.beta)))?.beta;
+    Ok(adjusted_accuracies(&problem, &beta, stride))
+}
+
 /// The pre-registered phase test of one model's `records` for stride `stride` (see the module
 /// doc).
 pub fn phase_test(records: &[PhaseRecord], stride: usize, cfg: &PhaseTestConfig) -> Result<PhaseTest> {
@@ -262,7 +288,7 @@ pub fn phase_test(records: &[PhaseRecord], stride: usize, cfg: &PhaseTestConfig)
     let (p, method) = if prep.resample(cfg) {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         let reps = prep.problem.bootstrap(&prep.fits, cfg.mc_rounds, &mut rng)?;
-        (resampled_p(prep.fits.statistic, &reps), TestMethod::ParametricBootstrap)
+        (resampled_p(prep.fits.statistic, &reps, prep.fits.tie_tolerance()), TestMethod::ParametricBootstrap)
     } else {
         (chi2_p(prep.fits.statistic, prep.problem.df())?, TestMethod::Asymptotic)
     };
@@ -361,7 +387,9 @@ pub fn pooled_phase_test(seeds: &[Vec<PhaseRecord>], stride: usize, cfg: &PhaseT
             pooled_reps.iter_mut().zip(r).for_each(|(a, b)| *a += b);
         }
         let (p, method) = match &reps {
-            Some(r) if prep.resample(cfg) => (resampled_p(prep.fits.statistic, r), TestMethod::ParametricBootstrap),
+            Some(r) if prep.resample(cfg) => {
+                (resampled_p(prep.fits.statistic, r, prep.fits.tie_tolerance()), TestMethod::ParametricBootstrap)
+            }
             _ => (chi2_p(prep.fits.statistic, prep.problem.df())?, TestMethod::Asymptotic),
         };
         tests.push(prep.summary(stride, records, p, method));
@@ -369,7 +397,9 @@ pub fn pooled_phase_test(seeds: &[Vec<PhaseRecord>], stride: usize, cfg: &PhaseT
     let statistic: f64 = tests.iter().map(|t| t.statistic).sum();
     let df: usize = tests.iter().map(|t| t.df).sum();
     let (p, method) = if resample {
-        (resampled_p(statistic, &pooled_reps), TestMethod::ParametricBootstrap)
+        // Ties of the summed statistic: the seeds' tolerances add.
+        let tolerance: f64 = prepared.iter().map(|p| p.fits.tie_tolerance()).sum();
+        (resampled_p(statistic, &pooled_reps, tolerance), TestMethod::ParametricBootstrap)
     } else {
         (chi2_p(statistic, df)?, TestMethod::Asymptotic)
     };
@@ -413,15 +443,33 @@ mod tests {
     }
 
     #[test]
-    fn separation_converges_to_the_supremum() {
-        // Group 1 always right: its coefficient diverges but the likelihood converges.
+    fn separation_reaches_the_supremum_exactly() {
+        // Group 1 always right: its coefficient diverges; the supremum is group 0's alone.
         let mut x = DMatrix::zeros(2, 2);
         x[(0, 0)] = 1.0;
         x[(1, 0)] = 1.0;
         x[(1, 1)] = 1.0;
-        let f = fit(&x, &[100.0, 100.0], &[50.0, 100.0], None).unwrap();
+        let f = exact_fit(&x, &[100.0, 100.0], &[50.0, 100.0]).unwrap();
         let sup = 100.0 * 0.5f64.ln(); // 50 ln .5 + 50 ln .5
-        assert!((f.loglik - sup).abs() < 1e-6, "{} vs {sup}", f.loglik);
+        assert!((f.loglik - sup).abs() < 1e-12, "{} vs {sup}", f.loglik);
+        assert!((f.mu[0] - 0.5).abs() < 1e-12 && f.mu[1] == 1.0, "{:?}", f.mu);
+        // Negative control: nothing separable when every cell has both answers.
+        let g = exact_fit(&x, &[100.0, 100.0], &[50.0, 99.0]).unwrap();
+        assert!((g.mu[1] - 0.99).abs() < 1e-9, "{:?}", g.mu);
+    }
+
+    #[test]
+    fn the_lp_finds_separation_the_witness_cannot() {
+        // Rows b = (1, 0), (-1, 1), (0, -1) in R^2 leave only z = 0 (b1 + b2 + b3 = 0): nothing
+        // separable. Rows (1, 0), (0, 1), (-1, 1) cone: z = (1, 2) separates all three, but
+        // their sum (0, 2) is 0 on the first row, so the LP must decide.
+        let rows = |v: &[[f64; 2]]| v.iter().map(|r| DVector::from_column_slice(r)).collect::<Vec<_>>();
+        let none = separation::konis_lp_for_tests(&rows(&[[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]]), 2).unwrap();
+        assert!(none.iter().all(|&t| t < 0.5), "{none:?}");
+        let all = separation::konis_lp_for_tests(&rows(&[[1.0, 0.0], [0.0, 1.0], [-1.0, 1.0]]), 2).unwrap();
+        assert!(all.iter().all(|&t| t > 0.5), "{all:?}");
+        let some = separation::konis_lp_for_tests(&rows(&[[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]]), 2).unwrap();
+        assert_eq!(some.iter().map(|&t| t > 0.5).collect::<Vec<_>>(), vec![false, false, true]);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 
 use super::claims::{Claim, Verdict};
 use super::collect::{arms, Collected};
+use crate::analysis::training::SeedOutcome;
+use crate::analysis::verdict::Rules;
 use serde::{Deserialize, Serialize};
 
 /// Held-out exact match below which a seed did not learn the task: it is named first in the
@@ -13,9 +15,10 @@ use serde::{Deserialize, Serialize};
 /// more except `full-seed2` (35.6 %).
 pub const FAILED_ACCURACY: f64 = 0.5;
 
-/// The v2 training-success threshold (`theory/phase-lab.md` §8.2): seeds below it are listed in
-/// the banner (reported only; v1 has no such rule).
-pub const SUCCESS_ACCURACY: f64 = 0.90;
+/// The v2 training-success threshold (`theory/phase-lab.md` §8.2; the rule's one definition is
+/// `analysis::training`): under v1 rules seeds below it are listed in the banner (reported
+/// only), under v2 they are excluded.
+pub use crate::analysis::training::SUCCESS_ACCURACY;
 
 /// `ledger.json`: the banner and the claims.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -49,7 +52,30 @@ fn claims_of(claims: &[Claim], arm: &str) -> Vec<String> {
 /// The banner of a report.
 pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
     let mut out = Vec::new();
+    // v2 (§8.2): every seed the training-success rule excludes, with what it made of it.
     for a in arms(c) {
+        for (r, o) in &a.excluded {
+            let acc = r.metrics.as_ref().map(|m| (m.final_eval.accuracy, m.steps)).unwrap_or((f64::NAN, 0));
+            out.push(BannerEntry {
+                kind: "seed excluded by the training-success rule".into(),
+                text: format!(
+                    "`{}` ended at {:.1} % held-out exact match after {} steps, below {:.0} % ({}); by the v2 rule (theory/phase-lab.md §8.2) it is excluded from every pooled test, reference line, mean and interval of `{}`, which is judged on its {} successful seed(s)",
+                    r.label,
+                    100.0 * acc.0,
+                    acc.1,
+                    100.0 * SUCCESS_ACCURACY,
+                    match o {
+                        SeedOutcome::Failed => "failed after its extension",
+                        _ => "not extended",
+                    },
+                    a.name,
+                    a.runs.len()
+                ),
+                claims: claims_of(claims, &a.name),
+            });
+        }
+    }
+    for a in arms(c).into_iter().filter(|a| a.rules == Rules::V1) {
         for r in &a.runs {
             let Some(m) = &r.metrics else { continue };
             if m.final_eval.accuracy >= FAILED_ACCURACY {
@@ -85,7 +111,7 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
         .filter(|(_, a)| (FAILED_ACCURACY..SUCCESS_ACCURACY).contains(a))
         .map(|(r, a)| format!("`{}` {:.1} %", r.label, 100.0 * a))
         .collect();
-    if !below.is_empty() {
+    if !below.is_empty() && super::collect::rules(c) == Rules::V1 {
         out.push(BannerEntry {
             kind: "below the v2 training-success threshold".into(),
             text: format!(

@@ -4,8 +4,10 @@
 //! read as phase-test records where they carry positions and depths.
 
 use crate::analysis::phase::Outcome;
-use crate::analysis::phase_test::PhaseRecord;
+use crate::analysis::phase_test::{NllRecord, PhaseRecord};
 use crate::analysis::protocol::Protocol;
+use crate::analysis::training::{seed_outcome, SeedOutcome};
+use crate::analysis::verdict::Rules;
 use crate::lab::{read_json, EvalResult, GatesResult, KnockoutResult};
 use crate::model::{Metrics, RunConfig};
 use crate::reproduce::{KernelsResult, ModelUnitResult, Plan, TheoryResult, PLAN_FILE};
@@ -38,6 +40,10 @@ pub struct RunData {
     /// only where that file exists and every line carries `position` and `depth` (results
     /// written before issue 17 lack them).
     pub records: BTreeMap<Protocol, Vec<PhaseRecord>>,
+    /// Per-prompt records of the continuous test (`theory/phase-lab.md` §8.3) by protocol, from
+    /// the same files, where every line carries `position` and `prob` and the prompts split into
+    /// equal residue groups (`family = id mod n`, `n` prompts per group).
+    pub nll: BTreeMap<Protocol, Vec<NllRecord>>,
     /// Knockout maps by protocol.
     pub knockouts: BTreeMap<Protocol, KnockoutResult>,
     /// Gate preferences.
@@ -73,22 +79,47 @@ fn opt_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     }
 }
 
-/// The phase-test records of an outcomes file (read with the JSONL cap), or `None` when some
-/// line lacks a position or a depth. A line that is not an outcome is an error naming it.
-fn read_records(path: &Path) -> Result<Option<Vec<PhaseRecord>>> {
+/// The records of an outcomes file (read with the JSONL cap): the phase test's, or `None` when
+/// some line lacks a position or a depth; the continuous test's, or `None` when some line lacks
+/// a position or a probability or the groups are unequal. A line that is not an outcome is an
+/// error naming it.
+type FileRecords = (Option<Vec<PhaseRecord>>, Option<Vec<NllRecord>>);
+
+fn read_records(path: &Path) -> Result<FileRecords> {
     let text = crate::limits::read_text(path, crate::limits::MAX_JSONL_BYTES)?;
-    let mut out = Vec::new();
+    let mut outcomes = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let o: Outcome = serde_json::from_str(line).map_err(|e| Error::File {
             path: path.to_path_buf(),
             reason: format!("line {}: not an outcome: {e}", i + 1),
         })?;
-        match (o.position, o.depth) {
-            (Some(position), Some(depth)) => out.push(PhaseRecord { position, depth, correct: o.correct }),
-            _ => return Ok(None),
-        }
+        outcomes.push(o);
     }
-    Ok(Some(out))
+    let records = outcomes
+        .iter()
+        .map(|o| match (o.position, o.depth) {
+            (Some(position), Some(depth)) => Some(PhaseRecord { position, depth, correct: o.correct }),
+            _ => None,
+        })
+        .collect();
+    // Prompts per group: `id = group * n + family` (eval writes equal groups in order).
+    let mut per_group: BTreeMap<usize, usize> = BTreeMap::new();
+    for o in &outcomes {
+        *per_group.entry(o.group).or_default() += 1;
+    }
+    let n = per_group.values().next().copied().unwrap_or(0);
+    let nll = if n > 0 && per_group.values().all(|&c| c == n) {
+        outcomes
+            .iter()
+            .map(|o| match (o.position, o.prob) {
+                (Some(position), Some(prob)) => Some(NllRecord { family: o.id % n, position, prob }),
+                _ => None,
+            })
+            .collect()
+    } else {
+        None
+    };
+    Ok((records, nll))
 }
 
 /// The arm of a run directory's name: without a trailing `-seed<digits>`.
@@ -103,14 +134,19 @@ fn read_run(dir: &Path) -> Result<Option<RunData>> {
     let Some(config) = opt_json::<RunConfig>(&dir.join(crate::run_dir::CONFIG_FILE))? else { return Ok(None) };
     let mut evals = BTreeMap::new();
     let mut records = BTreeMap::new();
+    let mut nll = BTreeMap::new();
     for p in Protocol::ALL {
         if let Some(e) = opt_json::<EvalResult>(&dir.join(format!("eval-{}.json", p.name())))? {
             evals.insert(p, e);
         }
         let file = dir.join(format!("eval-{}-outcomes.jsonl", p.name()));
         if file.exists() {
-            if let Some(r) = read_records(&file)? {
+            let (r, y) = read_records(&file)?;
+            if let Some(r) = r {
                 records.insert(p, r);
+            }
+            if let Some(y) = y {
+                nll.insert(p, y);
             }
         }
     }
@@ -124,6 +160,7 @@ fn read_run(dir: &Path) -> Result<Option<RunData>> {
         metrics: opt_json(&dir.join(crate::run_dir::METRICS_FILE))?,
         evals,
         records,
+        nll,
         knockouts: Protocol::ALL
             .into_iter()
             .filter_map(|p| crate::lab::knockout_file(dir, p).map(|f| read_json(&f).map(|k| (p, k))))
@@ -205,24 +242,52 @@ pub fn collect(from: &[PathBuf]) -> Result<Collected> {
     Ok(c)
 }
 
-/// The runs of one arm (every seed), in the order collected.
+/// The runs of one arm, in the order collected.
 #[derive(Clone, Debug)]
 pub struct Arm<'a> {
     /// The arm's name ([`RunData::arm`]).
     pub name: String,
     /// Its preset.
     pub preset: String,
-    /// Its runs, one per seed.
+    /// Its runs, one per seed: under the v2 rules only the seeds that trained
+    /// (`theory/phase-lab.md` §8.2); under v1 every seed.
     pub runs: Vec<&'a RunData>,
+    /// Under the v2 rules, the seeds the training-success rule excludes, with what it made of
+    /// them (reported, never pooled); empty under v1.
+    pub excluded: Vec<(&'a RunData, SeedOutcome)>,
+    /// The rules that judge the arm (the plan's).
+    pub rules: Rules,
 }
 
-/// The runs grouped into arms, in order of first appearance (plan order where known).
+/// The rules of a report's data: the plan's, v1 without a plan.
+pub fn rules(c: &Collected) -> Rules {
+    c.plan.as_ref().map(|p| p.rules).unwrap_or_default()
+}
+
+/// What the training-success rule makes of a run, `None` while it has no metrics (unfinished:
+/// kept, as under v1) or no valid accuracy.
+pub fn training_outcome(r: &RunData) -> Option<SeedOutcome> {
+    let m = r.metrics.as_ref()?;
+    seed_outcome(m.final_eval.accuracy, m.steps, r.config.train.steps).ok()
+}
+
+/// The runs grouped into arms, in order of first appearance (plan order where known). Under
+/// the v2 rules a seed the training-success rule does not pass is moved to
+/// [`Arm::excluded`].
 pub fn arms(c: &Collected) -> Vec<Arm<'_>> {
+    let rules = rules(c);
     let mut out: Vec<Arm> = Vec::new();
     for r in &c.runs {
-        match out.iter_mut().find(|a| a.name == r.arm) {
-            Some(a) => a.runs.push(r),
-            None => out.push(Arm { name: r.arm.clone(), preset: r.preset.clone(), runs: vec![r] }),
+        let i = match out.iter().position(|a| a.name == r.arm) {
+            Some(i) => i,
+            None => {
+                out.push(Arm { name: r.arm.clone(), preset: r.preset.clone(), runs: vec![], excluded: vec![], rules });
+                out.len() - 1
+            }
+        };
+        match training_outcome(r) {
+            Some(o) if rules == Rules::V2 && o != SeedOutcome::Succeeded => out[i].excluded.push((r, o)),
+            _ => out[i].runs.push(r),
         }
     }
     out

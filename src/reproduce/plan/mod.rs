@@ -15,6 +15,7 @@ mod sweep;
 pub use shard::{parse_shard, shard, slurm_shard};
 use sweep::{check_name, fill, fill_value, set_path, text};
 
+use crate::analysis::verdict::Rules;
 use crate::lab::LabSettings;
 use crate::model::RunConfig;
 use crate::{Error, Result};
@@ -186,6 +187,11 @@ pub struct Plan {
     /// that plans written before them read and print the same).
     #[serde(default, skip_serializing_if = "is_default_minutes")]
     pub minutes: Minutes,
+    /// The pre-registration whose rules judge the plan's run in the ledger (`v1` when left
+    /// out, as in every plan written before `theory/phase-lab.md` §8; `v2` for the second
+    /// pre-registered run).
+    #[serde(default, skip_serializing_if = "Rules::is_v1")]
+    pub rules: Rules,
 }
 
 /// One trained model of a plan: an arm and a seed.

@@ -1,14 +1,26 @@
 //! E4: within-window asymmetry in W8/S8, its magnitude beside the paper's
-//! (`theory/phase-lab.md` §7.5).
+//! (`theory/phase-lab.md` §7.5, corrected by §8.8: the spread over the phases whose key-value
+//! pair shares a window only).
 
 use super::pooled::*;
 use super::*;
-use crate::analysis::phase_test::adjusted_gap_bootstrap;
+use crate::analysis::phase_test::{adjusted_gap_bootstrap, adjusted_gap_bootstrap_over, window_sharing_phases};
 use crate::analysis::stats::{BootInterval, Magnitude};
-use crate::analysis::verdict::{self, MAGNITUDE_FRACTION, PAPER_WITHIN_WINDOW_PP};
+use crate::analysis::verdict::{self, Rules, MAGNITUDE_FRACTION, PAPER_WITHIN_WINDOW_PP};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E4;
+
+/// Flag of E4's corrected quantity (issue 32, written after seeing v1's data).
+pub const E4_FLAG: &str = "flagged: quantity corrected after seeing the data (issue 32, theory/phase-lab.md §8.8): the paper's within-window claim concerns the phases whose key-value pair shares a window (p + key_len + val_len - 1 <= W - 1: phases 0-6 in W8/S8 with one-token keys and values); v1's ledger took the spread over all 8 phases, which includes the window-boundary phase where the value falls into the next window. The spread is now taken over the window-sharing phases only, per seed, then averaged; the all-phase spread is reported beside it";
+
+/// The phases of `a`'s kernel whose key-value pair shares a window, or why there are none.
+fn sharing_phases(a: &Arm) -> std::result::Result<Vec<usize>, String> {
+    let spec = crate::kernel::KernelSpec::preset(&a.preset).map_err(|e| format!("not testable: {e}"))?;
+    let task = &a.runs.first().ok_or("not run: no successful seed")?.config.task;
+    let (w, s) = (spec.geometry.window(), spec.geometry.stride());
+    Ok(window_sharing_phases(w, s, task.key_len, task.val_len))
+}
 
 impl LedgerClaim for E4 {
     fn check(&self, c: &Collected) -> Claim {
@@ -16,34 +28,70 @@ impl LedgerClaim for E4 {
         let arms = arms(c);
         let Some(a) = arm_for(&arms, "w8s8", false) else { return not_run("E4", claim, vec![]) };
         let s = 8;
-        let (mut part, test) = holds(a, PRIMARY, s);
-        if let Some(t) = test {
+        let (mut part, judged) = holds(a, PRIMARY, s);
+        if let Some(j) = judged {
             let seeds = seed_records(a, PRIMARY).unwrap_or_default();
-            match adjusted_gap_bootstrap(&seeds, s, stats::BOOTSTRAP_ROUNDS, stat_seed(a)) {
-                Ok(b) => {
-                    // The v1 verdict reads the raw spread and its percentile interval (§7.5).
-                    part.verdict = verdict::verdict(
-                        verdict::Claim::Effect { paper_pp: PAPER_WITHIN_WINDOW_PP },
-                        false,
-                        &t.agreement,
-                        Magnitude { pp: b.estimate, lo_pp: b.lo, hi_pp: b.hi },
+            let phases = sharing_phases(a);
+            let boot = phases.clone().and_then(|ph| {
+                adjusted_gap_bootstrap_over(&seeds, s, &ph, stats::BOOTSTRAP_ROUNDS, stat_seed(a))
+                    .map_err(|e| e.to_string())
+            });
+            match (phases, boot) {
+                (Ok(ph), Ok(b)) => {
+                    // v1 judges the raw spread and its percentile interval (§7.5); v2 the
+                    // bias-corrected one with its basic interval (§8.7).
+                    let m = match a.rules {
+                        Rules::V1 => Magnitude { pp: b.estimate, lo_pp: b.lo, hi_pp: b.hi },
+                        Rules::V2 => {
+                            let (pp, lo_pp, hi_pp) = b.corrected();
+                            Magnitude { pp, lo_pp, hi_pp }
+                        }
+                    };
+                    part.verdict = j.verdict(verdict::Claim::Effect { paper_pp: PAPER_WITHIN_WINDOW_PP }, m);
+                    let boundary: Vec<usize> = (0..s).filter(|p| !ph.contains(p)).collect();
+                    part.text += &format!(
+                        "; window-sharing phases {}-{} (window-boundary phases {boundary:?} reported apart){}",
+                        ph[0],
+                        ph[ph.len() - 1],
+                        magnitude_words(&b)
                     );
-                    part.text += &magnitude_words(&b);
                     part.measures.push(Measure {
                         arm: a.name.clone(),
                         protocol: PRIMARY.name().into(),
-                        what: "depth-adjusted phase spread (mean over seeds)".into(),
-                        groups: s,
+                        what: format!(
+                            "depth-adjusted spread over window-sharing phases {}-{} (mean over seeds)",
+                            ph[0],
+                            ph[ph.len() - 1]
+                        ),
+                        groups: ph.len(),
                         value: Interval::of(&b),
                         noise_floor_pp: None,
                         p: None,
                         paper_pp: Some(PAPER_WITHIN_WINDOW_PP),
                         decides: true,
                     });
+                    // The v1 quantity, over every phase (the window boundary included): reported.
+                    if let Ok(all) = adjusted_gap_bootstrap(&seeds, s, stats::BOOTSTRAP_ROUNDS, stat_seed(a)) {
+                        part.text += &format!(
+                            "; over all {s} phases (window boundary included, reported): {}",
+                            Interval::of(&all).full_words()
+                        );
+                        part.measures.push(Measure {
+                            arm: a.name.clone(),
+                            protocol: PRIMARY.name().into(),
+                            what: "depth-adjusted spread over all phases, window boundary included (mean over seeds; reported)".into(),
+                            groups: s,
+                            value: Interval::of(&all),
+                            noise_floor_pp: None,
+                            p: None,
+                            paper_pp: None,
+                            decides: false,
+                        });
+                    }
                 }
-                Err(e) => {
+                (Err(e), _) | (_, Err(e)) => {
                     part.verdict = Verdict::NotRun;
-                    part.text += &format!("; magnitude: not testable: {e}");
+                    part.text += &format!("; magnitude: {e}");
                 }
             }
         }
@@ -53,7 +101,7 @@ impl LedgerClaim for E4 {
             "E4",
             claim,
             format!(
-                "in-sequence, seeds pooled: the phase effect of w8s8 at S = 8 holds (pooled p < {ALPHA} and required_seeds(n) seeds); reproduced when its depth-adjusted phase spread is at least {MAGNITUDE_FRACTION} of the paper's {PAPER_WITHIN_WINDOW_PP} pp, else reproduced qualitatively (smaller); at the ceiling not testable"
+                "in-sequence, seeds pooled: the phase effect of w8s8 at S = 8 holds (pooled p < {ALPHA} and required_seeds(n) seeds; v2: either test at {ALPHA}/2, §8.4); reproduced when its depth-adjusted phase spread over the phases whose key-value pair shares a window (per seed, then averaged) is at least {MAGNITUDE_FRACTION} of the paper's {PAPER_WITHIN_WINDOW_PP} pp, else reproduced qualitatively (smaller); v1: at the ceiling not testable; v2: an absent effect at the ceiling not testable (§8.5)"
             ),
             vec![part],
             also,
@@ -62,6 +110,7 @@ impl LedgerClaim for E4 {
             Some(m) => format!("{} ({})", m.value.words(), m.arm),
             None => count_ours(&c),
         };
+        c.flags.push(E4_FLAG.into());
         c.flags.push(INTERVAL_FLAG.into());
         c.figures = vec!["figures/folded-prefix.png".into(), "figures/folded-in-sequence.png".into()];
         c.data = vec!["figures/folded-prefix.csv".into(), "figures/folded-in-sequence.csv".into()];

@@ -52,14 +52,9 @@ fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>, measures: &mut Vec<Mea
             }
         }
     }
-    let (mut part, test) = holds(a, P, s);
-    if let Some(t) = test {
-        part.verdict = verdict::verdict(
-            verdict::Claim::Effect { paper_pp: PAPER_COMPRESSED_GAP_PP },
-            false,
-            &t.agreement,
-            magnitude(&g),
-        );
+    let (mut part, judged) = holds(a, P, s);
+    if let Some(j) = judged {
+        part.verdict = j.verdict(verdict::Claim::Effect { paper_pp: PAPER_COMPRESSED_GAP_PP }, magnitude(&g));
     }
     let (also, also_test) = reported(a, PRIMARY, s, ALPHA);
     let value = g.boot().map(|b| Interval::of(&b).full_words()).unwrap_or_else(|| format!("{:.1} pp", g.gap_pp));
@@ -74,27 +69,22 @@ fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>, measures: &mut Vec<Mea
 /// The baseline part of one full-attention arm: no effect and a folded gap whose interval
 /// reaches down to the paper's bound, at each of S = 4, 6, 8.
 fn baseline_part(a: &Arm) -> Part {
-    if ceiling(a) == Some(true) {
+    if a.rules == verdict::Rules::V1 && ceiling(a) == Some(true) {
         return ceiling_part(a);
     }
     let alpha = ALPHA / BASELINE_STRIDES.len() as f64;
     let mut parts = Vec::new();
     for s in BASELINE_STRIDES {
-        let part = match (pooled(a, P, s, alpha), gap(a, P, Some(s))) {
-            (Ok(t), Ok(g)) => Part {
-                tests: vec![record(a, P, &t, true)],
+        let part = match (judge(a, P, s, alpha), gap(a, P, Some(s))) {
+            (Ok(j), Ok(g)) => Part {
+                tests: j.records(a, P, true),
                 measures: gap_measure(a, P, &g, Some(PAPER_BASELINE_GAP_PP), true).into_iter().collect(),
                 ..Part::new(
                     &a.name,
-                    verdict::verdict(
-                        verdict::Claim::NoEffect { paper_max_pp: PAPER_BASELINE_GAP_PP },
-                        false,
-                        &t.agreement,
-                        magnitude(&g),
-                    ),
+                    j.verdict(verdict::Claim::NoEffect { paper_max_pp: PAPER_BASELINE_GAP_PP }, magnitude(&g)),
                     format!(
                         "{}; folded gap {} (paper: at most {PAPER_BASELINE_GAP_PP} pp)",
-                        describe(&t),
+                        j.describe(),
                         gap_words(&g)
                     ),
                 )

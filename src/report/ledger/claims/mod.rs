@@ -11,6 +11,7 @@ mod e4;
 mod e5;
 mod e6;
 mod e7;
+mod e8;
 mod k;
 mod pooled;
 mod t1;
@@ -42,7 +43,7 @@ pub use crate::analysis::verdict::Verdict;
 /// `ledger.json` alone.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Claim {
-    /// `T1`, `T2`, `E1`..`E7`, `K`.
+    /// `T1`, `T2`, `E1`..`E10`, `K`.
     pub id: String,
     /// The paper's claim.
     pub claim: String,
@@ -230,8 +231,21 @@ pub trait LedgerClaim: Sync {
 }
 
 /// Every claim, in ledger order.
-pub const LEDGER: &[&dyn LedgerClaim] =
-    &[&t1::T1, &t2::T2, &e1::E1, &e2::E2, &e3::E3, &e4::E4, &e5::E5, &e6::E6, &e7::E7, &k::K];
+pub const LEDGER: &[&dyn LedgerClaim] = &[
+    &t1::T1,
+    &t2::T2,
+    &e1::E1,
+    &e2::E2,
+    &e3::E3,
+    &e4::E4,
+    &e5::E5,
+    &e6::E6,
+    &e7::E7,
+    &e8::E8,
+    &e8::E9,
+    &e8::E10,
+    &k::K,
+];
 
 /// The claims, verdicts from data.
 pub fn claims(c: &Collected) -> Vec<Claim> {
@@ -316,6 +330,9 @@ pub(super) fn short_of(id: &str) -> &'static str {
         "E5" => "prefix gaps: large when compressed, small for full attention",
         "E6" => "knockouts: phase-dependent rows only in compressed models",
         "E7" => "gates drift to static concentration; value peak = key peak + 1",
+        "E8" => "scalar gates stay phase sensitive (w8s4-scalar)",
+        "E9" => "tied gates stay phase sensitive (w8s4-tied)",
+        "E10" => "DeepSeek-V4 CSA on the backbone: period 4",
         "K" => "kernel invariants K1-K13 hold for every preset",
         _ => "",
     }
@@ -333,6 +350,9 @@ pub(super) fn paper_of(id: &str) -> &'static str {
         "E5" => "compressed up to 78 pp; full at most 6.1 pp",
         "E6" => "phase-dependent rows in compressed models only",
         "E7" => "some gates drift; V one offset after K",
+        "E8" => "scalar gates phase sensitive",
+        "E9" => "tied gates phase sensitive",
+        "E10" => "CSA period 4; HCA contributes little",
         "K" => "- (our kernels' invariants)",
         _ => "",
     }

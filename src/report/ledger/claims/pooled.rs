@@ -3,9 +3,15 @@
 //! claim is judged and written, and how the parts of a claim combine into its verdict.
 
 use super::*;
-use crate::analysis::phase_test::{pooled_phase_test, PhaseRecord, PhaseTestConfig, PooledPhaseTest, TestMethod};
-use crate::analysis::stats::{GapSummary, PeriodScan, ResampleConfig};
-use crate::analysis::verdict::{at_ceiling, CEILING_ACCURACY};
+use crate::analysis::phase_test::{
+    pooled_continuous_test, pooled_phase_test, NllRecord, PhaseRecord, PhaseTestConfig, PooledContinuousTest,
+    PooledPhaseTest, TestMethod,
+};
+use crate::analysis::stats::{GapSummary, Magnitude, PeriodScan, ResampleConfig};
+use crate::analysis::training::enough_seeds;
+use crate::analysis::verdict::{
+    at_ceiling, at_prob_ceiling, verdict, verdict_v2, Effect, Rules, CEILING_ACCURACY, PROB_CEILING,
+};
 
 /// The primary protocol of E1-E4 and E6 (distractor phases vary, so phase is the target's).
 pub(super) const PRIMARY: Protocol = Protocol::InSequence;
@@ -183,7 +189,7 @@ pub(super) fn arm_for<'a>(arms: &'a [Arm<'a>], preset: &str, one: bool) -> Optio
 
 /// The arm's residue modulus `M`.
 pub(super) fn modulus(a: &Arm) -> usize {
-    a.runs[0].config.task.residue_modulus
+    a.runs.iter().chain(a.excluded.iter().map(|e| &e.0)).map(|r| r.config.task.residue_modulus).next().unwrap_or(1)
 }
 
 /// The seed of every resampled statistic: the arm's evaluation seed.
@@ -217,18 +223,190 @@ pub(super) fn ceiling(a: &Arm) -> Option<bool> {
     at_ceiling(&refs).ok()
 }
 
-/// The part of a model at the ceiling.
+/// Under the v2 rules (§8.5), whether every residue group's mean teacher-forced probability is
+/// at least `PROB_CEILING` under every protocol (seeds pooled; `None` without probabilities).
+pub(super) fn prob_ceiling(a: &Arm) -> Option<bool> {
+    let m = modulus(a);
+    let mut per: Vec<Vec<Option<f64>>> = Vec::new();
+    for p in Protocol::ALL {
+        let Some(seeds) = nll_records(a, p) else { continue };
+        let (mut n, mut s) = (vec![0f64; m], vec![0f64; m]);
+        for r in seeds.iter().flatten() {
+            n[r.position % m] += 1.0;
+            s[r.position % m] += r.prob;
+        }
+        per.push((0..m).map(|g| (n[g] > 0.0).then(|| s[g] / n[g])).collect());
+    }
+    let refs: Vec<&[Option<f64>]> = per.iter().map(|v| v.as_slice()).collect();
+    at_prob_ceiling(&refs).ok()
+}
+
+/// The part of a model at the ceiling (v1: its test is not run; v2: its effect is absent).
 pub(super) fn ceiling_part(a: &Arm) -> Part {
+    let what = match a.rules {
+        Rules::V1 => "",
+        Rules::V2 => " and every group's mean answer probability >= ",
+    };
     Part::new(
         &a.name,
         Verdict::NotTestableCeiling,
         format!(
-            "{}: at the ceiling (every group >= {:.0} % under every protocol, seeds pooled: {})",
+            "{}: at the ceiling (every group >= {:.0} %{what}{} under every protocol, seeds pooled: {})",
             a.name,
             100.0 * CEILING_ACCURACY,
+            if a.rules == Rules::V2 { format!("{PROB_CEILING}") } else { String::new() },
             a.runs.len()
         ),
     )
+}
+
+/// Every seed's continuous-test records under `p`, or `None` when a seed lacks them.
+pub(super) fn nll_records(a: &Arm, p: Protocol) -> Option<Vec<Vec<NllRecord>>> {
+    a.runs.iter().map(|r| r.nll.get(&p).cloned()).collect()
+}
+
+/// The pooled continuous test (§8.3) of an arm under `p` at `stride` and level `alpha`.
+pub(super) fn pooled_nll(
+    a: &Arm,
+    p: Protocol,
+    stride: usize,
+    alpha: f64,
+) -> std::result::Result<PooledContinuousTest, String> {
+    let seeds =
+        nll_records(a, p).ok_or_else(|| "not testable: no teacher-forced probabilities; rerun eval".to_string())?;
+    let cfg = PhaseTestConfig { alpha, seed: stat_seed(a), ..PhaseTestConfig::default() };
+    pooled_continuous_test(&seeds, stride, &cfg).map_err(|e| format!("not testable: {e}"))
+}
+
+/// A pooled continuous test in one line.
+pub(super) fn describe_nll(t: &PooledContinuousTest) -> String {
+    let ps: Vec<String> = t.seeds.iter().map(|s| s.p.to_string()).collect();
+    let spread: Vec<String> = t
+        .seeds
+        .iter()
+        .map(|s| {
+            let (lo, hi) =
+                s.mean_nll.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+            format!("{:.3}", hi - lo)
+        })
+        .collect();
+    format!(
+        "NLL S = {}: pooled F {:.2}, within-family permutation p {}; seeds p {} (phase spread of mean NLL {} nats); {} at {}",
+        t.stride,
+        t.statistic,
+        t.p,
+        ps.join(" / "),
+        spread.join(" / "),
+        t.agreement.describe(),
+        fmt_p(t.agreement.alpha)
+    )
+}
+
+/// A pooled continuous test as the ledger records it (`df`: the seeds' numerator degrees of
+/// freedom; each seed's depth-adjusted spread is the binary test's, `binary`).
+pub(super) fn record_nll(
+    a: &Arm,
+    p: Protocol,
+    t: &PooledContinuousTest,
+    binary: &PooledPhaseTest,
+    decides: bool,
+) -> TestRecord {
+    TestRecord {
+        arm: a.name.clone(),
+        protocol: p.name().into(),
+        decides,
+        stride: t.stride,
+        alpha: t.agreement.alpha,
+        statistic: t.statistic,
+        df: t.seeds.iter().map(|s| s.df1).sum(),
+        method: "NLL permutation F".into(),
+        p: t.p,
+        seeds: t
+            .seeds
+            .iter()
+            .zip(&binary.seeds)
+            .zip(&a.runs)
+            .map(|((s, b), r)| SeedTest { seed: r.seed, p: s.p, adjusted_gap_pp: b.adjusted_gap_pp })
+            .collect(),
+        significant_seeds: t.agreement.significant_seeds,
+        required_seeds: t.agreement.required,
+        pooled_significant: t.agreement.pooled_significant,
+    }
+}
+
+/// An arm judged at one stride under one protocol: its binary test and, under the v2 rules, its
+/// continuous test, the model's effect (§8.4) and the ceiling rule's input (§8.5).
+pub(super) struct Judged {
+    /// The binary (depth-controlled logistic) test; under v2 at half the level.
+    pub test: PooledPhaseTest,
+    /// The continuous test (v2 only).
+    pub nll: Option<PooledContinuousTest>,
+    /// The model's effect: v1 the binary test's; v2 either test's (§8.4).
+    pub effect: Effect,
+    /// v2: the accuracy and probability ceilings both hold (§8.5); v1: false (judged earlier).
+    pub ceiling: bool,
+    /// The rules.
+    pub rules: Rules,
+}
+
+impl Judged {
+    /// The verdict of a claim on this arm with magnitude `m`.
+    pub fn verdict(&self, claim: crate::analysis::verdict::Claim, m: Magnitude) -> Verdict {
+        match self.rules {
+            Rules::V1 => verdict(claim, false, &self.test.agreement, m),
+            Rules::V2 => verdict_v2(claim, self.effect, self.ceiling, m),
+        }
+    }
+
+    /// Both tests in words, with the effect under v2.
+    pub fn describe(&self) -> String {
+        match &self.nll {
+            None => describe(&self.test),
+            Some(c) => format!(
+                "{}; {}; effect {}{}",
+                describe(&self.test),
+                describe_nll(c),
+                match self.effect {
+                    Effect::Holds => "holds",
+                    Effect::Absent => "absent",
+                    Effect::Neither => "neither holds nor is absent",
+                },
+                if self.ceiling { " (at the ceiling)" } else { "" }
+            ),
+        }
+    }
+
+    /// The tests as the ledger records them.
+    pub fn records(&self, a: &Arm, p: Protocol, decides: bool) -> Vec<TestRecord> {
+        let mut out = vec![record(a, p, &self.test, decides)];
+        out.extend(self.nll.as_ref().map(|c| record_nll(a, p, c, &self.test, decides)));
+        out
+    }
+}
+
+/// An arm's tests at `stride` under `p` at level `alpha` by its rules (§7.3 or §8.3-8.5).
+pub(super) fn judge(a: &Arm, p: Protocol, stride: usize, alpha: f64) -> std::result::Result<Judged, String> {
+    match a.rules {
+        Rules::V1 => {
+            let test = pooled(a, p, stride, alpha)?;
+            let effect = Effect::of(&[&test.agreement]);
+            Ok(Judged { test, nll: None, effect, ceiling: false, rules: a.rules })
+        }
+        Rules::V2 => {
+            if !enough_seeds(a.runs.len()) {
+                return Err(format!(
+                    "not run: {} successful seed(s), {} excluded by the training-success rule (§8.2)",
+                    a.runs.len(),
+                    a.excluded.len()
+                ));
+            }
+            let test = pooled(a, p, stride, alpha / 2.0)?;
+            let nll = pooled_nll(a, p, stride, alpha / 2.0)?;
+            let effect = Effect::of(&[&test.agreement, &nll.agreement]);
+            let ceiling = ceiling(a) == Some(true) && prob_ceiling(a) == Some(true);
+            Ok(Judged { test, nll: Some(nll), effect, ceiling, rules: a.rules })
+        }
+    }
 }
 
 /// The pooled phase test of an arm under `p` at `stride` and level `alpha`, or why there is none.
@@ -256,59 +434,75 @@ pub(super) fn describe(t: &PooledPhaseTest) -> String {
     )
 }
 
-/// An arm's test under `p` in one line, for the protocol that is reported but does not decide,
-/// and the test when one was run.
-pub(super) fn reported(a: &Arm, p: Protocol, stride: usize, alpha: f64) -> (String, Option<TestRecord>) {
-    match pooled(a, p, stride, alpha) {
-        Ok(t) => (format!("{} {} (reported): {}", a.name, p.name(), describe(&t)), Some(record(a, p, &t, false))),
-        Err(e) => (format!("{} {} (reported): {e}", a.name, p.name()), None),
+/// An arm's tests under `p` in one line, for the protocol that is reported but does not
+/// decide, and the tests when they were run (v2: both tests, §8.3).
+pub(super) fn reported(a: &Arm, p: Protocol, stride: usize, alpha: f64) -> (String, Vec<TestRecord>) {
+    match judge(a, p, stride, alpha) {
+        Ok(j) => (format!("{} {} (reported): {}", a.name, p.name(), j.describe()), j.records(a, p, false)),
+        Err(e) => (format!("{} {} (reported): {e}", a.name, p.name()), vec![]),
     }
 }
 
-/// The part "the effect holds at `stride` under `p`" of an arm (ceiling rule, pooled test and
-/// seed rule; no magnitude criterion), and the test when one was run.
-pub(super) fn holds(a: &Arm, p: Protocol, stride: usize) -> (Part, Option<PooledPhaseTest>) {
-    if ceiling(a) == Some(true) {
+/// The part "the effect holds at `stride` under `p`" of an arm (ceiling rule, tests and seed
+/// rule; no magnitude criterion), and the judged tests when they were run. v1: a model at the
+/// ceiling is not tested. v2 (§8.5): the tests always run; an effect that holds counts, an
+/// absent one at the ceiling is not testable.
+pub(super) fn holds(a: &Arm, p: Protocol, stride: usize) -> (Part, Option<Judged>) {
+    if a.rules == Rules::V1 && ceiling(a) == Some(true) {
         return (ceiling_part(a), None);
     }
-    match pooled(a, p, stride, ALPHA) {
+    match judge(a, p, stride, ALPHA) {
         Err(e) => (Part::new(&a.name, Verdict::NotRun, format!("{} {}: {e}", a.name, p.name())), None),
-        Ok(t) => {
-            let verdict = if t.agreement.present() { Verdict::Reproduced } else { Verdict::NotReproduced };
-            let mut part = Part::new(&a.name, verdict, format!("{} {}: {}", a.name, p.name(), describe(&t)));
-            part.tests.push(record(a, p, &t, true));
-            (part, Some(t))
+        Ok(j) => {
+            let any = Magnitude { pp: f64::INFINITY, lo_pp: f64::INFINITY, hi_pp: f64::INFINITY };
+            let verdict = j.verdict(crate::analysis::verdict::Claim::Effect { paper_pp: 0.0 }, any);
+            let text = if verdict == Verdict::NotTestableCeiling {
+                format!("{}; {}", ceiling_part(a).text, j.describe())
+            } else {
+                format!("{} {}: {}", a.name, p.name(), j.describe())
+            };
+            let mut part = Part::new(&a.name, verdict, text);
+            part.tests.extend(j.records(a, p, true));
+            (part, Some(j))
         }
     }
 }
 
 /// The part "no effect at any of `strides`" of an arm under `p`, each stride tested at
-/// `ALPHA / strides` (Bonferroni): reproduced when the effect is absent at every stride.
+/// `ALPHA / strides` (Bonferroni; under v2 halved again per test, §8.8): reproduced when the
+/// effect is absent at every stride. Under v2 an effect that holds at the ceiling counts, and
+/// an absent one there is not testable.
 pub(super) fn absent(a: &Arm, p: Protocol, strides: &[usize]) -> Part {
-    if ceiling(a) == Some(true) {
+    if a.rules == Rules::V1 && ceiling(a) == Some(true) {
         return ceiling_part(a);
     }
     let alpha = ALPHA / strides.len() as f64;
-    let mut verdict = Verdict::Reproduced;
+    let mut verdicts = Vec::new();
     let mut lines = Vec::new();
     let mut tests = Vec::new();
     for &s in strides {
-        match pooled(a, p, s, alpha) {
+        match judge(a, p, s, alpha) {
             Err(e) => {
-                verdict = Verdict::NotRun;
+                verdicts = vec![Part::new(&a.name, Verdict::NotRun, String::new())];
                 lines.push(e);
                 break;
             }
-            Ok(t) => {
-                if !t.agreement.absent() {
-                    verdict = Verdict::NotReproduced;
-                }
-                lines.push(describe(&t));
-                tests.push(record(a, p, &t, true));
+            Ok(j) => {
+                // No magnitude criterion here: the bound is met by construction.
+                let m = Magnitude { pp: 0.0, lo_pp: f64::NEG_INFINITY, hi_pp: 0.0 };
+                let v = j.verdict(crate::analysis::verdict::Claim::NoEffect { paper_max_pp: 0.0 }, m);
+                verdicts.push(Part::new(&a.name, v, String::new()));
+                lines.push(j.describe());
+                tests.extend(j.records(a, p, true));
             }
         }
     }
-    Part { tests, ..Part::new(&a.name, verdict, format!("{} {}: {}", a.name, p.name(), lines.join("; "))) }
+    let verdict = combine(&verdicts);
+    let mut text = format!("{} {}: {}", a.name, p.name(), lines.join("; "));
+    if verdict == Verdict::NotTestableCeiling {
+        text = format!("{}; {text}", ceiling_part(a).text);
+    }
+    Part { tests, ..Part::new(&a.name, verdict, text) }
 }
 
 /// The `(residue group, correct)` pairs of every seed under `p`, pooled.

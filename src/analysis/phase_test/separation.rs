@@ -1,0 +1,350 @@
+//! The exact supremum of a binomial logistic likelihood under separation
+//! (`theory/phase-lab.md` §8.6).
+//!
+//! When a set of observations can be separated (for example a (depth, phase) cell that is all
+//! correct and a phase coefficient free to grow), the maximum-likelihood estimate does not
+//! exist and Newton's method only approaches the likelihood's supremum; v1's fit stopped at an
+//! iteration cap short of it. Here the separable observations are found first by the linear
+//! program of Konis (2007): over a direction `d` and `t_i <= 1`, maximise `sum_i t_i` subject to
+//! `t_i <= s_i x_i . d` and `s_i x_i . d >= 0`, with `s_i = +1` for a correct answer and `-1`
+//! for a wrong one. The optimum is the number of separable observations and those with
+//! `t_i = 1` are the separated set. At the supremum they contribute log-likelihood 0, and the
+//! rest has a maximum-likelihood estimate on its identifiable columns, fitted by Newton's method
+//! to a gradient norm below [`GRADIENT_TOL`].
+//!
+//! Cells pool observations with one design row. A cell with both answers (`0 < y < n`) holds
+//! observations of both signs with the same row, which forces `x_i . d = 0`: such cells are
+//! never separable, and `d` lives in the null space of their rows. The LP is solved there (an
+//! exact reduction), usually on a handful of unknowns, and is skipped when that null space is
+//! `{0}` (no separation possible).
+
+use super::*;
+
+/// Newton's method stops when the score's Euclidean norm is below this (§8.6).
+pub(super) const GRADIENT_TOL: f64 = 1e-10;
+/// Newton iterations allowed (§8.6: "no iteration cap short of 1 000").
+const MAX_NEWTON: usize = 1000;
+/// Relative tolerance of rank and sign decisions on the column-scaled design.
+const RANK_TOL: f64 = 1e-9;
+/// Eigenvalues of the both-answer cells' Gram matrix at or below this fraction of the largest
+/// span the directions those cells leave free.
+const NULL_TOL: f64 = 1e-10;
+
+/// The supremum of the log-likelihood and the limiting fitted probabilities.
+#[derive(Clone, Debug)]
+pub(super) struct ExactFit {
+    pub(super) loglik: f64,
+    /// Per cell; exactly 0 or 1 in separated cells (the limit).
+    pub(super) mu: Vec<f64>,
+}
+
+/// The design with every column scaled to unit Euclidean norm over the cells (zero columns kept
+/// at 0), so that the tolerances are relative.
+fn scaled(x: &DMatrix<f64>) -> DMatrix<f64> {
+    let mut z = x.clone();
+    for mut c in z.column_iter_mut() {
+        let norm = c.norm();
+        if norm > 0.0 {
+            c /= norm;
+        }
+    }
+    z
+}
+
+/// An orthonormal basis (columns) of the null space of `rows` (each a row of the scaled
+/// design), `p` unknowns.
+fn null_space(rows: &[DVector<f64>], p: usize) -> DMatrix<f64> {
+    let mut g = DMatrix::<f64>::zeros(p, p);
+    for r in rows {
+        g += r * r.transpose();
+    }
+    let eig = g.symmetric_eigen();
+    // Singular values below RANK_TOL relative to the largest one (or to 1, when there are no
+    // rows): eigenvalues of the Gram matrix are their squares.
+    let top = eig.eigenvalues.iter().copied().fold(1.0f64, f64::max);
+    // Eigenvalues carry rounding of about 1e-16 of the largest, so the cut is on them at
+    // NULL_TOL (singular values below about 1e-5 of the largest).
+    let keep: Vec<usize> = (0..p).filter(|&j| eig.eigenvalues[j] <= NULL_TOL * top).collect();
+    let mut basis = DMatrix::<f64>::zeros(p, keep.len());
+    for (k, &j) in keep.iter().enumerate() {
+        basis.set_column(k, &eig.eigenvectors.column(j));
+    }
+    basis
+}
+
+/// Which cells are separated (Konis's LP, see the module doc). `x` has one row per cell.
+pub(super) fn separated_cells(x: &DMatrix<f64>, n: &[f64], y: &[f64]) -> Result<Vec<bool>> {
+    let z = scaled(x);
+    let p = z.ncols();
+    let row = |i: usize| -> DVector<f64> { z.row(i).transpose() };
+    let mixed: Vec<DVector<f64>> = (0..z.nrows()).filter(|&i| y[i] > 0.0 && y[i] < n[i]).map(row).collect();
+    let mut out = vec![false; z.nrows()];
+    let basis = null_space(&mixed, p);
+    if basis.ncols() == 0 {
+        return Ok(out);
+    }
+    // Pure cells projected onto the null space: b_i = s_i x_i N. Rows that vanish are never
+    // separable; identical rows share one LP row (their t is the same at the optimum).
+    let mut lp_rows: Vec<DVector<f64>> = Vec::new();
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    let mut index: BTreeMap<Vec<i64>, usize> = BTreeMap::new();
+    for i in 0..z.nrows() {
+        if n[i] <= 0.0 || (y[i] > 0.0 && y[i] < n[i]) {
+            continue;
+        }
+        let s = if y[i] >= n[i] { 1.0 } else { -1.0 };
+        let b = (basis.transpose() * row(i)) * s;
+        let norm = b.norm();
+        if norm <= RANK_TOL {
+            continue;
+        }
+        // Scaling a row by a positive factor leaves the separable set as it is, and rows of
+        // unit norm keep the simplex tableau well conditioned.
+        let b = b / norm;
+        let key: Vec<i64> = b.iter().map(|v| (v / RANK_TOL).round() as i64).collect();
+        let slot = *index.entry(key).or_insert_with(|| {
+            lp_rows.push(b.clone());
+            members.push(Vec::new());
+            lp_rows.len() - 1
+        });
+        members[slot].push(i);
+    }
+    if lp_rows.is_empty() {
+        return Ok(out);
+    }
+    // A witness first: when the sum of the rows is non-negative on every row and positive on
+    // each, every row is separable and the LP's optimum is all of them (the common case near
+    // the ceiling, where almost every cell is right). Otherwise the LP decides.
+    let sum = lp_rows.iter().fold(DVector::<f64>::zeros(basis.ncols()), |acc, b| acc + b);
+    let t = if lp_rows.iter().all(|b| b.dot(&sum) > RANK_TOL * b.norm() * sum.norm()) {
+        vec![1.0; lp_rows.len()]
+    } else {
+        konis_lp(&lp_rows, basis.ncols())?
+    };
+    for (slot, cells) in members.iter().enumerate() {
+        if t[slot] > 0.5 {
+            for &i in cells {
+                out[i] = true;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Konis's LP on rows `b_i` (already signed) in `k` unknowns: the optimal `t`.
+/// Standard form `max c.v, A v <= r, v >= 0` with `v = (z+, z-, t)`; rows: `t_i - b_i z <= 0`,
+/// `-b_i z <= 0`, `t_i <= 1`. The origin is feasible, so one phase of the simplex method with
+/// Bland's rule (which cannot cycle on this degenerate problem) reaches the optimum.
+fn konis_lp(rows: &[DVector<f64>], k: usize) -> Result<Vec<f64>> {
+    let m = rows.len();
+    let nv = 2 * k + m;
+    let mut a = DMatrix::<f64>::zeros(3 * m, nv);
+    let mut r = vec![0f64; 3 * m];
+    for (i, b) in rows.iter().enumerate() {
+        for j in 0..k {
+            a[(i, j)] = -b[j];
+            a[(i, k + j)] = b[j];
+            a[(m + i, j)] = -b[j];
+            a[(m + i, k + j)] = b[j];
+        }
+        a[(i, 2 * k + i)] = 1.0;
+        a[(2 * m + i, 2 * k + i)] = 1.0;
+        r[2 * m + i] = 1.0;
+    }
+    let mut c = vec![0f64; nv];
+    c[2 * k..].iter_mut().for_each(|v| *v = 1.0);
+    let v = simplex_max(&a, &r, &c)?;
+    Ok(v[2 * k..].to_vec())
+}
+
+/// The primal simplex method with Bland's rule for `max c.v` subject to `A v <= r`, `v >= 0`,
+/// `r >= 0` (the slack basis is feasible). Returns an optimal `v`.
+fn simplex_max(a: &DMatrix<f64>, r: &[f64], c: &[f64]) -> Result<Vec<f64>> {
+    let (m, nv) = a.shape();
+    let width = nv + m + 1;
+    // Row 0 holds the reduced costs (negated objective), rows 1..=m the constraints.
+    let mut t = DMatrix::<f64>::zeros(m + 1, width);
+    for j in 0..nv {
+        t[(0, j)] = -c[j];
+    }
+    for i in 0..m {
+        for j in 0..nv {
+            t[(i + 1, j)] = a[(i, j)];
+        }
+        t[(i + 1, nv + i)] = 1.0;
+        t[(i + 1, width - 1)] = r[i];
+    }
+    let mut basis: Vec<usize> = (nv..nv + m).collect();
+    let eps = 1e-9;
+    let limit = 50 * (m + nv) + 1000;
+    // The objective is bounded (by the number of rows), so a column that would enter without a
+    // positive pivot is a direction no row constrains (its reduced cost is rounding): it is left
+    // out from then on.
+    let mut banned = vec![false; nv + m];
+    for _ in 0..limit {
+        let Some(enter) = (0..nv + m).find(|&j| !banned[j] && t[(0, j)] < -eps) else {
+            let mut v = vec![0f64; nv];
+            for (i, &bv) in basis.iter().enumerate() {
+                if bv < nv {
+                    v[bv] = t[(i + 1, width - 1)];
+                }
+            }
+            return Ok(v);
+        };
+        let mut leave: Option<(usize, f64)> = None;
+        for i in 0..m {
+            let piv = t[(i + 1, enter)];
+            if piv > eps {
+                let ratio = t[(i + 1, width - 1)].max(0.0) / piv;
+                let better = match leave {
+                    None => true,
+                    Some((l, best)) => ratio < best - eps || (ratio <= best + eps && basis[i] < basis[l]),
+                };
+                if better {
+                    leave = Some((i, ratio));
+                }
+            }
+        }
+        let Some((l, _)) = leave else {
+            banned[enter] = true;
+            continue;
+        };
+        let piv = t[(l + 1, enter)];
+        for j in 0..width {
+            t[(l + 1, j)] /= piv;
+        }
+        for i in 0..=m {
+            if i != l + 1 {
+                let f = t[(i, enter)];
+                if f != 0.0 {
+                    for j in 0..width {
+                        let v = t[(l + 1, j)];
+                        t[(i, j)] -= f * v;
+                    }
+                }
+            }
+        }
+        basis[l] = enter;
+    }
+    Err(Error::Numerical { what: "separation LP".into(), reason: format!("no optimum after {limit} pivots") })
+}
+
+/// The columns of `x` (restricted to `rows`) that are not aliased on earlier ones: greedy
+/// Gram-Schmidt on the column-scaled design, a column dropped when its residual norm is below
+/// `RANK_TOL` of its norm.
+fn identifiable_columns(x: &DMatrix<f64>, rows: &[usize]) -> Vec<usize> {
+    let mut q: Vec<DVector<f64>> = Vec::new();
+    let mut keep = Vec::new();
+    for j in 0..x.ncols() {
+        let col = DVector::from_iterator(rows.len(), rows.iter().map(|&i| x[(i, j)]));
+        let norm = col.norm();
+        if norm == 0.0 {
+            continue;
+        }
+        let mut v = col / norm;
+        for _ in 0..2 {
+            for b in &q {
+                let d = b.dot(&v);
+                v -= b * d;
+            }
+        }
+        let res = v.norm();
+        if res > RANK_TOL {
+            q.push(v / res);
+            keep.push(j);
+        }
+    }
+    keep
+}
+
+/// The supremum of the binomial log-likelihood of cells `(x, n, y)` (§8.6): separated cells
+/// found by the LP contribute 0; the rest is fitted on its identifiable columns by Newton's
+/// method until the score's norm is below [`GRADIENT_TOL`] (or no step gains, at the floating
+/// point floor), at most 1 000 iterations.
+pub(super) fn exact_fit(x: &DMatrix<f64>, n: &[f64], y: &[f64]) -> Result<ExactFit> {
+    let separated = separated_cells(x, n, y)?;
+    let rest: Vec<usize> = (0..x.nrows()).filter(|&i| !separated[i] && n[i] > 0.0).collect();
+    let mut mu: Vec<f64> = (0..x.nrows()).map(|i| if y[i] > 0.0 { 1.0 } else { 0.0 }).collect();
+    if rest.is_empty() {
+        return Ok(ExactFit { loglik: 0.0, mu });
+    }
+    let cols = identifiable_columns(x, &rest);
+    let xr = DMatrix::from_fn(rest.len(), cols.len(), |i, j| x[(rest[i], cols[j])]);
+    let nr: Vec<f64> = rest.iter().map(|&i| n[i]).collect();
+    let yr: Vec<f64> = rest.iter().map(|&i| y[i]).collect();
+    let (ll, eta) = newton(&xr, &nr, &yr)?;
+    for (k, &i) in rest.iter().enumerate() {
+        mu[i] = sigmoid(eta[k]);
+    }
+    Ok(ExactFit { loglik: ll, mu })
+}
+
+/// Newton's method with step halving on a problem whose maximum-likelihood estimate exists.
+fn newton(x: &DMatrix<f64>, n: &[f64], y: &[f64]) -> Result<(f64, DVector<f64>)> {
+    let p = x.ncols();
+    let (tn, ty): (f64, f64) = (n.iter().sum(), y.iter().sum());
+    let rate = ((ty + 0.5) / (tn + 1.0)).clamp(1e-6, 1.0 - 1e-6);
+    let mut beta = DVector::zeros(p);
+    if p > 0 {
+        // The intercept, when present, is the first column kept.
+        beta[0] = if x.column(0).iter().all(|&v| v == 1.0) { (rate / (1.0 - rate)).ln() } else { 0.0 };
+    }
+    let (mut ll, mut eta) = loglik(x, &beta, n, y);
+    for _ in 0..MAX_NEWTON {
+        let mut h = DMatrix::<f64>::zeros(p, p);
+        let mut score = DVector::<f64>::zeros(p);
+        for i in 0..x.nrows() {
+            let m = sigmoid(eta[i]);
+            let w = n[i] * m * (1.0 - m);
+            let r = y[i] - n[i] * m;
+            let xi = x.row(i);
+            score += xi.transpose() * r;
+            h += xi.transpose() * xi * w;
+        }
+        if score.norm() < GRADIENT_TOL {
+            break;
+        }
+        // A ridge far below the curvature keeps the system solvable where fitted probabilities
+        // round to 0 or 1 (a separation the LP's tolerances let through); it does not move the
+        // optimum. Should the system still be singular, the fit stops where it is, below the
+        // supremum by at most what the last step would have gained.
+        let top = (0..p).map(|a| h[(a, a)]).fold(0.0f64, f64::max);
+        for a in 0..p {
+            h[(a, a)] += 1e-12 * (1.0 + top);
+        }
+        let delta = match h.clone().cholesky() {
+            Some(c) => c.solve(&score),
+            None => match h.lu().solve(&score) {
+                Some(d) => d,
+                None => break,
+            },
+        };
+        let mut step = 1.0;
+        let mut accepted = None;
+        while step > 1e-12 {
+            let cand = &beta + &delta * step;
+            let (ll_new, eta_new) = loglik(x, &cand, n, y);
+            if ll_new.is_finite() && ll_new >= ll {
+                accepted = Some((cand, ll_new, eta_new));
+                break;
+            }
+            step *= 0.5;
+        }
+        // No step gains: the floating-point floor of the likelihood has been reached.
+        let Some((b, ll_new, eta_new)) = accepted else { break };
+        let stalled = ll_new == ll;
+        beta = b;
+        ll = ll_new;
+        eta = eta_new;
+        if stalled {
+            break;
+        }
+    }
+    Ok((ll, eta))
+}
+
+/// Konis's LP, for the unit tests of `phase_test`.
+#[cfg(test)]
+pub(super) fn konis_lp_for_tests(rows: &[DVector<f64>], k: usize) -> Result<Vec<f64>> {
+    konis_lp(rows, k)
+}
