@@ -61,6 +61,10 @@ mod phase_stats;
 mod phase_test_calibration;
 #[path = "phase_test_stats.rs"]
 mod phase_test_stats;
+#[path = "report_committed.rs"]
+mod report_committed;
+#[path = "report_figures.rs"]
+mod report_figures;
 #[path = "report_ledger.rs"]
 mod report_ledger;
 #[path = "reproduce_plans.rs"]
