@@ -286,6 +286,6 @@ fn colour_checks_reject_the_old_palettes() {
     let old_bins =
         [(245, 245, 245), (253, 219, 160), (250, 170, 100), (230, 100, 60), (190, 45, 40), (140, 20, 30), (80, 0, 20)];
     assert!(!sequential_problems(&old_bins).is_empty());
-    // A scale that does not step in lightness at all.
-    assert!(!sequential_problems(&[(200, 0, 0), (0, 0, 200)]).is_empty());
+    // A red and a blue of one lightness: apart in hue, not in lightness.
+    assert!(!sequential_problems(&[(200, 0, 0), (0, 110, 160)]).is_empty());
 }

@@ -128,10 +128,10 @@ pub fn is_red(c: Rgb) -> bool {
     ch >= 30.0 && !(60.0..330.0).contains(&h)
 }
 
-/// A saturated green (hue 100-200°, chroma at least 30).
+/// A saturated green (hue 110-200°, chroma at least 30).
 pub fn is_green(c: Rgb) -> bool {
     let (h, ch) = hue(c);
-    ch >= 30.0 && (100.0..200.0).contains(&h)
+    ch >= 30.0 && (110.0..200.0).contains(&h)
 }
 
 /// What makes `colours` unfit as series colours: a red/green pair, or two colours closer than
