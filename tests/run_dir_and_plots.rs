@@ -2,7 +2,8 @@
 
 use crate::common;
 
-use phasekv::figures::plot::{category_grid, line_chart, scatter, CategoryGrid, Panel, Series};
+use phasekv::figures::grid::{category_grid, CategoryGrid};
+use phasekv::figures::plot::{line_chart, scatter, Panel, Series};
 use phasekv::run_dir::RunDir;
 use phasekv::Error;
 use proptest::prelude::*;

@@ -2,7 +2,8 @@
 //! without a model): phase profiles with Wilson bands and the stride marked, knockout maps,
 //! and gate-preference plots.
 
-use super::plot::{self, CategoryGrid, Panel, Series};
+use super::grid::{category_grid, CategoryGrid};
+use super::plot::{self, Panel, Series};
 use crate::analysis::eval::KnockoutMap;
 use crate::analysis::gates::{Branch, GateSnapshot, GateStats};
 use crate::analysis::phase::PhaseProfile;
@@ -199,7 +200,7 @@ pub fn knockout_map(stem: &Path, title: &str, map: &KnockoutMap) -> Result<Vec<P
         muted,
         outlined: Vec::new(),
     };
-    plot::category_grid(stem, &grid)
+    category_grid(stem, &grid)
 }
 
 fn gate_label(layer: usize, head: usize, branch: Branch) -> String {

@@ -1,5 +1,6 @@
 //! Plotting helpers on plotters: multi-series line charts (optionally several panels),
-//! scatter plots and category grids (heatmaps of discrete classes) with legends. Every helper
+//! scatter plots, with legends in a framed strip of their own and titles fitted to the canvas
+//! (category grids: [`super::grid`]). Every helper
 //! writes `<stem>.svg` and `<stem>.png` (through temporary files renamed into place) and
 //! returns both paths.
 
@@ -24,7 +25,6 @@ pub fn ensure_font() {
 }
 
 pub use super::colour::{palette, BLACK, GREY, PALETTE};
-pub use super::grid::{category_grid, CategoryGrid};
 
 /// The stroke of every legend's frame. No data mark is drawn in it, so a test finds legends in
 /// an SVG by it (`tests/report_figures.rs`: no legend covers a data mark).

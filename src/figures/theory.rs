@@ -2,7 +2,8 @@
 //! fresh `phasekv theory` run, and `phasekv report` draws the ledger's T1 and T2 figures from a
 //! reproduction's `theory.json`. The mathematics is in `theory/induction-model.md`.
 
-use super::plot::{category_grid, line_panels, scatter, CategoryGrid, Panel, Series, GREY};
+use super::grid::{category_grid, CategoryGrid};
+use super::plot::{line_panels, scatter, Panel, Series, GREY};
 use crate::theory::critical::PointLabel;
 use crate::theory::diagram::{DiagramMap, PhaseDiagram};
 use crate::theory::flow::{FlowRun, FlowSummary, Integrator, Trajectory};
