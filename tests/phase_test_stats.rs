@@ -210,6 +210,7 @@ fn statistics_from_protocol_prompts_and_outcomes() {
             prob: None,
             position: None,
             depth: None,
+            ..Outcome::default()
         })
         .collect();
     let rec = phase_records(&prompts, &outcomes).unwrap();

@@ -2,7 +2,8 @@
 
 use crate::common;
 
-use phasekv::figures::plot::{category_grid, line_chart, scatter, CategoryGrid, Panel, Series};
+use phasekv::figures::grid::{category_grid, CategoryGrid};
+use phasekv::figures::plot::{line_chart, scatter, Panel, Series};
 use phasekv::run_dir::RunDir;
 use phasekv::Error;
 use proptest::prelude::*;
@@ -146,6 +147,7 @@ fn plots_write_svg_and_png() {
             Series::line("series a", (0..20).map(|i| (i as f64, (i as f64).sin())).collect(), 0),
             Series::markers("series b", vec![(1.0, 0.5), (3.0, -0.5), (5.0, 0.0)], 1),
         ],
+        ..Panel::default()
     };
     let mut written = line_chart(&dir.join("line"), &panel).unwrap();
     written.extend(scatter(&dir.join("scatter"), &panel).unwrap());
@@ -159,6 +161,8 @@ fn plots_write_svg_and_png() {
         cell_text: None,
         categories: vec![("zero".into(), (0, 200, 0)), ("one".into(), (200, 0, 0))],
         note: vec!["a note line".into()],
+        muted: vec![],
+        outlined: vec![],
     };
     written.extend(category_grid(&dir.join("grid"), &grid).unwrap());
     assert_eq!(written.len(), 6);

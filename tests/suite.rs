@@ -67,6 +67,10 @@ mod phase_test_calibration;
 mod phase_test_stats;
 #[path = "phase_test_v2.rs"]
 mod phase_test_v2;
+#[path = "report_committed.rs"]
+mod report_committed;
+#[path = "report_figures.rs"]
+mod report_figures;
 #[path = "report_ledger.rs"]
 mod report_ledger;
 #[path = "reproduce_plans.rs"]

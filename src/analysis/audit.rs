@@ -354,7 +354,7 @@ pub fn parse_results_checked(text: &str, m: usize, manifest: Option<&Manifest>) 
             (None, Some(p)) => p >= 0.5,
             (None, None) => return Err(Error::invalid(at("correct"), "missing (give `correct` or `prob`)")),
         };
-        out.push(Outcome { id, group: group as usize, correct, prob, position, depth });
+        out.push(Outcome { id, group: group as usize, correct, prob, position, depth, ..Outcome::default() });
     }
     if out.is_empty() {
         return Err(Error::invalid("results", "no result lines"));

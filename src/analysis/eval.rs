@@ -67,6 +67,7 @@ fn score(model: &Decoder, prompts: &[&Prompt], probe: &Probe, device: &Device) -
                 prob: Some(lp.exp()),
                 position: Some(p.target_pos),
                 depth: Some(p.depth()),
+                ..Outcome::default()
             }
         })
         .collect())

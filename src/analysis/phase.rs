@@ -16,8 +16,10 @@ pub const PERIOD_ALPHA: f64 = 0.01;
 /// Rounds of the permutation test.
 pub const PERMUTATION_ROUNDS: usize = 2000;
 
-/// The result of one prompt.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The result of one prompt. The columns after `depth` name the model and the prompt so that a
+/// line can be used without its directory (issue 31); the evaluation writes them
+/// (`lab::outcomes`), and external results may leave them out.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
 pub struct Outcome {
     /// Prompt id.
     pub id: usize,
@@ -34,6 +36,26 @@ pub struct Outcome {
     /// Depth of the scored query (its position minus the target key's), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<usize>,
+    /// The arm of the model (the plan's name for a preset with its overrides, `w8s4-kv1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arm: Option<String>,
+    /// The kernel preset of the model (`w8s4` for the arm `w8s4-kv1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    /// The model's training seed (not the evaluation seed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// The padding protocol of the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// The prompt's phase family, `id = group * n + family` (`n` prompts per group); `None`
+    /// where prompts are not built in families.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<usize>,
+    /// The target's phase at the kernel's stride, `position mod S` (`None`: no stride, full
+    /// attention, or no position).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<usize>,
 }
 
 /// The chi-square test of independence between group and correctness.

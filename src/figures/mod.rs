@@ -7,11 +7,15 @@
 //!
 //! | module | draws |
 //! |---|---|
-//! | [`plot`] | the chart helpers: line charts (one or several panels), scatter plots, category grids |
+//! | [`colour`] | the palette and sequential scales, checked for colour-blind readers |
+//! | [`grid`] | category grids (knockout maps, the Theorem 1 diagram): muted and outlined cells |
+//! | [`plot`] | the chart helpers: line charts (one or several panels), scatter plots, legends, titles that fit |
 //! | [`lab`] | the phase lab (see `theory/phase-lab.md`): phase profiles, knockout maps, gate preferences |
 //! | [`theory`] | Theorem 1 restarts and phase diagram, Theorem 2 trajectories, phase profile and chosen offsets |
 //! | [`validation`] | a kernel dump's validation: error by phase of the window start, error by window |
 
+pub mod colour;
+pub mod grid;
 pub mod lab;
 pub mod plot;
 pub mod theory;

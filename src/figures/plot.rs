@@ -1,5 +1,6 @@
 //! Plotting helpers on plotters: multi-series line charts (optionally several panels),
-//! scatter plots and category grids (heatmaps of discrete classes) with legends. Every helper
+//! scatter plots, with legends in a framed strip of their own and titles fitted to the canvas
+//! (category grids: [`super::grid`]). Every helper
 //! writes `<stem>.svg` and `<stem>.png` (through temporary files renamed into place) and
 //! returns both paths.
 
@@ -23,27 +24,39 @@ pub fn ensure_font() {
     });
 }
 
-/// A fixed palette: Okabe-Ito's colour-blind-friendly eight (black last), then four more
-/// distinct hues, so that up to eleven series never share a colour.
-pub const PALETTE: [(u8, u8, u8); 12] = [
-    (0, 114, 178),
-    (213, 94, 0),
-    (0, 158, 115),
-    (204, 121, 167),
-    (230, 159, 0),
-    (86, 180, 233),
-    (120, 120, 120),
-    (180, 160, 0),
-    (140, 86, 75),
-    (0, 0, 0),
-    (106, 61, 154),
-    (31, 120, 60),
-];
+pub use super::colour::{palette, BLACK, GREY, PALETTE};
 
-/// The `i`-th palette colour (wrapping).
-pub fn palette(i: usize) -> RGBColor {
-    let (r, g, b) = PALETTE[i % PALETTE.len()];
-    RGBColor(r, g, b)
+/// The stroke of every legend's frame. No data mark is drawn in it, so a test finds legends in
+/// an SVG by it (`tests/report_figures.rs`: no legend covers a data mark).
+pub const LEGEND_FRAME: (u8, u8, u8) = (150, 150, 151);
+
+/// The smallest font size a title is shrunk to (below it, the title is cut with an ellipsis).
+const MIN_TITLE_FONT: f64 = 10.0;
+
+/// The width in pixels of `text` in the embedded font at plotters size `size` (the size given
+/// to a plotters font; an SVG states it as `size / 1.24`).
+pub fn text_width(text: &str, size: f64) -> f64 {
+    ensure_font();
+    ("sans-serif", size)
+        .into_font()
+        .box_size(text)
+        .map(|(w, _)| f64::from(w))
+        .unwrap_or(0.6 * size * text.chars().count() as f64)
+}
+
+/// A title fitted into `width` pixels: the largest size from `size` down to
+/// [`MIN_TITLE_FONT`] at which it fits, and cut with an ellipsis where none does.
+pub fn fit_title(text: &str, size: f64, width: f64) -> (String, f64) {
+    let mut s = size;
+    while s > MIN_TITLE_FONT && text_width(text, s) > width {
+        s -= 0.5;
+    }
+    let mut t = text.to_string();
+    while text_width(&t, s) > width && t.chars().count() > 1 {
+        let keep: String = t.chars().take(t.chars().count().saturating_sub(2)).collect();
+        t = format!("{}…", keep.trim_end_matches('…'));
+    }
+    (t, s)
 }
 
 /// One named series of `(x, y)` points.
@@ -65,6 +78,12 @@ pub struct Series {
     pub errors: Vec<(f64, f64)>,
     /// Draw the line thin and light (one seed beside the pooled line).
     pub thin: bool,
+    /// A dash pattern `(dash, gap)` in pixels for the line (None: solid, or `dashed`'s).
+    pub pattern: Option<(u32, u32)>,
+    /// An arrowhead at the last point, pointing along the last segment (direction of a path).
+    pub arrow: bool,
+    /// An open ring at the first point (start of a path).
+    pub start_ring: bool,
 }
 
 impl Series {
@@ -79,6 +98,9 @@ impl Series {
             line: false,
             errors: Vec::new(),
             thin: false,
+            pattern: None,
+            arrow: false,
+            start_ring: false,
         }
     }
 
@@ -93,6 +115,9 @@ impl Series {
             line: true,
             errors: Vec::new(),
             thin: false,
+            pattern: None,
+            arrow: false,
+            start_ring: false,
         }
     }
 
@@ -103,7 +128,7 @@ impl Series {
 }
 
 /// One panel of a line chart.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Panel {
     /// Panel title.
     pub title: String,
@@ -115,6 +140,12 @@ pub struct Panel {
     pub y_range: Option<(f64, f64)>,
     /// The series.
     pub series: Vec<Series>,
+    /// Draw no legend (a figure whose panels share one legend shows it in one panel only).
+    pub hide_legend: bool,
+    /// Label the y axis at integers only (counts).
+    pub integer_y: bool,
+    /// Fixed x range (None: from the data).
+    pub x_range: Option<(f64, f64)>,
 }
 
 fn plot_err(stem: &Path, e: impl std::fmt::Display) -> Error {
@@ -129,7 +160,7 @@ fn integer_x(series: &[Series]) -> bool {
     xs.all(|x| (x - x.round()).abs() < 1e-9) && series.iter().any(|s| !s.dashed && !s.points.is_empty())
 }
 
-fn bounds(series: &[Series], y_range: Option<(f64, f64)>) -> ((f64, f64), (f64, f64)) {
+fn bounds(series: &[Series], y_range: Option<(f64, f64)>, x_range: Option<(f64, f64)>) -> ((f64, f64), (f64, f64)) {
     let bars = series.iter().flat_map(|s| s.points.iter().zip(&s.errors).flat_map(|(p, e)| [(p.0, e.0), (p.0, e.1)]));
     let pts =
         series.iter().flat_map(|s| s.points.iter().copied()).chain(bars).filter(|p| p.0.is_finite() && p.1.is_finite());
@@ -147,7 +178,7 @@ fn bounds(series: &[Series], y_range: Option<(f64, f64)>) -> ((f64, f64), (f64, 
         x1 = x0 + 1.0;
     }
     let xpad = 0.02 * (x1 - x0);
-    (x0, x1) = (x0 - xpad, x1 + xpad);
+    (x0, x1) = x_range.unwrap_or((x0 - xpad, x1 + xpad));
     if let Some(r) = y_range {
         (y0, y1) = r;
     } else {
@@ -159,7 +190,7 @@ fn bounds(series: &[Series], y_range: Option<(f64, f64)>) -> ((f64, f64), (f64, 
 }
 
 /// Something drawable on any plotters backend.
-trait Figure {
+pub(super) trait Figure {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> std::result::Result<(), String>;
 }
 
@@ -176,16 +207,8 @@ impl Figure for PanelsFig<'_> {
     }
 }
 
-struct GridFig<'a>(&'a CategoryGrid);
-
-impl Figure for GridFig<'_> {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> std::result::Result<(), String> {
-        draw_grid(root, self.0)
-    }
-}
-
 /// Write one figure twice (SVG and PNG).
-fn write_both(stem: &Path, size: (u32, u32), fig: &impl Figure) -> Result<Vec<PathBuf>> {
+pub(super) fn write_both(stem: &Path, size: (u32, u32), fig: &impl Figure) -> Result<Vec<PathBuf>> {
     ensure_font();
     if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -211,20 +234,84 @@ fn write_both(stem: &Path, size: (u32, u32), fig: &impl Figure) -> Result<Vec<Pa
     Ok(vec![svg, png])
 }
 
+/// The legend strip of a panel: a frame in [`LEGEND_FRAME`] and one entry per named series
+/// (spacing and font shrunk to fit the strip's height, names to its width).
+fn draw_legend<DB: DrawingBackend>(
+    legend: &DrawingArea<DB, Shift>,
+    named: &[&Series],
+    scatter: bool,
+) -> std::result::Result<(), String> {
+    if named.is_empty() {
+        return Ok(());
+    }
+    let (w, h) = legend.dim_in_pixel();
+    let step = (22.0f64).min((f64::from(h) - 50.0) / named.len() as f64).max(9.0);
+    let font = (step * 12.0 / 22.0).clamp(8.0, 12.0);
+    let top = 36;
+    let bottom = top + (step * named.len() as f64).ceil() as i32;
+    let frame = RGBColor(LEGEND_FRAME.0, LEGEND_FRAME.1, LEGEND_FRAME.2);
+    legend
+        .draw(&Rectangle::new([(1, top - 12), (w as i32 - 3, bottom - 4)], frame.stroke_width(1)))
+        .map_err(|e| e.to_string())?;
+    for (i, s) in named.iter().enumerate() {
+        let color = palette(s.color);
+        let y = top + (step * i as f64) as i32;
+        if scatter || !s.line {
+            legend.draw(&Circle::new((14, y), 4, color.filled())).map_err(|e| e.to_string())?;
+        } else {
+            let style = if s.thin { color.mix(0.45).stroke_width(1) } else { color.stroke_width(2) };
+            let (dash, gap) = s.pattern.unwrap_or(if s.dashed { (6, 4) } else { (20, 0) });
+            let mut x = 4;
+            while x < 24 {
+                let end = (x + dash as i32).min(24);
+                legend.draw(&PathElement::new(vec![(x, y), (end, y)], style)).map_err(|e| e.to_string())?;
+                x = end + gap.max(1) as i32;
+            }
+        }
+        if !s.errors.is_empty() {
+            legend
+                .draw(&PathElement::new(vec![(14, y - 6), (14, y + 6)], color.mix(0.7)))
+                .map_err(|e| e.to_string())?;
+        }
+        let (name, size) = fit_title(&s.name, font, f64::from(w) - 36.0);
+        legend
+            .draw(&Text::new(name, (30, y - (size * 0.55) as i32), ("sans-serif", size).into_font()))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// An arrowhead at `tip` pointing away from `from` (data coordinates; `scale` pixels per data
+/// unit on each axis), 10 pixels long.
+fn arrowhead(from: (f64, f64), tip: (f64, f64), scale: (f64, f64)) -> Option<Vec<(f64, f64)>> {
+    let (dx, dy) = ((tip.0 - from.0) * scale.0, (tip.1 - from.1) * scale.1);
+    let len = dx.hypot(dy);
+    if len < 1.0 {
+        return None;
+    }
+    let (ux, uy) = (dx / len, dy / len);
+    let base = (-10.0 * ux, -10.0 * uy);
+    let corner =
+        |side: f64| (tip.0 + (base.0 - side * 4.5 * uy) / scale.0, tip.1 + (base.1 + side * 4.5 * ux) / scale.1);
+    Some(vec![tip, corner(1.0), corner(-1.0)])
+}
+
 fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     panel: &Panel,
     scatter: bool,
 ) -> std::result::Result<(), String> {
     // The legend gets a strip of its own to the right, so it never covers data.
-    let named: Vec<&Series> = panel.series.iter().filter(|s| !s.name.is_empty()).collect();
+    let named: Vec<&Series> =
+        if panel.hide_legend { Vec::new() } else { panel.series.iter().filter(|s| !s.name.is_empty()).collect() };
     let (w, _) = area.dim_in_pixel();
-    let longest = named.iter().map(|s| s.name.chars().count()).max().unwrap_or(0) as u32;
-    let legend_w = if named.is_empty() { 0 } else { (40 + 7 * longest).clamp(110, w / 3) };
+    let longest = named.iter().map(|s| text_width(&s.name, 12.0)).fold(0.0, f64::max);
+    let legend_w = if named.is_empty() { 0 } else { ((40.0 + longest) as u32).clamp(110, w / 3) };
     let (plot_area, legend) = area.split_horizontally(w - legend_w);
-    let ((x0, x1), (y0, y1)) = bounds(&panel.series, panel.y_range);
+    let ((x0, x1), (y0, y1)) = bounds(&panel.series, panel.y_range, panel.x_range);
+    let (title, size) = fit_title(&panel.title, 16.0, f64::from(w - legend_w) - 16.0);
     let mut chart = ChartBuilder::on(&plot_area)
-        .caption(&panel.title, ("sans-serif", 16))
+        .caption(&title, ("sans-serif", size))
         .margin(8)
         .x_label_area_size(38)
         .y_label_area_size(52)
@@ -232,6 +319,7 @@ fn draw_panel<DB: DrawingBackend>(
         .map_err(|e| e.to_string())?;
     let discrete = integer_x(&panel.series);
     let span = (x1 - x0).ceil().max(1.0) as usize;
+    let yspan = (y1 - y0).ceil().max(1.0) as usize;
     let int_label = |x: &f64| if (x - x.round()).abs() < 1e-9 { format!("{:.0}", x) } else { String::new() };
     let mut mesh = chart.configure_mesh();
     mesh.x_desc(panel.x_label.as_str())
@@ -242,7 +330,12 @@ fn draw_panel<DB: DrawingBackend>(
     if discrete {
         mesh.x_labels((span + 1).min(13)).x_label_formatter(&int_label);
     }
+    if panel.integer_y {
+        mesh.y_labels((yspan + 1).min(11)).y_label_formatter(&int_label);
+    }
     mesh.draw().map_err(|e| e.to_string())?;
+    let (pw, ph) = chart.plotting_area().dim_in_pixel();
+    let scale = (f64::from(pw) / (x1 - x0), f64::from(ph) / (y1 - y0));
     for s in &panel.series {
         let color = palette(s.color);
         let pts: Vec<(f64, f64)> = s.points.iter().copied().filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
@@ -258,40 +351,35 @@ fn draw_panel<DB: DrawingBackend>(
             continue;
         }
         let style = if s.thin { color.mix(0.45).stroke_width(1) } else { color.stroke_width(2) };
-        if s.dashed {
-            chart.draw_series(DashedLineSeries::new(pts.clone(), 6, 4, style)).map_err(|e| e.to_string())?;
-        } else {
-            chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(|e| e.to_string())?;
+        match s.pattern.or(if s.dashed { Some((6, 4)) } else { None }) {
+            Some((dash, gap)) => {
+                chart.draw_series(DashedLineSeries::new(pts.clone(), dash, gap, style)).map_err(|e| e.to_string())?;
+            }
+            None => {
+                chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(|e| e.to_string())?;
+            }
         }
         if s.markers {
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(|e| e.to_string())?;
         }
-    }
-    for (i, s) in named.iter().enumerate() {
-        let color = palette(s.color);
-        let y = 40 + 22 * i as i32;
-        if scatter || !s.line {
-            legend.draw(&Circle::new((14, y), 4, color.filled())).map_err(|e| e.to_string())?;
-        } else if s.dashed {
-            for x in [4, 14] {
-                legend
-                    .draw(&PathElement::new(vec![(x, y), (x + 6, y)], color.stroke_width(2)))
+        if s.start_ring {
+            if let Some(&p) = pts.first() {
+                chart
+                    .draw_series(std::iter::once(Circle::new(p, 5, color.stroke_width(2))))
                     .map_err(|e| e.to_string())?;
             }
-        } else {
-            let style = if s.thin { color.mix(0.45).stroke_width(1) } else { color.stroke_width(2) };
-            legend.draw(&PathElement::new(vec![(4, y), (24, y)], style)).map_err(|e| e.to_string())?;
         }
-        if !s.errors.is_empty() {
-            legend
-                .draw(&PathElement::new(vec![(14, y - 6), (14, y + 6)], color.mix(0.7)))
-                .map_err(|e| e.to_string())?;
+        if s.arrow && pts.len() >= 2 {
+            let tip = pts[pts.len() - 1];
+            // The last point far enough back to give the arrow a direction.
+            let from =
+                pts.iter().rev().skip(1).find(|p| ((p.0 - tip.0) * scale.0).hypot((p.1 - tip.1) * scale.1) >= 1.0);
+            if let Some(head) = from.and_then(|&f| arrowhead(f, tip, scale)) {
+                chart.draw_series(std::iter::once(Polygon::new(head, color.filled()))).map_err(|e| e.to_string())?;
+            }
         }
-        legend
-            .draw(&Text::new(s.name.clone(), (30, y - 7), ("sans-serif", 12).into_font()))
-            .map_err(|e| e.to_string())?;
     }
-    Ok(())
+    draw_legend(&legend, &named, scatter)
 }
 
 fn draw_panels<DB: DrawingBackend>(
@@ -305,7 +393,9 @@ fn draw_panels<DB: DrawingBackend>(
     let body = if title.is_empty() {
         root.clone()
     } else {
-        root.titled(title, ("sans-serif", 22)).map_err(|e| e.to_string())?
+        let (w, _) = root.dim_in_pixel();
+        let (t, size) = fit_title(title, 22.0, f64::from(w) - 20.0);
+        root.titled(&t, ("sans-serif", size)).map_err(|e| e.to_string())?
     };
     let cols = cols.max(1);
     let rows = panels.len().div_ceil(cols).max(1);
@@ -333,128 +423,4 @@ pub fn line_chart(stem: &Path, panel: &Panel) -> Result<Vec<PathBuf>> {
 /// A scatter plot (one marker colour per series) with axis labels, title and legend.
 pub fn scatter(stem: &Path, panel: &Panel) -> Result<Vec<PathBuf>> {
     write_both(stem, (900, 560), &PanelsFig { title: "", panels: std::slice::from_ref(panel), cols: 1, scatter: true })
-}
-
-/// A category grid (heatmap of discrete classes).
-#[derive(Debug, Clone, PartialEq)]
-pub struct CategoryGrid {
-    /// Title.
-    pub title: String,
-    /// x-axis label (columns).
-    pub x_label: String,
-    /// y-axis label (rows).
-    pub y_label: String,
-    /// Column tick labels.
-    pub columns: Vec<String>,
-    /// Row tick labels (row 0 is drawn at the top).
-    pub rows: Vec<String>,
-    /// Category index per cell, `cells[row][col]`.
-    pub cells: Vec<Vec<usize>>,
-    /// Optional text per cell.
-    pub cell_text: Option<Vec<Vec<String>>>,
-    /// Category names and palette colours, for the legend.
-    pub categories: Vec<(String, (u8, u8, u8))>,
-    /// Lines written under the legend (how to read the cells); may be empty.
-    pub note: Vec<String>,
-}
-
-fn draw_grid<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, g: &CategoryGrid) -> std::result::Result<(), String> {
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let (w, _) = root.dim_in_pixel();
-    let legend_w = 260.min(w / 3);
-    let (main, legend) = root.split_horizontally(w - legend_w);
-    let (nr, nc) = (g.rows.len(), g.columns.len());
-    let mut chart = ChartBuilder::on(&main)
-        .caption(&g.title, ("sans-serif", 20))
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..nc as f64, 0.0..nr as f64)
-        .map_err(|e| e.to_string())?;
-    let cols = g.columns.clone();
-    let rows = g.rows.clone();
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_desc(g.x_label.as_str())
-        .y_desc(g.y_label.as_str())
-        .x_labels(nc * 2 + 1)
-        .y_labels(nr * 2 + 1)
-        .x_label_formatter(&|x| {
-            let i = (x - 0.5).round();
-            if (x - 0.5 - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < cols.len() {
-                cols[i as usize].clone()
-            } else {
-                String::new()
-            }
-        })
-        .y_label_formatter(&|y| {
-            let i = (y - 0.5).round();
-            if (y - 0.5 - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < rows.len() {
-                rows[rows.len() - 1 - i as usize].clone()
-            } else {
-                String::new()
-            }
-        })
-        .label_style(("sans-serif", 13))
-        .axis_desc_style(("sans-serif", 14))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    for (ri, row) in g.cells.iter().enumerate() {
-        for (ci, &cat) in row.iter().enumerate() {
-            let (r, gg, b) = g.categories.get(cat).map(|c| c.1).unwrap_or((200, 200, 200));
-            // White text on dark cells (relative luminance below one half).
-            let dark = (0.2126 * f64::from(r) + 0.7152 * f64::from(gg) + 0.0722 * f64::from(b)) < 128.0;
-            let y = (nr - 1 - ri) as f64;
-            let x = ci as f64;
-            chart
-                .draw_series(std::iter::once(Rectangle::new([(x, y), (x + 1.0, y + 1.0)], RGBColor(r, gg, b).filled())))
-                .map_err(|e| e.to_string())?;
-            chart
-                .draw_series(std::iter::once(Rectangle::new([(x, y), (x + 1.0, y + 1.0)], WHITE.stroke_width(2))))
-                .map_err(|e| e.to_string())?;
-            if let Some(text) = g.cell_text.as_ref().and_then(|t| t.get(ri)).and_then(|r| r.get(ci)) {
-                chart
-                    .draw_series(std::iter::once(Text::new(
-                        text.clone(),
-                        (x + 0.5, y + 0.5),
-                        ("sans-serif", 14).into_font().color(if dark { &WHITE } else { &BLACK }).pos(
-                            plotters::style::text_anchor::Pos::new(
-                                plotters::style::text_anchor::HPos::Center,
-                                plotters::style::text_anchor::VPos::Center,
-                            ),
-                        ),
-                    )))
-                    .map_err(|e| e.to_string())?;
-            }
-        }
-    }
-    for (i, (name, (r, gg, b))) in g.categories.iter().enumerate() {
-        let y = 60 + 30 * i as i32;
-        legend
-            .draw(&Rectangle::new([(10, y), (32, y + 20)], RGBColor(*r, *gg, *b).filled()))
-            .map_err(|e| e.to_string())?;
-        legend
-            .draw(&Text::new(name.clone(), (40, y + 3), ("sans-serif", 14).into_font()))
-            .map_err(|e| e.to_string())?;
-    }
-    let below = 60 + 30 * g.categories.len() as i32 + 10;
-    for (i, line) in g.note.iter().enumerate() {
-        legend
-            .draw(&Text::new(line.clone(), (10, below + 18 * i as i32), ("sans-serif", 12).into_font()))
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-/// A category grid (discrete heatmap) with a legend. Writes `<stem>.svg` and `<stem>.png`.
-pub fn category_grid(stem: &Path, grid: &CategoryGrid) -> Result<Vec<PathBuf>> {
-    if grid.cells.len() != grid.rows.len() || grid.cells.iter().any(|r| r.len() != grid.columns.len()) {
-        return Err(Error::shape(
-            "category grid cells",
-            format!("[{}][{}]", grid.rows.len(), grid.columns.len()),
-            format!("[{}][..]", grid.cells.len()),
-        ));
-    }
-    write_both(stem, (1000, 560), &GridFig(grid))
 }

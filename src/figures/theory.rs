@@ -2,7 +2,8 @@
 //! fresh `phasekv theory` run, and `phasekv report` draws the ledger's T1 and T2 figures from a
 //! reproduction's `theory.json`. The mathematics is in `theory/induction-model.md`.
 
-use super::plot::{category_grid, line_panels, scatter, CategoryGrid, Panel, Series};
+use super::grid::{category_grid, CategoryGrid};
+use super::plot::{line_panels, scatter, Panel, Series, GREY};
 use crate::theory::critical::PointLabel;
 use crate::theory::diagram::{DiagramMap, PhaseDiagram};
 use crate::theory::flow::{FlowRun, FlowSummary, Integrator, Trajectory};
@@ -53,6 +54,7 @@ pub fn t1_restarts(stem: &Path, p: &TaskParams, report: &Theorem1Report) -> Resu
         y_label: "loss - F_1".into(),
         y_range: Some((lo - 0.05 * span, hi + 0.45 * span)),
         series,
+        ..Panel::default()
     };
     scatter(stem, &panel)
 }
@@ -66,28 +68,59 @@ fn verdict_category(v: PointVerdict) -> usize {
     }
 }
 
+/// The verdict colours of the phase diagram: sky blue, vermillion and yellow (Okabe-Ito), no
+/// red/green pair and lightness apart (`colour::sequential_problems` checks them in a test).
+pub const VERDICT_COLOURS: [(u8, u8, u8); 3] = [(86, 180, 233), (213, 94, 0), (240, 228, 66)];
+
+/// The regime in which Theorem 1 is stated (`theory/induction-model.md` §3.1): moderate beta,
+/// about 0.5 to 4 at `L = 4` ...
+pub const REGIME_BETA: (f64, f64) = (0.5, 4.0);
+
+/// ... and gamma below `gamma_c`, about 6.5 at the defaults (`beta = 2`).
+pub const REGIME_GAMMA_C: f64 = 6.5;
+
+/// Whether `(beta, gamma)` lies in the regime where the theorem's hypotheses hold.
+pub fn in_regime(beta: f64, gamma: f64) -> bool {
+    (REGIME_BETA.0..=REGIME_BETA.1).contains(&beta) && gamma < REGIME_GAMMA_C
+}
+
 /// The Theorem 1 phase diagram as a category grid (rows beta, columns gamma), with optional
-/// text in each cell.
+/// text in each cell (the verdict's code by default): the codes explained in the legend, beta
+/// and gamma defined under it, and the cells of the theorem's stated regime outlined.
 pub fn phase_diagram_map(
     stem: &Path,
     title: &str,
     map: &DiagramMap,
     cell_text: Option<Vec<Vec<String>>>,
 ) -> Result<Vec<PathBuf>> {
+    let num = |s: &String| s.trim().parse::<f64>().unwrap_or(f64::NAN);
+    let outlined = map.betas.iter().map(|b| map.gammas.iter().map(|g| in_regime(num(b), num(g))).collect()).collect();
+    let cell_text = cell_text.unwrap_or_else(|| {
+        map.verdicts.iter().map(|row| row.iter().map(|v| v.symbol().to_string()).collect()).collect()
+    });
     let grid = CategoryGrid {
         title: title.into(),
-        x_label: "gamma".into(),
-        y_label: "beta".into(),
+        x_label: "gamma (readout scale: logits z_y = gamma y . o)".into(),
+        y_label: "beta (attention sharpness: softmax(beta q . k))".into(),
         columns: map.gammas.clone(),
         rows: map.betas.clone(),
         cells: map.verdicts.iter().map(|row| row.iter().map(|&v| verdict_category(v)).collect()).collect(),
-        cell_text,
+        cell_text: Some(cell_text),
         categories: vec![
-            ("+ one-hot optimal".into(), (120, 200, 120)),
-            ("k vertex not KKT (hedging)".into(), (230, 120, 100)),
-            ("g KKT but beaten (split head)".into(), (240, 200, 90)),
+            ("+ one-hot vertex optimal".into(), VERDICT_COLOURS[0]),
+            ("k vertex not KKT (heads hedge)".into(), VERDICT_COLOURS[1]),
+            ("g KKT but beaten (split head)".into(), VERDICT_COLOURS[2]),
         ],
-        note: Vec::new(),
+        note: vec![
+            "outlined: the theorem's regime,".into(),
+            format!("beta {}-{}, gamma < gamma_c ~ {}", REGIME_BETA.0, REGIME_BETA.1, REGIME_GAMMA_C),
+            "(gamma_c is lower at small and".into(),
+            "large beta; induction-model.md 3.1)".into(),
+            "beta: scale of the attention logits".into(),
+            "gamma: scale of the readout logits".into(),
+        ],
+        muted: Vec::new(),
+        outlined,
     };
     category_grid(stem, &grid)
 }
@@ -137,6 +170,7 @@ pub fn t2_gate_trajectories(
                 y_label: format!("{which}_{}(r)", h + 1),
                 y_range: Some((0.0, 1.0)),
                 series,
+                ..Panel::default()
             });
         }
     }
@@ -165,6 +199,7 @@ pub fn t2_phase_profile(stem: &Path, p: &TaskParams, conv: &FlowRun, prof: &Phas
             y_label: "accuracy".into(),
             y_range: Some((-0.05, 1.05)),
             series: vec![Series::markers("accuracy", acc, 0)],
+            ..Panel::default()
         },
         Panel {
             title: "target probability by query position".into(),
@@ -173,30 +208,58 @@ pub fn t2_phase_profile(stem: &Path, p: &TaskParams, conv: &FlowRun, prof: &Phas
             y_range: None,
             series: vec![
                 Series::markers("p(target)", prob, 1),
-                Series::reference("chance 1/N", vec![(1.0, prof.chance), (last, prof.chance)], 6),
+                Series::reference("chance 1/N", vec![(1.0, prof.chance), (last, prof.chance)], GREY),
             ],
+            ..Panel::default()
         },
     ];
     line_panels(stem, &format!("Phase profile of the converged model (seed {})", conv.seed), &panels, 1, (1000, 700))
 }
 
-/// How often gradient flow chose each key offset (over every head of the converged seeds).
+/// How often gradient flow chose each key offset (over every head of the converged seeds), as
+/// stems with a marker (counts are discrete), against the uniform level `total / (S - 1)`. The
+/// stride `S` and head count `H` are read from the data: one count per offset `1..S-1`, and
+/// `H = total / converged seeds`.
 pub fn t2_offset_counts(stem: &Path, summary: &FlowSummary) -> Result<Vec<PathBuf>> {
-    let pts: Vec<(f64, f64)> =
-        summary.offset_counts.iter().enumerate().map(|(i, &c)| ((i + 1) as f64, c as f64)).collect();
-    let top = summary.offset_counts.iter().copied().max().unwrap_or(0).max(1) as f64;
-    scatter(
+    let counts = &summary.offset_counts;
+    let s = counts.len() + 1;
+    let total: usize = counts.iter().sum();
+    let converged = (summary.converged_fraction * summary.runs as f64).round() as usize;
+    let heads = if converged > 0 && total % converged == 0 { (total / converged).to_string() } else { "?".into() };
+    let top = counts.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let uniform = total as f64 / counts.len().max(1) as f64;
+    let mut series: Vec<Series> = counts
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| Series::line("", vec![((i + 1) as f64, 0.0), ((i + 1) as f64, c as f64)], 0))
+        .collect();
+    series.push(Series::markers(
+        "heads choosing r",
+        counts.iter().enumerate().map(|(i, &c)| ((i + 1) as f64, c as f64)).collect(),
+        0,
+    ));
+    series.push(Series::reference(
+        format!("uniform: {total} / {} = {uniform:.1}", counts.len()),
+        vec![(0.6, uniform), (counts.len() as f64 + 0.4, uniform)],
+        GREY,
+    ));
+    line_panels(
         stem,
-        &Panel {
+        "",
+        &[Panel {
             title: format!(
-                "Theorem 2: key offsets chosen by gradient flow ({:.1} % of {} seeds converged)",
-                100.0 * summary.converged_fraction,
-                summary.runs
+                "Theorem 2: key offsets chosen (S = {s}, H = {heads}; {} of {} seeds converged)",
+                converged, summary.runs
             ),
-            x_label: "key offset r (1..S-1)".into(),
-            y_label: "heads choosing r (converged seeds)".into(),
+            x_label: format!("key offset r (1..S-1 = 1..{})", s - 1),
+            y_label: "heads choosing r".into(),
             y_range: Some((0.0, 1.15 * top)),
-            series: vec![Series::markers("heads", pts, 0)],
-        },
+            x_range: Some((0.5, counts.len() as f64 + 0.5)),
+            integer_y: true,
+            series,
+            ..Panel::default()
+        }],
+        1,
+        (900, 560),
     )
 }

@@ -38,6 +38,7 @@ fn phase_panel(v: &Validation) -> Panel {
                 0,
             )
         }],
+        ..Panel::default()
     }
 }
 
@@ -59,5 +60,6 @@ fn window_panel(v: &Validation) -> Panel {
         y_label: "log10 max |impl - ref64|".into(),
         y_range: None,
         series,
+        ..Panel::default()
     }
 }

@@ -7,11 +7,12 @@
 //!
 //! | file | written by |
 //! |---|---|
-//! | `eval-<protocol>.json`, `.csv`, `-outcomes.jsonl`, `.svg`, `.png` | [`eval_run`] |
+//! | `eval-<protocol>.json`, `.csv`, `-outcomes.jsonl`, `.svg`, `.png` | [`eval_run`] (older results: [`outcomes::upgrade_run`] adds the issue-31 columns) |
 //! | `knockout-<protocol>.json`, `.csv`, `.svg`, `.png` | [`knockout_run`] |
 //! | `gates.json`, `gates.csv`, `gates-{scatter,trajectory,profile}.{svg,png}` | [`gates_run`] |
 
 mod audit;
+pub mod outcomes;
 mod rows;
 
 pub use audit::{audit_analyze, AuditAnalysis};
@@ -63,14 +64,21 @@ impl Default for LabSettings {
 /// `eval-<protocol>.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvalResult {
-    /// Kernel preset.
+    /// Kernel preset (`w8s4` for the arm `w8s4-kv1`: the arm is [`EvalResult::arm`]).
     pub preset: String,
+    /// The model's arm (the run directory's name without `-seed<k>`, [`crate::run_dir::arm_of`]);
+    /// `None` in results written before issue 31 that were not upgraded
+    /// ([`outcomes::upgrade_run`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arm: Option<String>,
     /// Protocol.
     pub protocol: Protocol,
     /// Prompts per group.
     pub per_group: usize,
-    /// Prompt seed.
-    pub seed: u64,
+    /// The evaluation seed (of the prompts and permutation tests; the same for every model),
+    /// not the model's training seed. Written as `seed` before issue 31, still read so.
+    #[serde(rename = "eval_seed", alias = "seed")]
+    pub eval_seed: u64,
     /// The kernel's stride (`None` for `full`).
     pub stride: Option<usize>,
     /// Achieved target-position balance.
@@ -199,7 +207,7 @@ pub fn eval_run(
     check_samples("--samples", per_group, task.residue_modulus, task.seq_len())?;
     let json = run.join(format!("eval-{}.json", protocol.name()));
     let id = verified.identity;
-    let same = |r: &EvalResult| r.per_group == per_group && r.seed == seed && r.run_id == id;
+    let same = |r: &EvalResult| r.per_group == per_group && r.eval_seed == seed && r.run_id == id;
     if let Some(r) = existing(&json, same)? {
         return Ok(r);
     }
@@ -213,17 +221,22 @@ pub fn eval_run(
     let task = &config.task;
     let prompts = protocol::generate(task, protocol, per_group, seed)?;
     let balance = protocol::balance(&prompts, task.residue_modulus);
-    let outcomes = eval::evaluate(&model.decoder, &prompts, progress)?;
+    let mut outcomes = eval::evaluate(&model.decoder, &prompts, progress)?;
     let stride = stride_of(&config.model.preset)?;
+    let columns = outcomes::RunColumns::new(run, &config, protocol, per_group, stride);
+    for o in &mut outcomes {
+        columns.fill(o)?;
+    }
     let profile = phase::profile(&outcomes, task.residue_modulus, stride, seed)?;
     let records = phase::records(&prompts, &outcomes)?;
     let statistics = Some(phase::statistics(&records, task.residue_modulus, stride, seed)?);
     let samples: Vec<Sample> = prompts.iter().map(|p| p.sample.clone()).collect();
     let result = EvalResult {
         preset: config.model.preset.clone(),
+        arm: Some(columns.arm.clone()),
         protocol,
         per_group,
-        seed,
+        eval_seed: seed,
         stride,
         balance,
         profile,

@@ -78,6 +78,14 @@ pub enum AnalyzeCmd {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Add the per-line columns (arm, preset, training seed, protocol, family, phase) to the
+    /// outcome files of runs evaluated before they were written, and name the evaluation JSON's
+    /// seed `eval_seed`, from each run's own metadata (no model needed; idempotent).
+    Upgrade {
+        /// Run directories.
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+    },
 }
 
 fn bar(label: &str) -> impl FnMut(usize, usize) {
@@ -127,6 +135,21 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
                 println!("  L{}.H{} mean drop {:5.1} pp | {}", row.layer, row.head, row.mean_drop_pp, d.join(" "));
             }
             println!("  written: {}/{}.{{json,csv,svg,png}}", run.display(), lab::knockout_stem(protocol));
+        }
+        AnalyzeCmd::Upgrade { runs } => {
+            for run in &runs {
+                let u = lab::outcomes::upgrade_run(run)?;
+                if u.files.is_empty() {
+                    println!("{}: already upgraded", run.display());
+                } else {
+                    println!(
+                        "{}: {} outcome lines given columns; rewritten: {}",
+                        run.display(),
+                        u.lines,
+                        u.files.join(", ")
+                    );
+                }
+            }
         }
         AnalyzeCmd::Gates { run, samples, seed } => match lab::gates_run(&run, samples, seed, &mut bar("gates"))? {
             None => println!("{}: full attention has no gates", run.display()),

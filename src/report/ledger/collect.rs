@@ -122,13 +122,7 @@ fn read_records(path: &Path) -> Result<FileRecords> {
     Ok((records, nll))
 }
 
-/// The arm of a run directory's name: without a trailing `-seed<digits>`.
-pub fn arm_of(name: &str) -> &str {
-    match name.rsplit_once("-seed") {
-        Some((arm, k)) if !arm.is_empty() && !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) => arm,
-        _ => name,
-    }
-}
+pub use crate::run_dir::arm_of;
 
 fn read_run(dir: &Path) -> Result<Option<RunData>> {
     let Some(config) = opt_json::<RunConfig>(&dir.join(crate::run_dir::CONFIG_FILE))? else { return Ok(None) };

@@ -173,27 +173,35 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
         let name = format!("phase-{}", p.name());
         two_column_panels(
             &fig.join(&name),
-            &format!("Accuracy by residue group, {} padding (balanced target depth)", p.name()),
+            &format!(
+                "Accuracy by residue group, {} padding: y range per panel, at least {:.0} pp, printed in each title",
+                p.name(),
+                100.0 * figures::MIN_ACCURACY_SPAN
+            ),
             &panels,
             (760, 380),
         )?;
         write_csv_atomic(&out.join(format!("figures/{name}.csv")), &csv)?;
         caps.push((
             format!("figures/{name}.png"),
-            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride. A seed that did not train (held-out below {:.0} %) has a panel of its own and is pooled into no line.", p.name(), 100.0 * super::FAILED_ACCURACY),
+            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride. Each panel's y axis is fitted to its data but spans at least {:.0} pp, and its range is printed in the panel's title: compare panels by those ranges, not by the height of a curve. A seed that did not train (held-out below {:.0} %) has a panel of its own and is pooled into no line.", p.name(), 100.0 * figures::MIN_ACCURACY_SPAN, 100.0 * super::FAILED_ACCURACY),
         ));
         if !fpanels.is_empty() {
             let name = format!("folded-{}", p.name());
             two_column_panels(
                 &fig.join(&name),
-                &format!("Accuracy folded by phase (position mod S), {} padding", p.name()),
+                &format!(
+                    "Accuracy folded by phase (position mod S), {} padding: y range per panel, at least {:.0} pp, in each title",
+                    p.name(),
+                    100.0 * figures::MIN_ACCURACY_SPAN
+                ),
                 &fpanels,
                 (700, 340),
             )?;
             write_csv_atomic(&out.join(format!("figures/{name}.csv")), &folded)?;
             caps.push((
                 format!("figures/{name}.png"),
-                format!("Accuracy folded by each kernel's phase under {} padding (seeds thin, pooled bold with Wilson 95 % intervals; dashed: full attention's trained seeds pooled and folded the same way).", p.name()),
+                format!("Accuracy folded by each kernel's phase under {} padding (seeds thin, pooled bold with Wilson 95 % intervals; dashed black: full attention's trained seeds pooled and folded the same way; a seed that did not train is in no line). Each panel's y range, at least {:.0} pp, is printed in its title.", p.name(), 100.0 * figures::MIN_ACCURACY_SPAN),
             ));
         }
     }
@@ -202,14 +210,14 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
             let name = super::claims::knockout_figure(&r.label, *p);
             figures::knockout_map(
                 &fig.join(&name),
-                &format!("{}, {} padding: accuracy drop (pp) when one KV head is mean-replaced", r.label, p.name()),
+                &format!("{}, {}: drop (pp), one KV head mean-replaced", r.label, p.name()),
                 &k.map,
             )?;
             write_json(out, &format!("figures/{name}.json"), k)?;
             caps.push((
                 format!("figures/{name}.png"),
                 format!(
-                    "{}, {} padding: knockout map, rows layer.head, columns residue group; cells give the drop in accuracy (pp), bracketed where its 95 % interval contains 0.",
+                    "{}, {} padding: knockout map, rows layer.head, columns residue group; the top row gives the clean accuracy (%) of each group, the other cells the drop in accuracy (pp) when that head is mean-replaced, drawn pale and bracketed where its Newcombe 95 % interval contains 0.",
                     r.label,
                     p.name()
                 ),
@@ -221,49 +229,86 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
             write_json(out, &format!("figures/{name}.json"), g)?;
             caps.push((
                 format!("figures/{name}-trajectory.png"),
-                format!("{}: every gate's (static, input-dependent) concentration across checkpoints; below the diagonal = more input-dependent.", r.label),
+                format!("{}: every gate's path across checkpoints (ring: first, arrow: last; value branches dashed) in the plane of static against input-dependent effective offsets read, the quantity E7 judges (the gate's own concentration where reads were not recorded); below the diagonal = more input-dependent. Axes fitted to the data.", r.label),
             ));
             caps.push((
                 format!("figures/{name}-scatter.png"),
-                format!("{}: every gate at the last checkpoint in the (static, input-dependent) concentration plane, with the diagonal.", r.label),
+                format!("{}: every gate at the last checkpoint in the plane of static against input-dependent effective offsets read (as the trajectory figure), with the diagonal.", r.label),
             ));
             caps.push((
                 format!("figures/{name}-profile.png"),
-                format!("{}: each gate's average weight over window offsets at the end of training.", r.label),
+                format!("{}: per head, the key (blue) and value (vermillion) branches' average gate (solid) and read share (dotted) over window offsets at the end of training, so a value peak one offset after the key peak reads off one panel; grey: uniform 1/W.", r.label),
             ));
         }
     }
-    // Learning curves.
+    learning_curves(c, out, &fig, &mut caps)?;
+    Ok(caps)
+}
+
+/// Line patterns of the seeds of an arm, in seed order (solid, dashed, dotted, dash-dot-like).
+const SEED_PATTERNS: [Option<(u32, u32)>; 4] = [None, Some((8, 4)), Some((2, 3)), Some((12, 3))];
+
+/// Learning curves: colour by arm, line pattern by seed (both in one legend, arms first), and
+/// each run that did not train in black with its own label, so it never shares an arm's look.
+fn learning_curves(c: &Collected, out: &Path, fig: &Path, caps: &mut Vec<(String, String)>) -> Result<()> {
+    let arms = super::collect::arms(c);
     let mut series = Vec::new();
     let mut csv = Vec::new();
-    for (i, r) in c.runs.iter().enumerate() {
-        if let Some(m) = &r.metrics {
+    let mut first_step = None::<usize>;
+    let mut seeds_seen = 0;
+    for (ai, a) in arms.iter().enumerate() {
+        let mut named = false;
+        for (k, r) in a.runs.iter().enumerate() {
+            let Some(m) = &r.metrics else { continue };
             let pts: Vec<(f64, f64)> = m.evals.iter().map(|e| (e.step as f64, e.accuracy)).collect();
             for e in &m.evals {
                 csv.push(CurveRow { preset: r.label.clone(), step: e.step, eval_accuracy: f6(e.accuracy) });
             }
-            series.push(Series { markers: true, ..Series::line(r.label.clone(), pts, i) });
+            first_step = m.evals.iter().map(|e| e.step).chain(first_step).min();
+            seeds_seen = seeds_seen.max(k + 1);
+            if !trained(r) {
+                let name = format!("{} (did not train)", r.label);
+                series.push(Series { markers: true, pattern: Some((2, 2)), ..Series::line(name, pts, plot::BLACK) });
+                continue;
+            }
+            let name = if named { String::new() } else { a.name.clone() };
+            named = true;
+            let pattern = SEED_PATTERNS[k % SEED_PATTERNS.len()];
+            series.push(Series { pattern, ..Series::line(name, pts, ai) });
         }
     }
-    if !series.is_empty() {
-        plot::line_chart(
-            &fig.join("learning-curves"),
-            &Panel {
-                title: "Held-out exact-match accuracy during training".into(),
-                x_label: "training step".into(),
-                y_label: "exact-match accuracy".into(),
-                y_range: Some((0.0, 1.02)),
-                series,
-            },
-        )?;
-        write_csv_atomic(&out.join("figures/learning-curves.csv"), &csv)?;
-        caps.insert(
-            0,
-            (
-                "figures/learning-curves.png".into(),
-                "Learning curves of every model (held-out set of the training distribution).".into(),
-            ),
-        );
+    if series.is_empty() {
+        return Ok(());
     }
-    Ok(caps)
+    // The seed patterns in the legend, in grey (a legend-only series without points).
+    for (k, pattern) in SEED_PATTERNS.iter().enumerate().take(seeds_seen.min(SEED_PATTERNS.len())) {
+        series.push(Series { pattern: *pattern, ..Series::line(format!("seed index {k}"), vec![], plot::GREY) });
+    }
+    let start = first_step.unwrap_or(0);
+    let note = if start == 0 {
+        "curves start at step 0".to_string()
+    } else {
+        format!("first held-out evaluation at step {start}; none recorded at step 0")
+    };
+    plot::line_chart(
+        &fig.join("learning-curves"),
+        &Panel {
+            title: format!("Held-out exact match during training ({note})"),
+            x_label: "training step".into(),
+            y_label: "exact-match accuracy".into(),
+            y_range: Some((0.0, 1.02)),
+            x_range: Some((0.0, series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max) * 1.02)),
+            series,
+            ..Panel::default()
+        },
+    )?;
+    write_csv_atomic(&out.join("figures/learning-curves.csv"), &csv)?;
+    caps.insert(
+        0,
+        (
+            "figures/learning-curves.png".into(),
+            format!("Learning curves of every model (held-out set of the training distribution): colour by arm, line pattern by seed (solid, dashed, dotted in seed order), a run that did not train (held-out below {:.0} %) black and dotted with its own label. The x axis starts at 0; the {note}.", 100.0 * super::FAILED_ACCURACY),
+        ),
+    );
+    Ok(())
 }

@@ -23,6 +23,8 @@ mod figures;
 mod markdown;
 mod runs_doc;
 
+pub use runs_doc::OUTCOME_COLUMNS;
+
 pub use banner::{banner, BannerEntry, Ledger, FAILED_ACCURACY, SUCCESS_ACCURACY};
 pub use claims::{
     claims, ArmVerdict, Claim, Interval, LedgerClaim, Measure, SeedLine, SeedTest, TestRecord, Verdict, ALPHA, LEDGER,

@@ -14,7 +14,7 @@ pub fn runs_readme(c: &Collected) -> String {
     );
     let _ = writeln!(
         md,
-        "## Runs\n\nThe file fields that name a model are easy to misread: `config.json`'s and `eval-*.json`'s `preset` is the kernel preset (the kv1 arms say `w8s4` or `w8s4-norope`), and `eval-*.json`'s `seed` is the *evaluation* seed (the prompts), the same for every model; the training seed is `config.json`'s `train.seed`.\n"
+        "## Runs\n\nThe file fields that name a model: `config.json`'s and `eval-*.json`'s `preset` is the kernel preset (the kv1 arms say `w8s4` or `w8s4-norope`; their arm is `eval-*.json`'s `arm`), `eval-*.json`'s `eval_seed` is the *evaluation* seed (the prompts), the same for every model, and the training seed is `config.json`'s `train.seed` (the `seed` column of the outcome lines). Results evaluated before these fields existed were given them by `phasekv analyze upgrade <run>` from the run's own metadata (below).\n"
     );
     let _ = writeln!(
         md,
@@ -31,7 +31,7 @@ pub fn runs_readme(c: &Collected) -> String {
             r.seed,
             r.config.model.n_kv_head,
             r.metrics.as_ref().map(|m| format!("{:.1} %", 100.0 * m.final_eval.accuracy)).unwrap_or_else(|| "-".into()),
-            e.map(|e| e.seed.to_string()).unwrap_or_else(|| "-".into()),
+            e.map(|e| e.eval_seed.to_string()).unwrap_or_else(|| "-".into()),
             e.map(|e| e.per_group.to_string()).unwrap_or_else(|| "-".into()),
             e.and_then(|e| e.stride).map(|s| s.to_string()).unwrap_or_else(|| "none".into()),
         );
@@ -48,7 +48,7 @@ pub fn runs_readme(c: &Collected) -> String {
         ("curve.csv", "held-out evaluation during training, one row per evaluation"),
         ("environment.json", "machine, toolchain and `git_hash` of the code that trained the model"),
         ("unit.json", "`analysis_seconds` of the reproduction unit"),
-        ("eval-<protocol>.json", "the evaluation: `per_group` (`n`), `seed` (evaluation seed), `stride`, `balance` (target-position balance across groups), `profile` (per-group accuracy with Wilson intervals, exploratory gap, period and chi-square statistics), `statistics` (the depth-controlled phase test of this seed, the corrected period scan, gaps with noise floors)"),
+        ("eval-<protocol>.json", "the evaluation: `preset` (kernel preset), `arm`, `per_group` (`n`), `eval_seed` (evaluation seed; `seed` in files written before issue 31), `stride`, `balance` (target-position balance across groups), `profile` (per-group accuracy with Wilson intervals, exploratory gap, period and chi-square statistics), `statistics` (the depth-controlled phase test of this seed, the corrected period scan, gaps with noise floors)"),
         ("eval-<protocol>.csv", "per residue group: `group`, `n` prompts, `correct`, `accuracy`, `wilson_lo`, `wilson_hi` (95 % Wilson interval)"),
         ("eval-<protocol>-outcomes.jsonl", "one line per prompt (columns below)"),
         ("knockout-<protocol>.json", "the knockout map: each KV head mean-replaced in turn, accuracy per residue group, clean and knocked"),
@@ -60,9 +60,29 @@ pub fn runs_readme(c: &Collected) -> String {
     for (f, what) in files {
         let _ = writeln!(md, "| `{f}` | {what} |");
     }
+    let _ = writeln!(md, "\n## Columns of `eval-<protocol>-outcomes.jsonl`\n\n| column | meaning |\n|---|---|");
+    for (col, what) in OUTCOME_COLUMNS {
+        let _ = writeln!(md, "| `{col}` | {what} |");
+    }
     let _ = writeln!(
         md,
-        "\n## Columns of `eval-<protocol>-outcomes.jsonl`\n\n| column | meaning |\n|---|---|\n| `id` | the prompt: `id = group * n + family`, with `n` the prompts per group (table above) and `family` in `0..n` the phase family (`theory/phase-lab.md` §7.1.1): each family has one member in every group (its layout shifted to the group under `prefix`, redrawn before the target under `in-sequence`), so paired analyses match prompts with equal `family` across groups |\n| `group` | residue group of the target, `position mod M` |\n| `correct` | greedy (argmax) decoding of the answer equals it exactly |\n| `prob` | teacher-forced probability of the answer (product over its tokens). Not a second verdict: `correct: true` with `prob < 0.5` is legitimate (every token the argmax, their product below 0.5); `correct: false` with `prob > 0.5` cannot occur |\n| `position` | source-key position of the target; its phase at the kernel's stride is `position mod S` |\n| `depth` | query position minus the target key's position |\n\nNot stored on each line, and derived from this file's directory: the arm, preset, training seed and protocol (directory and file name, table above), `family = id mod n`, and `phase = position mod S`. `phasekv audit analyze --modulus M --stride S <file>` reads these files as they are and reproduces the single-seed depth-controlled test of `../README.md`."
+        "\nThe columns from `arm` on are written by the evaluation (`phasekv eval`, `lab::eval_run`). The committed runs were evaluated before that, and their weights are not committed, so they were not re-evaluated: `phasekv analyze upgrade <run>...` (`lab::outcomes::upgrade_run`) added the columns from each run's own metadata (`config.json`'s `model.preset` and `train.seed`, the directory's name for the arm, `eval-<protocol>.json`'s `per_group` and `stride`, the file name for the protocol), deterministically and without touching the other columns; a second run of it changes nothing. `phasekv audit analyze --modulus M --stride S <file>` reads these files as they are and reproduces the single-seed depth-controlled test of `../README.md`."
     );
     md
 }
+
+/// Every column of an outcome line and what it means (the order the evaluation writes them).
+pub const OUTCOME_COLUMNS: [(&str, &str); 12] = [
+    ("id", "the prompt: `id = group * n + family`, with `n` the prompts per group (`per_group`, table above) and `family` in `0..n`; ids follow group order"),
+    ("group", "residue group of the target, `position mod M` (`M` = `config.json`'s `task.residue_modulus`)"),
+    ("correct", "greedy (argmax) decoding of the answer equals it exactly"),
+    ("prob", "teacher-forced probability of the answer (product over its tokens). Not a second verdict: `correct: true` with `prob < 0.5` is legitimate (every token the argmax, their product below 0.5); `correct: false` with `prob > 0.5` cannot occur"),
+    ("position", "source-key position of the target in the prompt"),
+    ("depth", "query position minus the target key's position"),
+    ("arm", "the model's arm: the plan's name for a preset with its overrides (`w8s4-kv1` = preset `w8s4`, one KV head per layer); the run directory's name without `-seed<k>`"),
+    ("preset", "the kernel preset (`config.json`'s `model.preset`)"),
+    ("seed", "the model's training seed (`config.json`'s `train.seed`), not the evaluation seed (`eval-<protocol>.json`'s `eval_seed`)"),
+    ("protocol", "the padding protocol of the prompt, as in the file name"),
+    ("family", "the phase family (`theory/phase-lab.md` §7.1.1), `family = id - group * n`: each family has one member in every group (its layout shifted to the group under `prefix`, redrawn before the target under `in-sequence`), so paired analyses match prompts with equal `family` across groups"),
+    ("phase", "the target's phase at the kernel's stride, `position mod S` (`stride` in `eval-<protocol>.json`); absent for full attention, which has no stride"),
+];

@@ -194,7 +194,7 @@ pub(super) fn modulus(a: &Arm) -> usize {
 
 /// The seed of every resampled statistic: the arm's evaluation seed.
 pub(super) fn stat_seed(a: &Arm) -> u64 {
-    a.runs.iter().flat_map(|r| r.evals.values()).map(|e| e.seed).next().unwrap_or(0)
+    a.runs.iter().flat_map(|r| r.evals.values()).map(|e| e.eval_seed).next().unwrap_or(0)
 }
 
 /// Every seed's records under `p` (seeds in collection order), or `None` when a seed lacks them.

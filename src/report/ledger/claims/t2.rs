@@ -46,7 +46,7 @@ impl LedgerClaim for T2 {
         crate::figures::theory::t2_offset_counts(&out.join(FIGURE.trim_end_matches(".png")), &t.t2)?;
         Ok(vec![(
             FIGURE.into(),
-            "Theorem 2: how often gradient flow chose each key offset, over every head of the converged seeds.".into(),
+            "Theorem 2: how often gradient flow chose each key offset r = 1..S-1, over every head of the converged seeds (stems: the counts are discrete; S and H, read from the data, in the title); dashed grey: the uniform level, every offset chosen equally often.".into(),
         )])
     }
 }

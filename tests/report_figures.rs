@@ -1,0 +1,291 @@
+//! The committed figures cannot be misread by layout or colour (issue 31): every SVG under
+//! `reports/` keeps each text inside its canvas and no legend over a data mark, checked on the
+//! SVG the figure code wrote (a negative control shows the checker catches both); the palette
+//! and the sequential scales pass the colour-vision checks of `figures::colour`, and the
+//! palettes the issue found (red beside green, knockout bins of one red) fail them.
+
+use phasekv::figures::colour::{self, lightness, palette_problems, sequential_problems, PALETTE};
+use phasekv::figures::lab::DROP_BINS;
+use phasekv::figures::plot::{self, line_chart, Panel, Series, LEGEND_FRAME};
+use phasekv::figures::theory::VERDICT_COLOURS;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One SVG element: name, attributes, text content.
+struct Elem {
+    name: String,
+    attrs: BTreeMap<String, String>,
+    text: String,
+}
+
+impl Elem {
+    fn num(&self, key: &str) -> f64 {
+        self.attrs.get(key).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
+    }
+    fn attr(&self, key: &str) -> &str {
+        self.attrs.get(key).map(String::as_str).unwrap_or("")
+    }
+    fn points(&self) -> Vec<(f64, f64)> {
+        self.attr("points")
+            .split_whitespace()
+            .filter_map(|p| p.split_once(','))
+            .filter_map(|(x, y)| Some((x.parse().ok()?, y.parse().ok()?)))
+            .collect()
+    }
+}
+
+/// The XML subset plotters writes (elements with quoted attributes, text content).
+fn parse_svg(text: &str) -> Vec<Elem> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find('<') {
+        rest = &rest[start + 1..];
+        if rest.starts_with('/') || rest.starts_with('?') || rest.starts_with('!') {
+            continue;
+        }
+        let end = rest.find('>').expect("unclosed tag");
+        let tag = rest[..end].trim_end_matches('/');
+        let (name, mut attrs_text) = tag.split_once(char::is_whitespace).unwrap_or((tag, ""));
+        let mut attrs = BTreeMap::new();
+        while let Some(eq) = attrs_text.find("=\"") {
+            let key = attrs_text[..eq].trim().to_string();
+            let after = &attrs_text[eq + 2..];
+            let close = after.find('"').expect("unclosed attribute value");
+            attrs.insert(key, after[..close].to_string());
+            attrs_text = &after[close + 1..];
+        }
+        rest = &rest[end + 1..];
+        let text = rest[..rest.find('<').unwrap_or(rest.len())].trim().to_string();
+        out.push(Elem { name: name.to_string(), attrs, text });
+    }
+    out
+}
+
+type Rect = (f64, f64, f64, f64);
+
+/// The box a text occupies (x0, y0, x1, y1), as the PNG draws it (plotters' size is the SVG's
+/// `font-size` times 1.24; the width from the embedded font's advances), rotation applied.
+fn text_box(e: &Elem) -> Rect {
+    let px = e.num("font-size");
+    let w = plot::text_width(&e.text, 1.24 * px);
+    let (x, y) = (e.num("x"), e.num("y"));
+    let (x0, x1) = match e.attr("text-anchor") {
+        "middle" => (x - w / 2.0, x + w / 2.0),
+        "end" => (x - w, x),
+        _ => (x, x + w),
+    };
+    let (y0, y1) = match e.attr("dy") {
+        "0.76em" => (y, y + px),
+        "0.5ex" => (y - px / 2.0, y + px / 2.0),
+        "-0.5ex" => (y - px, y),
+        _ => (y - 0.76 * px, y + 0.24 * px),
+    };
+    let t = e.attr("transform");
+    let Some(args) = t.strip_prefix("rotate(").and_then(|r| r.strip_suffix(')')) else { return (x0, y0, x1, y1) };
+    let a: Vec<f64> = args.split(',').filter_map(|v| v.trim().parse().ok()).collect();
+    let (th, cx, cy) = (a[0].to_radians(), a[1], a[2]);
+    let rot = |(px, py): (f64, f64)| {
+        (cx + (px - cx) * th.cos() - (py - cy) * th.sin(), cy + (px - cx) * th.sin() + (py - cy) * th.cos())
+    };
+    let c = [rot((x0, y0)), rot((x1, y0)), rot((x0, y1)), rot((x1, y1))];
+    let xs = c.iter().map(|p| p.0);
+    let ys = c.iter().map(|p| p.1);
+    (
+        xs.clone().fold(f64::INFINITY, f64::min),
+        ys.clone().fold(f64::INFINITY, f64::min),
+        xs.fold(f64::NEG_INFINITY, f64::max),
+        ys.fold(f64::NEG_INFINITY, f64::max),
+    )
+}
+
+fn inside(p: (f64, f64), r: Rect) -> bool {
+    p.0 > r.0 && p.0 < r.2 && p.1 > r.1 && p.1 < r.3
+}
+
+/// Whether the segment a-b passes through the open rectangle `r` (Liang-Barsky).
+fn crosses(a: (f64, f64), b: (f64, f64), r: Rect) -> bool {
+    let (dx, dy) = (b.0 - a.0, b.1 - a.1);
+    let (mut t0, mut t1) = (0.0f64, 1.0f64);
+    for (p, q) in [(-dx, a.0 - r.0), (dx, r.2 - a.0), (-dy, a.1 - r.1), (dy, r.3 - a.1)] {
+        if p == 0.0 {
+            if q <= 0.0 {
+                return false;
+            }
+        } else {
+            let t = q / p;
+            if p < 0.0 {
+                t0 = t0.max(t);
+            } else {
+                t1 = t1.min(t);
+            }
+        }
+    }
+    t0 < t1
+}
+
+/// The vertices of a data mark, and whether it is one (drawn, not a frame or background).
+fn mark_points(e: &Elem) -> Option<Vec<(f64, f64)>> {
+    if e.attr("opacity") == "0" {
+        return None;
+    }
+    match e.name.as_str() {
+        "polyline" | "polygon" => Some(e.points()),
+        "line" => Some(vec![(e.num("x1"), e.num("y1")), (e.num("x2"), e.num("y2"))]),
+        "circle" => {
+            let (x, y, r) = (e.num("cx"), e.num("cy"), e.num("r"));
+            Some(vec![(x - r, y), (x + r, y), (x, y - r), (x, y + r), (x, y)])
+        }
+        "rect" if e.attr("fill") != "none" => {
+            let (x, y, w, h) = (e.num("x"), e.num("y"), e.num("width"), e.num("height"));
+            Some(vec![(x, y), (x + w, y), (x + w, y + h), (x, y + h), (x, y)])
+        }
+        _ => None,
+    }
+}
+
+/// Every layout problem of one SVG: a text outside the canvas, a data mark inside a legend.
+fn layout_problems(svg: &str) -> Vec<String> {
+    let els = parse_svg(svg);
+    let (w, h) = (els[0].num("width"), els[0].num("height"));
+    let mut out = Vec::new();
+    const SLACK: f64 = 1.0;
+    for e in els.iter().filter(|e| e.name == "text" && !e.text.is_empty()) {
+        let b = text_box(e);
+        if b.0 < -SLACK || b.1 < -SLACK || b.2 > w + SLACK || b.3 > h + SLACK {
+            out.push(format!(
+                "text {:?} spans ({:.0}, {:.0})-({:.0}, {:.0}) on a {w}x{h} canvas",
+                e.text, b.0, b.1, b.2, b.3
+            ));
+        }
+    }
+    let (r, g, b) = LEGEND_FRAME;
+    let frame_colour = format!("#{r:02X}{g:02X}{b:02X}");
+    let frames: Vec<(usize, Rect)> = els
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.name == "rect" && e.attr("stroke") == frame_colour)
+        .map(|(i, e)| (i, (e.num("x"), e.num("y"), e.num("x") + e.num("width"), e.num("y") + e.num("height"))))
+        .collect();
+    for &(fi, f) in &frames {
+        for (i, e) in els.iter().enumerate() {
+            let Some(pts) = mark_points(e) else { continue };
+            let lo = |k: fn(&(f64, f64)) -> f64| pts.iter().map(k).fold(f64::INFINITY, f64::min);
+            let hi = |k: fn(&(f64, f64)) -> f64| pts.iter().map(k).fold(f64::NEG_INFINITY, f64::max);
+            let contains_frame = e.name == "rect"
+                && lo(|p| p.0) <= f.0
+                && lo(|p| p.1) <= f.1
+                && hi(|p| p.0) >= f.2
+                && hi(|p| p.1) >= f.3;
+            if contains_frame {
+                continue; // a background under the whole legend
+            }
+            let all_in = pts.iter().all(|&p| p.0 >= f.0 && p.0 <= f.2 && p.1 >= f.1 && p.1 <= f.3);
+            if i > fi && all_in {
+                continue; // the legend's own entry
+            }
+            let hit = pts.iter().any(|&p| inside(p, f)) || pts.windows(2).any(|s| crosses(s[0], s[1], f));
+            if hit {
+                out.push(format!("a <{}> at {:?} lies in the legend box {f:?}", e.name, pts.first()));
+            }
+        }
+    }
+    out
+}
+
+fn svgs_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+        if entry.is_dir() {
+            svgs_under(&entry, out);
+        } else if entry.extension().is_some_and(|x| x == "svg") {
+            out.push(entry);
+        }
+    }
+}
+
+/// Every committed SVG keeps its texts on the canvas and its legends off the data.
+#[test]
+fn committed_figures_have_no_clipped_text_and_no_covered_data() {
+    let mut files = Vec::new();
+    svgs_under(&Path::new(env!("CARGO_MANIFEST_DIR")).join("reports"), &mut files);
+    assert!(files.len() >= 100, "expected the report's figures, found {}", files.len());
+    let mut bad = Vec::new();
+    for f in &files {
+        for p in layout_problems(&std::fs::read_to_string(f).unwrap()) {
+            bad.push(format!("{}: {p}", f.display()));
+        }
+    }
+    assert!(bad.is_empty(), "{} problems:\n{}", bad.len(), bad.join("\n"));
+}
+
+/// Negative control: a centred title pushed past the left edge, a label past the right edge
+/// and a data point and a line under the legend are all found; the legend's own entry is not.
+#[test]
+fn layout_checker_finds_clipped_text_and_a_covered_legend() {
+    let svg = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/svg/clipped-and-covered.svg"),
+    )
+    .unwrap();
+    let p = layout_problems(&svg);
+    assert!(p.iter().any(|x| x.contains("a title centred too far left")), "{p:?}");
+    assert!(p.iter().any(|x| x.contains("cut at the right edge")), "{p:?}");
+    assert!(p.iter().any(|x| x.contains("<circle>")), "{p:?}");
+    assert!(p.iter().any(|x| x.contains("<polyline> at Some((10.0")), "{p:?}");
+    assert_eq!(p.len(), 4, "the legend's entry and its label are not problems: {p:?}");
+}
+
+/// A chart at the sizes the report draws, with a title too long for it and many long legend
+/// names, passes: titles shrink or are cut, legend names fit their strip.
+#[test]
+fn a_crowded_chart_passes_the_layout_checker() {
+    let dir = std::env::temp_dir().join(format!("report_figures-{}", std::process::id()));
+    let series = (0..14)
+        .map(|i| Series::line(format!("a long series name number {i} of many"), vec![(0.0, i as f64), (5.0, 1.0)], i))
+        .collect();
+    let panel = Panel {
+        title: "a title far too long for its panel, which must be shrunk or cut so that none of it leaves the canvas at all".into(),
+        x_label: "x".into(),
+        y_label: "y".into(),
+        series,
+        ..Panel::default()
+    };
+    line_chart(&dir.join("crowded"), &panel).unwrap();
+    let p = layout_problems(&std::fs::read_to_string(dir.join("crowded.svg")).unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(p.is_empty(), "{p:?}");
+}
+
+/// The series palette holds no red/green pair and stays apart for protanopes and deuteranopes;
+/// the knockout scale and the Theorem 1 verdict colours step in lightness.
+#[test]
+fn palettes_are_colour_blind_safe() {
+    assert_eq!(palette_problems(&PALETTE), Vec::<String>::new());
+    let drops: Vec<_> = DROP_BINS[1..].iter().map(|b| b.2).collect();
+    assert_eq!(sequential_problems(&drops), Vec::<String>::new());
+    let mut verdicts = VERDICT_COLOURS.to_vec();
+    verdicts.sort_by(|a, b| lightness(*a).total_cmp(&lightness(*b)));
+    assert_eq!(sequential_problems(&verdicts), Vec::<String>::new());
+    // The gain colour is told apart from every drop bin.
+    for &d in &drops {
+        assert!(colour::min_delta_e(DROP_BINS[0].2, d) >= colour::MIN_DELTA_E, "{d:?}");
+    }
+}
+
+/// Negative controls: the palettes the issue found fail the checks that the new ones pass.
+#[test]
+fn colour_checks_reject_the_old_palettes() {
+    // The old phase diagram: green beside red.
+    let old_t1 = [(120, 200, 120), (230, 120, 100), (240, 200, 90)];
+    assert!(palette_problems(&old_t1).iter().any(|p| p.contains("red/green")), "{:?}", palette_problems(&old_t1));
+    // The old series palette ended with a green beside Okabe-Ito's vermillion.
+    let old = [(213, 94, 0), (0, 158, 115), (31, 120, 60)];
+    assert!(palette_problems(&old).iter().any(|p| p.contains("red/green")));
+    // Two blues a deuteranope cannot tell apart.
+    let close = [(0, 114, 178), (106, 61, 154)];
+    assert!(palette_problems(&close).iter().any(|p| p.contains("dE")), "{:?}", palette_problems(&close));
+    // The old knockout scale: its first steps are too close in lightness.
+    let old_bins =
+        [(245, 245, 245), (253, 219, 160), (250, 170, 100), (230, 100, 60), (190, 45, 40), (140, 20, 30), (80, 0, 20)];
+    assert!(!sequential_problems(&old_bins).is_empty());
+    // A red and a blue of one lightness: apart in hue, not in lightness.
+    assert!(!sequential_problems(&[(200, 0, 0), (0, 110, 160)]).is_empty());
+}
