@@ -3,7 +3,7 @@
 
 Wraps any module with the dumpable interface of kernels.py (`phasekv_spec()`, `forward(x)` ->
 dict, `state_dict()` under phasekv's names, constructor `(d_model, d_head)`), so phasekv's
-property harness (K1-K13, proptest-driven, shrinking) runs live against it. The protocol
+property harness (K1-K14, proptest-driven, shrinking) runs live against it. The protocol
 (theory/dump-format.md, "Checking a live kernel"):
 
 - every message, both ways, is a frame: an 8-byte little-endian unsigned length, then that many

@@ -444,6 +444,16 @@ impl DirLock {
     }
 }
 
+/// The arm of a run directory's name: without a trailing `-seed<digits>` (plan units are
+/// `<arm>-seed<k>`; a name without the suffix is an arm of its own). The one place that says
+/// what an arm is; the report groups runs by it and the evaluation writes it on every line.
+pub fn arm_of(name: &str) -> &str {
+    match name.rsplit_once("-seed") {
+        Some((arm, k)) if !arm.is_empty() && !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) => arm,
+        _ => name,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -531,15 +541,5 @@ mod tests {
         let (a, b) = (temp_sibling(p), temp_sibling(p));
         assert_ne!(a, b);
         assert!(a.to_string_lossy().ends_with(".png") && a.file_name().unwrap().to_string_lossy().starts_with('.'));
-    }
-}
-
-/// The arm of a run directory's name: without a trailing `-seed<digits>` (plan units are
-/// `<arm>-seed<k>`; a name without the suffix is an arm of its own). The one place that says
-/// what an arm is; the report groups runs by it and the evaluation writes it on every line.
-pub fn arm_of(name: &str) -> &str {
-    match name.rsplit_once("-seed") {
-        Some((arm, k)) if !arm.is_empty() && !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) => arm,
-        _ => name,
     }
 }

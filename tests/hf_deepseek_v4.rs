@@ -2,7 +2,7 @@
 //! `python/hf_deepseek_v4.py` and validated against the presets `dsv4-csa` and `dsv4-hca`:
 //! one-shot and through HF's streaming cache they pass (exit 0); the negative control that maps
 //! prev and cur the wrong way round fails (exit 1). The same modules, served live
-//! (`python/serve_kernel.py`), pass every invariant K1-K13 of `kernel check --external`, and the
+//! (`python/serve_kernel.py`), pass every invariant K1-K14 of `kernel check --external`, and the
 //! swapped control fails with a shrunk counterexample.
 //!
 //! Needs python3 with torch, safetensors and transformers. CI installs them (`.ci/run`) and sets

@@ -326,10 +326,8 @@ fn failure_11_kernel_check_is_bounded_by_its_work_not_by_w_alone() {
     }
     assert!(e.secs < 10.0, "took {} s", e.secs);
     // The same bound for a process's hello, which then ends with its group.
-    let e = check(
-        &dir,
-        &["--external", &child(r#"hello '{"preset": "w512s1", "dtype": "f64"}'"#, &dir), "--cases", "64"],
-    );
+    let e =
+        check(&dir, &["--external", &child(r#"hello '{"preset": "w512s1", "dtype": "f64"}'"#, &dir), "--cases", "64"]);
     assert_eq!(e.code, 2, "{}\n{}", e.out, e.err);
     assert_eq!(e.err.trim_end().lines().count(), 1, "{}", e.err);
     assert!(e.err.contains("invalid --cases") && e.err.contains("at most 6 cases fit"), "{}", e.err);

@@ -1,4 +1,4 @@
-//! `phasekv kernel check --external CMD`: the invariant harness (K1-K13, proptest-driven) run
+//! `phasekv kernel check --external CMD`: the invariant harness (K1-K14, proptest-driven) run
 //! live against a kernel in another process, through `python/serve_kernel.py`. The Triton kernel
 //! passes under Triton's interpreter; its late-by-one twin fails with a shrunk counterexample
 //! (one window, T = S + 1) that `kernel validate` replays. Processes that break the protocol

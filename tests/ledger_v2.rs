@@ -44,6 +44,8 @@ fn outcomes(acc: &dyn Fn(usize) -> f64, prob: &dyn Fn(usize, bool) -> f64) -> Ve
                 prob: Some(prob(g, correct)),
                 position: Some(M + g),
                 depth: Some(8 + 4 * (f % 8)),
+                family: Some(f),
+                ..Outcome::default()
             });
         }
     }
@@ -57,7 +59,8 @@ fn write_eval(dir: &Path, preset: &str, p: Protocol, acc: &dyn Fn(usize) -> f64,
         preset: preset.into(),
         protocol: p,
         per_group: FAMILIES,
-        seed: 0,
+        arm: Some(preset.into()),
+        eval_seed: 0,
         stride: s,
         balance: Balance { groups: vec![], mean_spread: 0.0, std_spread: 0.0, depth_cdf_gap: Some(0.0) },
         profile: phase::profile(&o, M, s, 0).unwrap(),

@@ -225,7 +225,8 @@ pub fn t2_offset_counts(stem: &Path, summary: &FlowSummary) -> Result<Vec<PathBu
     let s = counts.len() + 1;
     let total: usize = counts.iter().sum();
     let converged = (summary.converged_fraction * summary.runs as f64).round() as usize;
-    let heads = if converged > 0 && total % converged == 0 { (total / converged).to_string() } else { "?".into() };
+    let heads =
+        if converged > 0 && total.is_multiple_of(converged) { (total / converged).to_string() } else { "?".into() };
     let top = counts.iter().copied().max().unwrap_or(0).max(1) as f64;
     let uniform = total as f64 / counts.len().max(1) as f64;
     let mut series: Vec<Series> = counts

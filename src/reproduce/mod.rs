@@ -5,7 +5,7 @@
 //!
 //! | unit | directory | what |
 //! |---|---|---|
-//! | `kernels` | `kernels/` | the invariant harness K1-K13 on every preset, reference and candle |
+//! | `kernels` | `kernels/` | the invariant harness K1-K14 on every preset's grids, reference, candle autodiff and fast |
 //! | `theory` | `theory/` | Theorem 1 at the defaults, the phase diagram, Theorem 2 over seeds |
 //! | `model:<arm>-seed<k>` | `runs/<arm>-seed<k>/` | training (resumed or reused), both protocols, knockouts, gates |
 //!
@@ -41,12 +41,13 @@ pub const PLAN_FILE: &str = "plan.json";
 /// One row of the kernel-invariant table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct InvariantRow {
-    /// Preset.
+    /// Preset, with `@o{k}` for a grid of a staggered preset other than offset 0
+    /// ([`KernelSpec::grid_label`]).
     pub preset: String,
     /// The path that ran, as [`kernel_paths`] labels it: `reference-f64`,
     /// `candle-autodiff-f32-cpu` or `fast-f32-cpu`.
     pub implementation: String,
-    /// Invariant id (K1..K13).
+    /// Invariant id (K1..K14).
     pub invariant: String,
     /// Pass, fail or not applicable.
     pub status: InvariantStatus,
@@ -181,24 +182,30 @@ fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<b
     let t0 = Instant::now();
     let names = preset_names();
     let mut rows = Vec::new();
+    // A staggered preset is checked on every grid its heads sit on in the default model shape,
+    // as `kernel check` does, each grid's rows named `NAME@o{k}` (`theory/kernels.md`).
+    let shape = crate::model::config::ModelConfig::default();
+    let mut grids = 0;
     for (i, name) in names.iter().enumerate() {
-        let spec = KernelSpec::preset(name)?;
-        for subject in kernel_paths(&spec) {
-            let implementation = subject.label();
-            for r in run_all(subject.as_ref(), plan.kernel_cases, 0) {
-                rows.push(InvariantRow {
-                    preset: name.to_string(),
-                    implementation: implementation.clone(),
-                    invariant: r.invariant.id().to_string(),
-                    status: r.status,
-                    cases_passed: r.cases_passed,
-                    failure: r.failure,
-                });
+        for spec in KernelSpec::preset(name)?.head_kernels(shape.n_layer, shape.n_kv_head)? {
+            grids += 1;
+            for subject in kernel_paths(&spec) {
+                let implementation = subject.label();
+                for r in run_all(subject.as_ref(), plan.kernel_cases, 0) {
+                    rows.push(InvariantRow {
+                        preset: spec.grid_label(),
+                        implementation: implementation.clone(),
+                        invariant: r.invariant.id().to_string(),
+                        status: r.status,
+                        cases_passed: r.cases_passed,
+                        failure: r.failure,
+                    });
+                }
             }
         }
         progress.step("kernel invariants", i + 1, names.len());
     }
-    debug_assert_eq!(rows.len(), names.len() * KERNEL_PATHS * Invariant::ALL.len());
+    debug_assert_eq!(rows.len(), grids * KERNEL_PATHS * Invariant::ALL.len());
     let failed = rows.iter().filter(|r| r.status == InvariantStatus::Fail).count();
     write_json(&path, &KernelsResult { cases: plan.kernel_cases, rows, seconds: t0.elapsed().as_secs_f64() })?;
     progress.message(&format!("kernels: {failed} failing (preset, implementation, invariant) rows"));

@@ -1,4 +1,4 @@
-//! K: the kernel invariants K1-K13 hold for every preset.
+//! K: the kernel invariants (K1-K14) hold for every preset, on every grid it uses.
 
 use super::*;
 use crate::reproduce::InvariantStatus;
@@ -9,9 +9,7 @@ pub struct K;
 impl LedgerClaim for K {
     fn check(&self, c: &Collected) -> Claim {
         match &c.kernels {
-            None => {
-                not_run("K", "the kernel invariants K1-K13 hold for every preset", vec!["kernels/kernels.json".into()])
-            }
+            None => not_run("K", &claim_text(), vec!["kernels/kernels.json".into()]),
             Some(k) => {
                 let failed: Vec<String> = k
                     .rows
@@ -19,7 +17,13 @@ impl LedgerClaim for K {
                     .filter(|r| r.status == InvariantStatus::Fail)
                     .map(|r| format!("{} {} {}", r.preset, r.implementation, r.invariant))
                     .collect();
-                let presets = k.rows.iter().map(|r| r.preset.as_str()).collect::<std::collections::BTreeSet<_>>().len();
+                let distinct = |f: &dyn Fn(&str) -> &str| {
+                    k.rows.iter().map(|r| f(&r.preset)).collect::<std::collections::BTreeSet<_>>().len()
+                };
+                let presets = distinct(&|p| p.split('@').next().unwrap_or(p));
+                let grids = distinct(&|p| p);
+                let invariants =
+                    k.rows.iter().map(|r| r.invariant.as_str()).collect::<std::collections::BTreeSet<_>>().len();
                 let paths: Vec<&str> = k.rows.iter().fold(Vec::new(), |mut v, r| {
                     if !v.contains(&r.implementation.as_str()) {
                         v.push(&r.implementation);
@@ -28,12 +32,14 @@ impl LedgerClaim for K {
                 });
                 Claim {
                     id: "K".into(),
-                    claim: "the kernel invariants K1-K13 hold for every preset and every implementation path".into(),
+                    claim: format!("{} and every implementation path", claim_text()),
                     measured: format!(
-                        "{} presets x {} implementation paths ({}) x 13 invariants, {} cases each: {} pass, {} not applicable, {} fail{}",
+                        "{} presets ({} grids) x {} implementation paths ({}) x {} invariants, {} cases each: {} pass, {} not applicable, {} fail{}",
                         presets,
+                        grids,
                         paths.len(),
                         paths.join(", "),
+                        invariants,
                         k.cases,
                         k.rows.iter().filter(|r| r.status == InvariantStatus::Pass).count(),
                         k.rows.iter().filter(|r| r.status == InvariantStatus::NotApplicable).count(),
@@ -54,4 +60,11 @@ impl LedgerClaim for K {
             }
         }
     }
+}
+
+/// The claim in words, its invariant range read from the harness's catalogue.
+fn claim_text() -> String {
+    let all = crate::conformance::harness::Invariant::ALL;
+    let (first, last) = (all[0].id(), all[all.len() - 1].id());
+    format!("the kernel invariants {first}-{last} hold for every preset, on each grid it uses")
 }

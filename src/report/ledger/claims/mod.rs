@@ -333,7 +333,7 @@ pub(super) fn short_of(id: &str) -> &'static str {
         "E8" => "scalar gates stay phase sensitive (w8s4-scalar)",
         "E9" => "tied gates stay phase sensitive (w8s4-tied)",
         "E10" => "DeepSeek-V4 CSA on the backbone: period 4",
-        "K" => "kernel invariants K1-K13 hold for every preset",
+        "K" => "every kernel invariant holds on every preset and grid",
         _ => "",
     }
 }
