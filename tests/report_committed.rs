@@ -191,6 +191,24 @@ fn audit_analyze_reads_a_committed_outcome_file_and_reproduces_the_ledgers_test(
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The exact fit under separation (§8.6) on the committed data where its LP is hardest: full
+/// attention near the ceiling, prefix protocol, folded at S = 6 and 8 (185 LP rows). Before the
+/// simplex took Dantzig's rule and the perceptron witness, it ran out of pivots there ("no
+/// optimum after 47600 pivots") and E5's baseline read "not testable: numerical failure".
+#[test]
+fn the_separation_fit_decides_full_attention_at_strides_6_and_8() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports");
+    let file = root.join("runs/full-seed1/eval-prefix-outcomes.jsonl");
+    for s in [6, 8] {
+        let dir = tmp_dir(&format!("audit-sep-{s}"));
+        let a = phasekv::lab::audit_analyze(&file, M, Some(s), 0, &dir.join("out"), None)
+            .unwrap_or_else(|e| panic!("S = {s}: {e}"));
+        let t = a.statistics.expect("statistics").phase_test.expect("a stride was given");
+        assert!(t.p.value > 0.1, "S = {s}: full attention has no phase effect here, p {}", t.p.value);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 /// The committed report (`reports/`): its ledger part renders from its `ledger.json` alone, the
 /// top table is short, every interval contains its estimate, and the banner names what a reader
 /// must know first (issue 31).

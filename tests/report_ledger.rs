@@ -7,6 +7,7 @@ use phasekv::analysis::gates::{Branch, GateSnapshot, GateStats, Reads};
 use phasekv::analysis::phase::{self, Outcome};
 use phasekv::analysis::protocol::{Balance, Protocol};
 use phasekv::analysis::stats::GroupAccuracy;
+use phasekv::kernel::KernelSpec;
 use phasekv::lab::{EvalResult, GatesResult, KnockoutResult, LabSettings};
 use phasekv::report::ledger::{build_report, render_ledger, Claim, Ledger, Verdict, LEDGER};
 use phasekv::reproduce::{self, InvariantRow, KernelsResult, Plan, Scale, TheoryResult};
@@ -492,12 +493,24 @@ fn sharded_reproductions_merge_to_the_ledger_of_one_run() {
     let units = plan.units().unwrap();
     let single = dir.join("single");
     assert!(run_units(&single, &plan, &units).iter().all(|&w| w));
-    // The kernel table: one row per preset, path and invariant, each path named for what ran.
+    // The kernel table: one row per grid, path and invariant, each path named for what ran; a
+    // staggered preset has a grid per offset its heads sit on in the default model shape
+    // (`NAME@o{k}` beside `NAME`), as `kernel check` runs them.
     let k: KernelsResult = phasekv::lab::read_json(&single.join("kernels/kernels.json")).unwrap();
     let mut paths: Vec<&str> = k.rows.iter().map(|r| r.implementation.as_str()).collect();
     paths.dedup();
+    let shape = phasekv::model::config::ModelConfig::default();
+    let grids: Vec<String> = phasekv::kernel::spec::preset_names()
+        .iter()
+        .flat_map(|n| KernelSpec::preset(n).unwrap().head_kernels(shape.n_layer, shape.n_kv_head).unwrap())
+        .map(|g| g.grid_label())
+        .collect();
+    assert!(grids.iter().any(|g| g.contains("@o")), "the staggered presets' other grids are listed");
     let one = ["reference-f64", "candle-autodiff-f32-cpu", "fast-f32-cpu"];
-    assert_eq!(paths, one.repeat(phasekv::kernel::spec::preset_names().len()), "{paths:?}");
+    assert_eq!(paths, one.repeat(grids.len()), "{paths:?}");
+    let mut labels: Vec<&str> = k.rows.iter().map(|r| r.preset.as_str()).collect();
+    labels.dedup();
+    assert_eq!(labels, grids, "rows named for their grid");
     let one = build_report(std::slice::from_ref(&single), &single).unwrap();
     let n = 3;
     let shards: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("shard{i}"))).collect();

@@ -473,6 +473,49 @@ mod tests {
     }
 
     #[test]
+    fn the_perceptron_witness_proves_only_full_separation() {
+        let rows = |v: &[[f64; 2]]| v.iter().map(|r| DVector::from_column_slice(r)).collect::<Vec<_>>();
+        // The sum (0, 2) is 0 on the first row; one perceptron round gives (1, 2), positive on all.
+        assert!(separation::witness_for_tests(&rows(&[[1.0, 0.0], [0.0, 1.0], [-1.0, 1.0]])));
+        // Negative controls: rows that force z = 0, and a pair b, -b.
+        assert!(!separation::witness_for_tests(&rows(&[[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]])));
+        assert!(!separation::witness_for_tests(&rows(&[[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]])));
+    }
+
+    /// At the size of the v1 data's hardest case (185 LP rows: full-seed1, prefix, S = 6 and 8;
+    /// the data itself is `report_committed::the_separation_fit_decides_full_attention_at_strides_6_and_8`):
+    /// 180 rows positive on a direction `d0` and 10 pairs `v, -v` orthogonal to it, which only
+    /// `z . v = 0` satisfies. The LP must finish and separate exactly the first 180.
+    #[test]
+    fn the_lp_decides_at_the_size_of_the_data() {
+        let k = 6;
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut uniform = move || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        };
+        let d0 = DVector::from_fn(k, |j, _| if j == 0 { 1.0 } else { 0.0 });
+        let mut rows = Vec::new();
+        while rows.len() < 180 {
+            let mut b = DVector::from_fn(k, |_, _| uniform());
+            b[0] = b[0].abs() + 0.05;
+            rows.push(b.normalize());
+        }
+        for _ in 0..10 {
+            let mut v = DVector::from_fn(k, |_, _| uniform());
+            v[0] = 0.0;
+            let v = v.normalize();
+            rows.push(-v.clone());
+            rows.push(v);
+        }
+        assert!(rows.iter().take(180).all(|b| b.dot(&d0) > 0.0));
+        assert!(!separation::witness_for_tests(&rows), "the pairs leave no direction positive on all");
+        let t = separation::konis_lp_for_tests(&rows, k).unwrap();
+        let separated: Vec<bool> = t.iter().map(|&t| t > 0.5).collect();
+        assert_eq!(separated, (0..200).map(|i| i < 180).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn required_seeds_is_two_thirds_rounded_up() {
         assert_eq!((1..=6).map(required_seeds).collect::<Vec<_>>(), vec![1, 2, 2, 3, 4, 4]);
     }

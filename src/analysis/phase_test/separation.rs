@@ -116,11 +116,8 @@ pub(super) fn separated_cells(x: &DMatrix<f64>, n: &[f64], y: &[f64]) -> Result<
     // each, every row is separable and the LP's optimum is all of them (the common case near
     // the ceiling, where almost every cell is right). Otherwise the LP decides.
     let sum = lp_rows.iter().fold(DVector::<f64>::zeros(basis.ncols()), |acc, b| acc + b);
-    let t = if lp_rows.iter().all(|b| b.dot(&sum) > RANK_TOL * b.norm() * sum.norm()) {
-        vec![1.0; lp_rows.len()]
-    } else {
-        konis_lp(&lp_rows, basis.ncols())?
-    };
+    let t =
+        if all_positive_witness(&lp_rows, sum) { vec![1.0; lp_rows.len()] } else { konis_lp(&lp_rows, basis.ncols())? };
     for (slot, cells) in members.iter().enumerate() {
         if t[slot] > 0.5 {
             for &i in cells {
@@ -131,25 +128,49 @@ pub(super) fn separated_cells(x: &DMatrix<f64>, n: &[f64], y: &[f64]) -> Result<
     Ok(out)
 }
 
+/// Perceptron rounds [`all_positive_witness`] tries before the LP decides.
+const WITNESS_ROUNDS: usize = 64;
+
+/// Whether a direction `d` with `b_i . d > 0` on every row (unit norm) is found, starting from
+/// `d` and adding the rows that are not yet positive on it, at most [`WITNESS_ROUNDS`] times (the
+/// perceptron). Such a `d` proves every row separable, so the LP's optimum is all of them; when
+/// none is found the LP decides (some rows may not be separable). Cheap (rows times unknowns per
+/// round) where the LP is not: a parametric bootstrap solves one per replicate.
+fn all_positive_witness(rows: &[DVector<f64>], mut d: DVector<f64>) -> bool {
+    for _ in 0..WITNESS_ROUNDS {
+        let cut = RANK_TOL * d.norm();
+        let mut step = DVector::<f64>::zeros(d.len());
+        let mut bad = 0;
+        for b in rows.iter().filter(|b| b.dot(&d) <= cut) {
+            step += b;
+            bad += 1;
+        }
+        if bad == 0 {
+            return true;
+        }
+        d += step;
+    }
+    false
+}
+
 /// Konis's LP on rows `b_i` (already signed) in `k` unknowns: the optimal `t`.
-/// Standard form `max c.v, A v <= r, v >= 0` with `v = (z+, z-, t)`; rows: `t_i - b_i z <= 0`,
-/// `-b_i z <= 0`, `t_i <= 1`. The origin is feasible, so one phase of the simplex method with
-/// Bland's rule (which cannot cycle on this degenerate problem) reaches the optimum.
+/// Standard form `max c.v, A v <= r, v >= 0` with `v = (z+, z-, t)`; rows: `t_i - b_i z <= 0`
+/// and `t_i <= 1`. Konis's `b_i z >= 0` needs no row of its own: `t_i >= 0` and
+/// `t_i <= b_i z` imply it. The origin is feasible, so one phase of the simplex method
+/// ([`simplex_max`]) reaches the optimum.
 fn konis_lp(rows: &[DVector<f64>], k: usize) -> Result<Vec<f64>> {
     let m = rows.len();
     let nv = 2 * k + m;
-    let mut a = DMatrix::<f64>::zeros(3 * m, nv);
-    let mut r = vec![0f64; 3 * m];
+    let mut a = DMatrix::<f64>::zeros(2 * m, nv);
+    let mut r = vec![0f64; 2 * m];
     for (i, b) in rows.iter().enumerate() {
         for j in 0..k {
             a[(i, j)] = -b[j];
             a[(i, k + j)] = b[j];
-            a[(m + i, j)] = -b[j];
-            a[(m + i, k + j)] = b[j];
         }
         a[(i, 2 * k + i)] = 1.0;
-        a[(2 * m + i, 2 * k + i)] = 1.0;
-        r[2 * m + i] = 1.0;
+        a[(m + i, 2 * k + i)] = 1.0;
+        r[m + i] = 1.0;
     }
     let mut c = vec![0f64; nv];
     c[2 * k..].iter_mut().for_each(|v| *v = 1.0);
@@ -181,8 +202,27 @@ fn simplex_max(a: &DMatrix<f64>, r: &[f64], c: &[f64]) -> Result<Vec<f64>> {
     // positive pivot is a direction no row constrains (its reduced cost is rounding): it is left
     // out from then on.
     let mut banned = vec![false; nv + m];
+    // Entering column: Dantzig's rule (the most negative reduced cost), which reaches the optimum
+    // in a few times m pivots where Bland's smallest index alone needed more than `limit` on
+    // the v1 data (full-seed1, prefix, S = 6 and 8: 185 LP rows); after STALL pivots without
+    // progress of the objective (degenerate pivots at the origin, where every `t_i <= b_i z` row
+    // is tight) Bland's rule takes over until the objective moves, so the method cannot cycle.
+    const STALL: usize = 32;
+    let (mut best, mut stalled) = (f64::NEG_INFINITY, 0usize);
     for _ in 0..limit {
-        let Some(enter) = (0..nv + m).find(|&j| !banned[j] && t[(0, j)] < -eps) else {
+        let objective = t[(0, width - 1)];
+        if objective > best + eps {
+            (best, stalled) = (objective, 0);
+        } else {
+            stalled += 1;
+        }
+        let candidates = (0..nv + m).filter(|&j| !banned[j] && t[(0, j)] < -eps);
+        let enter = if stalled < STALL {
+            candidates.min_by(|&x, &y| t[(0, x)].total_cmp(&t[(0, y)]).then(x.cmp(&y)))
+        } else {
+            candidates.min()
+        };
+        let Some(enter) = enter else {
             let mut v = vec![0f64; nv];
             for (i, &bv) in basis.iter().enumerate() {
                 if bv < nv {
@@ -347,4 +387,10 @@ fn newton(x: &DMatrix<f64>, n: &[f64], y: &[f64]) -> Result<(f64, DVector<f64>)>
 #[cfg(test)]
 pub(super) fn konis_lp_for_tests(rows: &[DVector<f64>], k: usize) -> Result<Vec<f64>> {
     konis_lp(rows, k)
+}
+
+#[cfg(test)]
+pub(super) fn witness_for_tests(rows: &[DVector<f64>]) -> bool {
+    let sum = rows.iter().fold(DVector::<f64>::zeros(rows[0].len()), |acc, b| acc + b);
+    all_positive_witness(rows, sum)
 }
