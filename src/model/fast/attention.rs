@@ -30,16 +30,18 @@ pub(super) struct Mask {
 
 impl Mask {
     /// The mask of a `t`-token sequence with `n` entry columns, one visibility per grid
-    /// (`grids`: the one grid of all KV heads, or each head's own). Entry visibility is the
-    /// geometry's ([`Geometry::num_visible`]: entries become visible in order, checked against
-    /// [`Geometry::is_visible`] in debug builds), capped at `n`; the local window is
-    /// [`crate::geometry::local_window_start`]`(q, local) ..= q`.
-    pub fn new(grids: &[(Geometry, Visibility)], n: usize, t: usize, local: usize) -> Self {
+    /// (`grids`: the one grid of all KV heads, or each head's own, with its entry count
+    /// `n_g <= n`). Entry visibility is the geometry's ([`Geometry::num_visible`]: entries become
+    /// visible in order, checked against [`Geometry::is_visible`] in debug builds), capped at the
+    /// grid's own `n_g`, so a head's padded columns `n_g..n` are visible to no query; the local
+    /// window is [`crate::geometry::local_window_start`]`(q, local) ..= q`.
+    pub fn new(grids: &[(Geometry, Visibility, usize)], n: usize, t: usize, local: usize) -> Self {
         let visible = grids
             .iter()
-            .map(|(geometry, visibility)| {
-                let v: Vec<usize> = (0..t).map(|q| geometry.num_visible(q, *visibility).min(n)).collect();
-                debug_assert!((0..t).all(|q| (0..n).all(|j| geometry.is_visible(j, q, *visibility) == (j < v[q]))));
+            .map(|&(geometry, visibility, ng)| {
+                debug_assert!(ng <= n, "a head has more entries than the layer's columns");
+                let v: Vec<usize> = (0..t).map(|q| geometry.num_visible(q, visibility).min(ng)).collect();
+                debug_assert!((0..t).all(|q| (0..ng).all(|j| geometry.is_visible(j, q, visibility) == (j < v[q]))));
                 v
             })
             .collect();

@@ -62,7 +62,8 @@ pub const SUPPORTED: &str =
 /// CSA (padded left, two parameter groups) and HCA (at rate 4, which the tests' sequences hold);
 /// DeepSeek-V4.1's (a vector gate without per-offset biases, RoPE on the last channels at
 /// the group's first token), at ratio 4 (`dsv41-c1` has no gate: uniform pooling, as HCA's);
-/// and layers on staggered grids (`-stagger-layers`, each layer's own offset).
+/// layers on staggered grids (`-stagger-layers`, each layer's own offset) and the KV heads of a
+/// layer on staggered grids (`-stagger-heads`, each head's own offset and entry count).
 pub const SUPPORTED_PRESETS: &[&str] = &[
     "full",
     "w8s4",
@@ -77,6 +78,7 @@ pub const SUPPORTED_PRESETS: &[&str] = &[
     "dsv41-c4",
     "w8s8-stagger-layers",
     "w8s4-stagger-layers",
+    "w8s8-stagger-heads",
 ];
 
 /// Refuses a model whose preset does not exist. Every kernel spec the presets make (separate or
@@ -371,8 +373,8 @@ impl FastDecoder {
         let (mut win, mut mask) = (Vec::new(), Vec::new());
         for grids in &self.layer_grids {
             let w = self.comp.as_ref().map(|sh| LayerWindows::new(sh, grids, t));
-            let ne = w.as_ref().map_or(0, LayerWindows::n);
-            let vis: Vec<_> = grids.iter().map(|s| (s.geometry, s.visibility)).collect();
+            let (ne, counts) = w.as_ref().map_or((0, vec![0; grids.len()]), |w| (w.n(), w.counts()));
+            let vis: Vec<_> = grids.iter().zip(counts).map(|(s, ng)| (s.geometry, s.visibility, ng)).collect();
             mask.push(Mask::new(&vis, ne, t, local));
             win.push(w);
         }

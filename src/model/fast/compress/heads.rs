@@ -38,6 +38,14 @@ impl LayerWindows {
         }
     }
 
+    /// Entries of each grid, in [`Self::new`]'s order (one, or one per KV head).
+    pub fn counts(&self) -> Vec<usize> {
+        match self {
+            LayerWindows::Shared(w) => vec![w.n],
+            LayerWindows::PerHead { heads, .. } => heads.iter().map(|w| w.n).collect(),
+        }
+    }
+
     /// The layer's entry columns `n`: the longest head's entry count.
     pub fn n(&self) -> usize {
         match self {
