@@ -3,6 +3,7 @@
 //! 2 threads; bit-exact resume; unsupported presets refused with one line.
 
 use candle_core::Device;
+use phasekv::kernel::spec::Stagger;
 use phasekv::model::fast::{FastDecoder, SUPPORTED_PRESETS};
 use phasekv::model::train::{train, Observer, Outcome, Silent};
 use phasekv::model::{training_batch, Batch, Engine, Model, RunConfig, StepReport};
@@ -85,10 +86,19 @@ fn head_width(preset: &str, d_head: usize) -> usize {
     (d_head..).find(|&dh| spec.validate_for(dh).is_ok()).expect("a head width the kernel holds")
 }
 
-/// [`common::configs::tiny_config`] with the head width the preset needs ([`head_width`]).
+/// The stagger rule of a preset.
+fn stagger(preset: &str) -> Stagger {
+    phasekv::kernel::KernelSpec::preset(preset).map_or(Stagger::None, |s| s.stagger)
+}
+
+/// [`common::configs::tiny_config`] with the head width the preset needs ([`head_width`]), and
+/// two KV heads (one query head each) when the preset staggers them (one would stagger nothing).
 fn tiny_config(preset: &str) -> RunConfig {
     let mut cfg = common::configs::tiny_config(preset);
     cfg.model.d_head = head_width(preset, cfg.model.d_head);
+    if stagger(preset) == Stagger::Heads {
+        (cfg.model.n_kv_head, cfg.model.n_head) = (2, 2);
+    }
     cfg
 }
 
@@ -96,12 +106,15 @@ fn config_for(c: &Case, preset: &str) -> RunConfig {
     let mut cfg = common::configs::tiny_config(preset);
     cfg.model.d_model = c.d_model;
     cfg.model.n_layer = c.n_layer;
-    if phasekv::kernel::KernelSpec::preset(preset).is_ok_and(|s| s.is_staggered()) {
-        // Staggered layers need two at least (2 or 3: offsets 0, S/2, or 0, S/3, 2S/3).
-        cfg.model.n_layer = c.n_layer + 1;
-    }
     cfg.model.n_kv_head = c.n_kv_head;
-    cfg.model.n_head = c.n_kv_head * c.groups;
+    match stagger(preset) {
+        // Staggered layers need two at least (2 or 3: offsets 0, S/2, or 0, S/3, 2S/3).
+        Stagger::Layers => cfg.model.n_layer = c.n_layer + 1,
+        // Staggered KV heads likewise (2 or 3 heads, 3 grids and 2 entry counts at S = 8).
+        Stagger::Heads => cfg.model.n_kv_head = c.n_kv_head + 1,
+        Stagger::None => {}
+    }
+    cfg.model.n_head = cfg.model.n_kv_head * c.groups;
     cfg.model.d_head = head_width(preset, c.d_head);
     cfg.model.d_ff = c.d_ff;
     cfg.train.batch_size = c.batch;
@@ -200,8 +213,9 @@ fn fast_gradients_equal_candle_gradients() {
 }
 
 /// The comparison can fail: the fast gradient of one parameter scaled by 1.01 (a projection,
-/// a compressor gate, a norm weight), or the loss off by 1e-4, goes through the same verdict
-/// as the property test and is rejected, naming what is wrong; unperturbed, the same case passes.
+/// a compressor gate, a norm weight; on staggered KV heads, only the shifted head's columns of
+/// it), or the loss off by 1e-4, goes through the same verdict as the property test and is
+/// rejected, naming what is wrong; unperturbed, the same case passes.
 #[test]
 fn a_one_percent_error_is_rejected_by_the_comparison() {
     let c = Case {
@@ -216,19 +230,31 @@ fn a_one_percent_error_is_rejected_by_the_comparison() {
         max_prefix: 30,
         seed: 7,
     };
-    for (preset, param) in [
-        ("full", "layer0.attn.wk"),
-        ("full", "layer1.attn.q_norm"),
-        ("w8s4", "layer0.attn.kernel.gate_k.z"),
-        ("w8s4", "layer0.attn.kernel.proj_v"),
-        ("dsv4-csa", "layer1.attn.kernel.gamma"),
-        ("dsv4-csa", "layer0.attn.kernel.proj_k"),
-        ("dsv41-c4", "layer0.attn.kernel.gate_k.z"),
+    // `(preset, parameter, columns per KV head)`: with a width, only the last KV head's columns
+    // of the parameter (head 1 of `w8s8-stagger-heads`, on the grid at offset 4) are perturbed.
+    for (preset, param, head_cols) in [
+        ("full", "layer0.attn.wk", None),
+        ("full", "layer1.attn.q_norm", None),
+        ("w8s4", "layer0.attn.kernel.gate_k.z", None),
+        ("w8s4", "layer0.attn.kernel.proj_v", None),
+        ("dsv4-csa", "layer1.attn.kernel.gamma", None),
+        ("dsv4-csa", "layer0.attn.kernel.proj_k", None),
+        ("dsv41-c4", "layer0.attn.kernel.gate_k.z", None),
+        ("w8s8-stagger-heads", "layer0.attn.kernel.gate_k.z", Some(c.d_head)),
+        ("w8s8-stagger-heads", "layer1.attn.kernel.proj_v", Some(c.d_head)),
+        ("w8s8-stagger-heads", "layer0.attn.kernel.gate_k.b", Some(c.d_head)),
     ] {
         let mut b = both(&c, preset).unwrap();
         judge(&b).unwrap();
         let g = &mut b.grads.iter_mut().find(|(n, _, _)| n == param).expect("parameter of the model").1;
-        g.iter_mut().for_each(|v| *v *= 1.01);
+        match head_cols {
+            // Rows of `[.., H_kv * width]`: the last head's `width` columns of each.
+            Some(width) => {
+                assert_eq!(g.len() % (2 * width), 0, "{param}: rows of two heads' columns");
+                g.chunks_exact_mut(2 * width).for_each(|row| row[width..].iter_mut().for_each(|v| *v *= 1.01))
+            }
+            None => g.iter_mut().for_each(|v| *v *= 1.01),
+        }
         let e = judge(&b).expect_err(&format!("{preset}: a 1 % error in {param} passed"));
         assert!(e.starts_with(param), "{preset}: {e}");
         let mut b = both(&c, preset).unwrap();
@@ -324,8 +350,9 @@ fn tmp_dir(label: &str) -> PathBuf {
 }
 
 /// The presets of the training-loop tests (resume, threads): the baseline, a compressed one,
-/// DeepSeek-V4's (shared K/V, normed entries) and DeepSeek-V4.1's (gates without biases).
-const LOOP_PRESETS: [&str; 4] = ["full", "w8s4", "dsv4-csa", "dsv41-c4"];
+/// DeepSeek-V4's (shared K/V, normed entries), DeepSeek-V4.1's (gates without biases) and KV
+/// heads on staggered grids (each head's own windows and entry count).
+const LOOP_PRESETS: [&str; 5] = ["full", "w8s4", "dsv4-csa", "dsv41-c4", "w8s8-stagger-heads"];
 
 fn tiny(steps: usize, preset: &str) -> RunConfig {
     let mut c = tiny_config(preset);

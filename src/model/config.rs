@@ -62,25 +62,6 @@ impl ModelConfig {
         (0..self.n_kv_head).map(|h| spec.for_head(layer, self.n_layer, h, self.n_kv_head)).collect()
     }
 
-    /// The one kernel every KV head of layer `layer` computes on, for code that gives a layer
-    /// one grid (the fast training engine); an error naming `model.preset` when the spec puts
-    /// the heads of one layer on different grids (`stagger: heads`).
-    pub fn layer_spec(&self, spec: &KernelSpec, layer: usize) -> Result<KernelSpec> {
-        let mut heads = self.head_specs(spec, layer)?;
-        if heads.iter().any(|h| h.geometry != heads[0].geometry) {
-            return Err(Error::invalid(
-                "model.preset",
-                format!(
-                    "kernel '{}' puts the KV heads of one layer on different grids (stagger: {}); only the candle \
-                     engine trains per-head grids (--engine candle)",
-                    spec.name,
-                    spec.stagger.name()
-                ),
-            ));
-        }
-        Ok(heads.swap_remove(0))
-    }
-
     /// Checks every field (and that the preset exists).
     pub fn validate(&self) -> Result<()> {
         let spec = KernelSpec::preset(&self.preset)?;

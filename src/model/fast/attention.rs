@@ -7,7 +7,9 @@
 //! then the `T` raw tokens. A block of query rows `r0..r1` needs two column ranges only: the
 //! entries visible to its last row, `0..visible[r1 - 1]`, and the raw tokens from its first
 //! row's window start to its last row, `n + raw_from[r0] .. n + r1`; every product runs on those
-//! two ranges, and the weights elsewhere are 0.
+//! two ranges, and the weights elsewhere are 0. When the KV heads of the layer sit on different
+//! grids, `n` is the longest head's entry count and each head's visible entries are its own
+//! grid's (a head with fewer entries never sees its padded columns).
 
 use super::{LayerCache, ROW_BLOCK};
 use crate::geometry::{Geometry, Visibility};
@@ -15,31 +17,49 @@ use crate::numeric::{gemm, View};
 
 /// Which columns each query row may attend to.
 pub(super) struct Mask {
-    /// Entries `n` (columns `0..n`).
+    /// Entry columns `n` (columns `0..n`): the longest KV head's entries when the heads of the
+    /// layer sit on different grids (a head with fewer has its last columns padded, and they are
+    /// visible to no query).
     pub n: usize,
-    /// Entries visible to the query at position `q`: columns `0..visible[q]`.
-    pub visible: Vec<usize>,
+    /// Per grid (one when the layer's KV heads share a grid, else one per KV head): entries
+    /// visible to the query at position `q`, columns `0..visible[g][q]`.
+    visible: Vec<Vec<usize>>,
     /// Raw tokens visible to the query at `q`: columns `n + raw_from[q] ..= n + q`.
     pub raw_from: Vec<usize>,
 }
 
 impl Mask {
-    /// The mask of a `t`-token sequence with `n` entries. Entry visibility is the geometry's
-    /// ([`Geometry::num_visible`]: entries become visible in order, checked against
-    /// [`Geometry::is_visible`] in debug builds); the local window is
-    /// [`crate::geometry::local_window_start`]`(q, local) ..= q`.
-    pub fn new(geometry: &Geometry, visibility: Visibility, n: usize, t: usize, local: usize) -> Self {
-        let visible: Vec<usize> = (0..t).map(|q| geometry.num_visible(q, visibility).min(n)).collect();
-        debug_assert!((0..t).all(|q| (0..n).all(|j| geometry.is_visible(j, q, visibility) == (j < visible[q]))));
+    /// The mask of a `t`-token sequence with `n` entry columns, one visibility per grid
+    /// (`grids`: the one grid of all KV heads, or each head's own, with its entry count
+    /// `n_g <= n`). Entry visibility is the geometry's ([`Geometry::num_visible`]: entries become
+    /// visible in order, checked against [`Geometry::is_visible`] in debug builds), capped at the
+    /// grid's own `n_g`, so a head's padded columns `n_g..n` are visible to no query; the local
+    /// window is [`crate::geometry::local_window_start`]`(q, local) ..= q`.
+    pub fn new(grids: &[(Geometry, Visibility, usize)], n: usize, t: usize, local: usize) -> Self {
+        let visible = grids
+            .iter()
+            .map(|&(geometry, visibility, ng)| {
+                debug_assert!(ng <= n, "a head has more entries than the layer's columns");
+                let v: Vec<usize> = (0..t).map(|q| geometry.num_visible(q, visibility).min(ng)).collect();
+                debug_assert!((0..t).all(|q| (0..ng).all(|j| geometry.is_visible(j, q, visibility) == (j < v[q]))));
+                v
+            })
+            .collect();
         let raw_from = (0..t).map(|q| crate::geometry::local_window_start(q, local)).collect();
         Mask { n, visible, raw_from }
     }
 
-    /// The two column ranges rows `r0..r1` read: raw tokens `n + raw_from[r0] .. n + r1`, then
-    /// entries `0..visible[r1 - 1]` (raw first, so that a product into a fresh output starts
-    /// on a non-empty range; the entry range is empty for `full` and for early rows).
-    pub fn ranges(&self, r0: usize, r1: usize) -> [(usize, usize); 2] {
-        [(self.n + self.raw_from[r0], self.n + r1), (0, self.visible[r1 - 1])]
+    /// Entries visible to each query position for KV head `kv`.
+    pub fn visible(&self, kv: usize) -> &[usize] {
+        &self.visible[if self.visible.len() == 1 { 0 } else { kv }]
+    }
+
+    /// The two column ranges rows `r0..r1` read for KV head `kv`: raw tokens
+    /// `n + raw_from[r0] .. n + r1`, then entries `0..visible[r1 - 1]` (raw first, so that a
+    /// product into a fresh output starts on a non-empty range; the entry range is empty for
+    /// `full` and for early rows).
+    pub fn ranges(&self, kv: usize, r0: usize, r1: usize) -> [(usize, usize); 2] {
+        [(self.n + self.raw_from[r0], self.n + r1), (0, self.visible(kv)[r1 - 1])]
     }
 }
 
@@ -61,19 +81,19 @@ pub(super) fn attention_forward(
     let scale = (1.0 / (dh as f64).sqrt()) as f32;
     for bi in 0..b {
         for h in 0..hq {
-            let kv = bi * hkv + h / groups;
-            let qo = bi * t * qw + h * dh;
+            let (head, kv) = (h / groups, bi * hkv + h / groups);
+            let (qo, visible) = (bi * t * qw + h * dh, mask.visible(head));
             let (kc, vc) = (&cc.kc[kv * cols * dh..], &cc.vc[kv * cols * dh..]);
             let p = &mut cc.p[(bi * hq + h) * t * cols..(bi * hq + h + 1) * t * cols];
             for r0 in (0..t).step_by(ROW_BLOCK) {
                 let r1 = (r0 + ROW_BLOCK).min(t);
                 let q = View { data: &cc.q[qo + r0 * qw..], rs: qw, cs: 1 };
-                for (c0, c1) in mask.ranges(r0, r1) {
+                for (c0, c1) in mask.ranges(head, r0, r1) {
                     let k = View { data: &kc[c0 * dh..], rs: 1, cs: dh };
                     gemm(r1 - r0, c1 - c0, dh, &mut p[r0 * cols + c0..], cols, false, q, k);
                 }
                 for i in r0..r1 {
-                    let (ne, lo, hi) = (mask.visible[i], mask.n + mask.raw_from[i], mask.n + i + 1);
+                    let (ne, lo, hi) = (visible[i], mask.n + mask.raw_from[i], mask.n + i + 1);
                     let (ents, raw) = p[i * cols..(i + 1) * cols].split_at_mut(lo);
                     ents[ne..].fill(0.0);
                     raw[hi - lo..].fill(0.0);
@@ -92,7 +112,7 @@ pub(super) fn attention_forward(
                         *v /= sum;
                     }
                 }
-                for (k, (c0, c1)) in mask.ranges(r0, r1).into_iter().enumerate() {
+                for (k, (c0, c1)) in mask.ranges(head, r0, r1).into_iter().enumerate() {
                     let pv = View { data: &p[r0 * cols + c0..], rs: cols, cs: 1 };
                     let v = View { data: &vc[c0 * dh..], rs: dh, cs: 1 };
                     gemm(r1 - r0, dh, c1 - c0, &mut cc.o[qo + r0 * qw..], qw, k > 0, pv, v);
@@ -128,13 +148,13 @@ pub(super) fn attention_backward(
     dvc.fill(0.0);
     for bi in 0..b {
         for h in 0..hq {
-            let kv = bi * hkv + h / groups;
+            let (head, kv) = (h / groups, bi * hkv + h / groups);
             let qo = bi * t * qw + h * dh;
             let (kc, vc) = (&cc.kc[kv * cols * dh..], &cc.vc[kv * cols * dh..]);
             let p = &cc.p[(bi * hq + h) * t * cols..(bi * hq + h + 1) * t * cols];
             for r0 in (0..t).step_by(ROW_BLOCK) {
                 let (r1, rb) = ((r0 + ROW_BLOCK).min(t), (r0 + ROW_BLOCK).min(t) - r0);
-                let ranges = mask.ranges(r0, r1);
+                let ranges = mask.ranges(head, r0, r1);
                 let dov = View { data: &d_o[qo + r0 * qw..], rs: qw, cs: 1 };
                 for &(c0, c1) in &ranges {
                     let v = View { data: &vc[c0 * dh..], rs: 1, cs: dh };

@@ -97,9 +97,9 @@ impl FastDecoder {
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dkp, kw), View::t(lw(l, WK), kw));
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dv, kw), View::t(lw(l, WV), kw));
             if let (Some(sh), Some(win)) = (comp, win) {
-                let kg = sh.grads(&mut grads[gi(LAYER.len())..gi(pl)]);
-                let gamma = sh.params(w, gi(LAYER.len())).gamma;
-                compress_backward(sh, win, &cc.comp, &ws.dkc, &ws.dvc, b, t, &mut ws.comp, kg, gamma, &mut ws.dhid);
+                let (kg, k0) = (&mut grads[gi(LAYER.len())..gi(pl)], gi(LAYER.len()));
+                let (dkc, dvc) = (&ws.dkc, &ws.dvc);
+                compress_layer_backward(sh, win, &cc.comp, w, k0, dkc, dvc, b, t, &mut ws.comp, kg, &mut ws.dhid);
             }
             rms_norm_back(&cc.x_in, lw(l, ATTN_NORM), &cc.r1, &ws.dhid, dx, true, &mut grads[gi(ATTN_NORM)]);
         }

@@ -77,8 +77,8 @@ impl FastDecoder {
                 }
             }
             if let (Some(sh), Some(win)) = (comp, win) {
-                let kp = sh.params(w, 1 + l * pl + LAYER.len());
-                compress_forward(sh, win, &kp, &cc.h1, b, t, &mut cc.comp, &mut cc.kc, &mut cc.vc);
+                let k0 = 1 + l * pl + LAYER.len();
+                compress_layer_forward(sh, win, w, k0, &cc.h1, b, t, &mut cc.comp, &mut cc.kc, &mut cc.vc);
             }
             attention_forward(cc, mask, b, t, hq, hkv, dh);
             gemm(bt, d, qw, &mut cc.x_mid, d, true, View::rows(&cc.o, qw), View::rows(lw(l, WO), d));

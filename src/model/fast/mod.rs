@@ -10,7 +10,9 @@
 //! raw tokens), the paper's `w{W}s{S}` family with any gate kind, parameter groups, tying and
 //! entry RoPE or none, DeepSeek-V4's kernels (`dsv4-*`: one shared K/V entry, an RMSNorm on
 //! each entry, partial YaRN RoPE) and DeepSeek-V4.1's (`dsv41-c{m}`: learned gates without
-//! per-offset biases).
+//! per-offset biases), each on staggered grids too: per layer (`stagger: layers`) or per KV
+//! head (`stagger: heads`: each head's windows, entries and visibility from its own grid,
+//! `compress/heads.rs`; a layer whose heads share a grid is one batched compressor).
 //!
 //! Files, one job each: this one binds the engine to a model's parameters and implements
 //! [`TrainEngine`]; `forward` (through the loss) and `backward` (every parameter's gradient) are
@@ -23,7 +25,8 @@
 //!
 //! Layout (row-major, `BT = B * T` rows): hidden states `[BT, d]`; queries `[BT, H_q * d_h]`
 //! (head `h` in columns `h*d_h..`), keys and values `[BT, H_kv * d_h]`; what attention reads,
-//! `[B, H_kv, n + T, d_h]` (the `n` compressed entries, then the raw tokens); attention weights
+//! `[B, H_kv, n + T, d_h]` (the `n` compressed entries, the longest head's count when heads sit
+//! on different grids, then the raw tokens); attention weights
 //! `[B, H_q, T, n + T]`. Query head `h` reads KV head `h / (H_q / H_kv)` (candle's `repeat_kv`).
 
 mod attention;
@@ -32,7 +35,9 @@ mod compress;
 mod forward;
 mod ops;
 use attention::{attention_backward, attention_forward, Mask};
-use compress::{compress_backward, compress_forward, CompressCache, CompressScratch, CompressorShape, Windows};
+use compress::{
+    compress_layer_backward, compress_layer_forward, CompressScratch, CompressorShape, LayerCompress, LayerWindows,
+};
 
 use super::batch::Batch;
 use super::config::ModelConfig;
@@ -48,7 +53,7 @@ use ops::{rms_norm, rms_norm_back, Rope};
 
 /// What the fast engine implements, in words.
 pub const SUPPORTED: &str =
-    "every preset but per-head staggered grids: full, w{W}s{S} with its ablations, DeepSeek-V4's dsv4-*, DeepSeek-V4.1's dsv41-c{m} and *-stagger-layers";
+    "every preset: full, w{W}s{S} with its ablations, DeepSeek-V4's dsv4-*, DeepSeek-V4.1's dsv41-c{m}, *-stagger-layers and *-stagger-heads";
 
 /// Presets of every family the fast engine implements, one each (what the tests compare
 /// against the candle path): full attention; the paper's `w{W}s{S}` kernels with vector,
@@ -57,7 +62,8 @@ pub const SUPPORTED: &str =
 /// CSA (padded left, two parameter groups) and HCA (at rate 4, which the tests' sequences hold);
 /// DeepSeek-V4.1's (a vector gate without per-offset biases, RoPE on the last channels at
 /// the group's first token), at ratio 4 (`dsv41-c1` has no gate: uniform pooling, as HCA's);
-/// and layers on staggered grids (`-stagger-layers`, each layer's own offset).
+/// layers on staggered grids (`-stagger-layers`, each layer's own offset) and the KV heads of a
+/// layer on staggered grids (`-stagger-heads`, each head's own offset and entry count).
 pub const SUPPORTED_PRESETS: &[&str] = &[
     "full",
     "w8s4",
@@ -72,19 +78,17 @@ pub const SUPPORTED_PRESETS: &[&str] = &[
     "dsv41-c4",
     "w8s8-stagger-layers",
     "w8s4-stagger-layers",
+    "w8s8-stagger-heads",
 ];
 
-/// Refuses a model whose preset does not exist, or whose KV heads of one layer sit on different
-/// grids (`stagger: heads`, which the candle engine trains). Every other kernel spec the presets
-/// make (separate or shared K/V, with or without the entry RMSNorm, learned gates with or
-/// without per-offset biases, layers on their own grids) is implemented.
+/// Refuses a model whose preset does not exist. Every kernel spec the presets make (separate or
+/// shared K/V, with or without the entry RMSNorm, learned gates with or without per-offset
+/// biases, layers or the KV heads of a layer on their own grids) is implemented.
 pub fn check_supported(model: &ModelConfig) -> Result<()> {
     if model.is_full() {
         return Ok(());
     }
-    let spec = KernelSpec::preset(&model.preset).map_err(|e| Error::invalid("train.engine", e.to_string()))?;
-    // KV heads of one layer on different grids (`stagger: heads`): the line names --engine candle.
-    (0..model.n_layer).try_for_each(|l| model.layer_spec(&spec, l).map(drop))?;
+    KernelSpec::preset(&model.preset).map_err(|e| Error::invalid("train.engine", e.to_string()))?;
     Ok(())
 }
 
@@ -136,8 +140,9 @@ struct Inputs {
 /// What the forward and backward pass of one batch share ([`FastDecoder::plan`]).
 struct Plan {
     rope: Option<Rope>,
-    /// Per layer: its windows and mask (layers differ only on staggered grids).
-    win: Vec<Option<Windows>>,
+    /// Per layer: its windows and mask (layers, or the KV heads of a layer, differ only on
+    /// staggered grids).
+    win: Vec<Option<LayerWindows>>,
     mask: Vec<Mask>,
 }
 
@@ -163,8 +168,10 @@ pub struct FastDecoder {
     vocab: usize,
     vars: Vec<(String, Var)>,
     rope_freqs: Option<Vec<f64>>,
-    /// Each layer's kernel on its own grid ([`ModelConfig::layer_spec`]).
-    layer_specs: Vec<KernelSpec>,
+    /// Per layer, the kernel of its KV heads ([`ModelConfig::head_specs`]): one spec when they
+    /// share a grid (every preset but `stagger: heads`: one batched compressor, one mask), else
+    /// one per KV head, each on its own grid.
+    layer_grids: Vec<Vec<KernelSpec>>,
     /// The compressor of every layer (`None` for `full`).
     comp: Option<CompressorShape>,
     /// Parameters per layer ([`LAYER`], then the compressor's).
@@ -188,7 +195,7 @@ pub(super) struct LayerCache {
     /// Keys and values attended to, `[B, H_kv, n + T, d_h]`: entries, then raw tokens.
     kc: Vec<f32>,
     vc: Vec<f32>,
-    comp: CompressCache,
+    comp: LayerCompress,
     p: Vec<f32>,
     o: Vec<f32>,
     x_mid: Vec<f32>,
@@ -283,13 +290,21 @@ impl FastDecoder {
             _ => None,
         };
         let per_layer = LAYER.len() + knames.len();
-        let layer_specs = (0..config.n_layer).map(|l| config.layer_spec(&spec, l)).collect::<Result<_>>()?;
+        let layer_grids = (0..config.n_layer)
+            .map(|l| {
+                let mut heads = config.head_specs(&spec, l)?;
+                if heads.iter().all(|h| h.geometry == heads[0].geometry) {
+                    heads.truncate(1);
+                }
+                Ok(heads)
+            })
+            .collect::<Result<_>>()?;
         Ok(FastDecoder {
             cfg: config.clone(),
             vocab,
             vars,
             rope_freqs,
-            layer_specs,
+            layer_grids,
             comp,
             per_layer,
             work: Workspace::default(),
@@ -356,10 +371,11 @@ impl FastDecoder {
     fn plan(&self, t: usize) -> Plan {
         let local = if self.comp.is_some() { self.cfg.local_window } else { t.max(1) };
         let (mut win, mut mask) = (Vec::new(), Vec::new());
-        for spec in &self.layer_specs {
-            let w = self.comp.as_ref().map(|sh| sh.windows(spec, t));
-            let ne = w.as_ref().map_or(0, |w| w.n);
-            mask.push(Mask::new(&spec.geometry, spec.visibility, ne, t, local));
+        for grids in &self.layer_grids {
+            let w = self.comp.as_ref().map(|sh| LayerWindows::new(sh, grids, t));
+            let (ne, counts) = w.as_ref().map_or((0, vec![0; grids.len()]), |w| (w.n(), w.counts()));
+            let vis: Vec<_> = grids.iter().zip(counts).map(|(s, ng)| (s.geometry, s.visibility, ng)).collect();
+            mask.push(Mask::new(&vis, ne, t, local));
             win.push(w);
         }
         Plan { rope: self.rope_freqs.as_ref().map(|f| Rope::new(f, t)), win, mask }

@@ -24,7 +24,7 @@ fn norm_back<'a>(
     Some(NormBack { pre, inv, gamma: gamma?, dgamma: dgamma? })
 }
 
-/// `dE` of one branch, `[R, H*d_h]`, from the entry rows of `dkc: [B, H, n + T, d_h]` (plus
+/// `dE` of one branch, `[R, H*d_h]`, from the entry rows `at` of `dkc: [B, H_kv, n + T, d_h]` (plus
 /// those of `shared`, the value rows of a shared K/V entry): inverse RoPE, then the RMSNorm's
 /// backward when there is one.
 #[allow(clippy::too_many_arguments)]
@@ -32,7 +32,7 @@ fn entry_grads(
     sh: &CompressorShape,
     win: &Windows,
     b: usize,
-    t: usize,
+    at: EntryRows,
     dkc: &[f32],
     shared: Option<&[f32]>,
     mut norm: Option<NormBack>,
@@ -40,16 +40,16 @@ fn entry_grads(
     de: &mut Vec<f32>,
 ) {
     let (n, h, dh) = (win.n, sh.h, sh.dh);
-    let (r, hd, rows) = (b * n, h * dh, n + t);
+    let (r, hd) = (b * n, h * dh);
     size(de, r * hd);
     size(drow, dh);
     for row in 0..r {
         let (bb, j) = (row / n, row % n);
         for hh in 0..h {
-            let at = ((bb * h + hh) * rows + j) * dh..((bb * h + hh) * rows + j + 1) * dh;
-            drow.copy_from_slice(&dkc[at.clone()]);
+            let e = at.row(bb, hh, j) * dh..(at.row(bb, hh, j) + 1) * dh;
+            drow.copy_from_slice(&dkc[e.clone()]);
             if let Some(dv) = shared {
-                for (a, &v) in drow.iter_mut().zip(&dv[at]) {
+                for (a, &v) in drow.iter_mut().zip(&dv[e]) {
                     *a += v;
                 }
             }
@@ -134,7 +134,7 @@ fn scale_by_gate(sh: &CompressorShape, a_i: &[f32], de: &[f32], dst: &mut [f32],
     }
 }
 
-/// Backward: from the entry rows of `dkc`, `dvc` (`[B, H, n + T, d_h]`) to the kernel
+/// Backward: from the entry rows `at` of `dkc`, `dvc` (`[B, H_kv, n + T, d_h]`) to the kernel
 /// parameters' gradients and `dx: [B*T, d]` (accumulated).
 #[allow(clippy::too_many_arguments)]
 pub(in crate::model::fast) fn compress_backward(
@@ -145,6 +145,7 @@ pub(in crate::model::fast) fn compress_backward(
     dvc: &[f32],
     b: usize,
     t: usize,
+    at: EntryRows,
     s: &mut CompressScratch,
     grads: KernelGrads,
     gamma: Option<&[f32]>,
@@ -162,10 +163,10 @@ pub(in crate::model::fast) fn compress_backward(
     // with shared K/V one branch whose upstream is the key rows plus the value rows.
     let shared = sh.shared_kv.then_some(dvc);
     let nk = norm_back(&cache.ek, &cache.rk, gamma, dgamma.as_deref_mut());
-    entry_grads(sh, win, b, t, dkc, shared, nk, &mut s.drow, &mut s.dek);
+    entry_grads(sh, win, b, at, dkc, shared, nk, &mut s.drow, &mut s.dek);
     if !sh.shared_kv {
         let nv = norm_back(&cache.ev, &cache.rv, gamma, dgamma);
-        entry_grads(sh, win, b, t, dvc, None, nv, &mut s.drow, &mut s.dev);
+        entry_grads(sh, win, b, at, dvc, None, nv, &mut s.drow, &mut s.dev);
     }
     // dA of the key gate (keys, and values when the value branch reads the key gate) and of
     // the value gate's own parameters, then dS in place.

@@ -1,6 +1,7 @@
 //! The compressor of the fast engine, forward and backward: the `w{W}s{S}` family of
 //! [`crate::kernel::tensor::TensorKernel::compress`] (paper eqs. 1-2) as the decoder
-//! differentiates through it, for one attention layer and all its KV heads at once.
+//! differentiates through it, for one attention layer and all its KV heads at once (heads on
+//! different grids, `stagger: heads`, one head at a time: `heads`).
 //!
 //! Layout. `R = B * n` window rows (row `b * n + j`), `H` KV heads, `gw` gate channels per head
 //! (`d_h` for vector gates, 1 for scalar and uniform ones). Per offset `i`:
@@ -25,7 +26,8 @@ use crate::kernel::spec::{GateKind, KernelSpec};
 use crate::numeric::{gemm, View};
 
 mod backward;
-pub(super) use backward::compress_backward;
+mod heads;
+pub(super) use heads::{compress_layer_backward, compress_layer_forward, LayerCompress, LayerWindows};
 
 /// The parts of a kernel spec the fast compressor uses, bound to the model's sizes.
 #[derive(Debug, Clone)]
@@ -125,8 +127,8 @@ impl CompressorShape {
         KernelGrads { proj_k, proj_v, gate_k, gate_v, gamma }
     }
 
-    /// The windows of a `t`-token sequence on one layer's grid (`spec`: this shape's spec on
-    /// that layer's offset, [`crate::model::config::ModelConfig::layer_spec`]): slot tokens
+    /// The windows of a `t`-token sequence on one grid (`spec`: this shape's spec on the grid of
+    /// a layer's or a KV head's offset, [`crate::model::config::ModelConfig::head_specs`]): slot tokens
     /// `[n, W]`, valid slots per window and the entry positions (all from the geometry and the
     /// spec).
     pub fn windows(&self, spec: &KernelSpec, t: usize) -> Windows {
@@ -142,6 +144,25 @@ impl CompressorShape {
         let positions: Vec<usize> = (0..n).map(|j| spec.entry_position(j)).collect();
         let rope = self.rope_freqs.as_ref().map(|f| Rope::new(f, positions.iter().max().map_or(0, |&p| p + 1)));
         Windows { n, slots, counts, positions, rope }
+    }
+}
+
+/// Where one compressor call's entries go in the attention's key and value buffers
+/// `[B, H_kv, n + T, d_h]`: its `h` heads are heads `head0..head0 + h` of `heads`, each block of
+/// one sequence and head `rows` long (the layer's entry columns `n` plus `T`), entry `j` at row
+/// `j`. The layer's batched compressor is all of it (`head0 = 0`, `rows = n + T`); a head on its
+/// own grid is one head of it, with `rows` the longest head's entries plus `T`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct EntryRows {
+    pub heads: usize,
+    pub head0: usize,
+    pub rows: usize,
+}
+
+impl EntryRows {
+    /// The row of entry `j` of the call's head `hh` in sequence `bb`.
+    fn row(&self, bb: usize, hh: usize, j: usize) -> usize {
+        (bb * self.heads + self.head0 + hh) * self.rows + j
     }
 }
 
@@ -212,6 +233,8 @@ pub(super) struct CompressScratch {
     dx: Vec<f32>,
     /// Gradient of one entry row after the RMSNorm.
     drow: Vec<f32>,
+    /// One head's parameter gradients, when the layer's heads sit on different grids.
+    head_grads: Vec<Vec<f32>>,
 }
 
 /// Softmax over the offset axis of `s: [W, R, C]` in place, per window row and channel, over
@@ -322,15 +345,14 @@ fn gate_forward(
     }
 }
 
-/// `E = sum_i A_i (.) P_i` (`P_i` in columns `col..` of `y`) into the entry rows of
-/// `kc: [B, H, n + T, d_h]` (rows `0..n` of each sequence and head), RMS-normed with `gamma`
+/// `E = sum_i A_i (.) P_i` (`P_i` in columns `col..` of `y`) into the entry rows `at` of
+/// `kc: [B, H_kv, n + T, d_h]` (rows `0..n` of each sequence and head), RMS-normed with `gamma`
 /// (the pre-norm entries into `pre`, `1 / rms` into `inv`) and rotated at the entry positions.
 #[allow(clippy::too_many_arguments)]
 fn pool(
     sh: &CompressorShape,
     win: &Windows,
     b: usize,
-    t: usize,
     y: &[f32],
     nc: usize,
     col: usize,
@@ -338,10 +360,11 @@ fn pool(
     gamma: Option<&[f32]>,
     pre: &mut Vec<f32>,
     inv: &mut Vec<f32>,
+    at: EntryRows,
     kc: &mut [f32],
 ) {
     let (w, n, h, dh, gw) = (sh.w, win.n, sh.h, sh.dh, sh.gw);
-    let (r, c, rows) = (b * n, h * gw, n + t);
+    let (r, c) = (b * n, h * gw);
     if gamma.is_some() {
         size(pre, r * h * dh);
         size(inv, r * h);
@@ -349,7 +372,7 @@ fn pool(
     for row in 0..r {
         let (bb, j) = (row / n, row % n);
         for hh in 0..h {
-            let e = &mut kc[((bb * h + hh) * rows + j) * dh..((bb * h + hh) * rows + j + 1) * dh];
+            let e = &mut kc[at.row(bb, hh, j) * dh..(at.row(bb, hh, j) + 1) * dh];
             e.fill(0.0);
             for i in 0..w {
                 let o = (i * r + row) * nc + col + hh * dh;
@@ -377,8 +400,8 @@ fn pool(
     }
 }
 
-/// Forward: entries of every sequence and KV head into rows `0..n` of `kc` and `vc`
-/// (`[B, H, n + T, d_h]`), from the attention input `x: [B*T, d]`.
+/// Forward: entries of every sequence and KV head of the call into their rows `at` of `kc` and
+/// `vc` (`[B, H_kv, n + T, d_h]`), from the attention input `x: [B*T, d]`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn compress_forward(
     sh: &CompressorShape,
@@ -387,6 +410,7 @@ pub(super) fn compress_forward(
     x: &[f32],
     b: usize,
     t: usize,
+    at: EntryRows,
     cache: &mut CompressCache,
     kc: &mut [f32],
     vc: &mut [f32],
@@ -430,18 +454,20 @@ pub(super) fn compress_forward(
     }
     gate_forward(sh, win, r, &cache.y, nc, sk, Gate::of(prm.gate_k), &mut cache.ak);
     let g = prm.gamma;
-    pool(sh, win, b, t, &cache.y, nc, 0, &cache.ak, g, &mut cache.ek, &mut cache.rk, kc);
+    pool(sh, win, b, &cache.y, nc, 0, &cache.ak, g, &mut cache.ek, &mut cache.rk, at, kc);
     if sh.shared_kv {
         // The value entry is the key entry (normed and rotated once).
-        let (rows, dh) = (n + t, sh.dh);
-        for bh in 0..b * sh.h {
-            let at = bh * rows * dh..(bh * rows + n) * dh;
-            vc[at.clone()].copy_from_slice(&kc[at]);
+        let dh = sh.dh;
+        for bb in 0..b {
+            for hh in 0..sh.h {
+                let e = at.row(bb, hh, 0) * dh..at.row(bb, hh, n) * dh;
+                vc[e.clone()].copy_from_slice(&kc[e]);
+            }
         }
     } else if sh.gate_v {
         gate_forward(sh, win, r, &cache.y, nc, sv, Gate::of(prm.gate_v), &mut cache.av);
-        pool(sh, win, b, t, &cache.y, nc, cv, &cache.av, g, &mut cache.ev, &mut cache.rv, vc);
+        pool(sh, win, b, &cache.y, nc, cv, &cache.av, g, &mut cache.ev, &mut cache.rv, at, vc);
     } else {
-        pool(sh, win, b, t, &cache.y, nc, cv, &cache.ak, g, &mut cache.ev, &mut cache.rv, vc);
+        pool(sh, win, b, &cache.y, nc, cv, &cache.ak, g, &mut cache.ev, &mut cache.rv, at, vc);
     }
 }
