@@ -7,7 +7,7 @@
 //!
 //! The rule reads a run's training record only (its end-of-run held-out accuracy and how many
 //! extensions it has had, `metrics.json`'s `extensions`: [`run_outcome`]), so it is decided
-//! before any phase statistic is computed. [`crate::model::extend`] runs an extension and
+//! before any phase statistic is computed. [`crate::model::extend()`] runs an extension and
 //! `phasekv reproduce` applies the rule to a plan with the v2 rules.
 
 use crate::model::{Metrics, TrainConfig};
@@ -22,7 +22,7 @@ pub const EXTENSION_LR_FRACTION: f64 = 0.5;
 pub const MAX_EXTENSIONS: usize = 1;
 
 /// One extension's learning-rate schedule (defined with the trainer that runs it,
-/// [`crate::model::extend`]): from step `start` (the steps trained so far), `warmup_steps` of
+/// [`crate::model::extend()`]): from step `start` (the steps trained so far), `warmup_steps` of
 /// linear warm-up to `EXTENSION_LR_FRACTION` of the recipe's rate, then cosine decay to the
 /// recipe's final rate (`lr * min_lr_ratio`) at step `start + steps`.
 pub use crate::model::config::Extension;

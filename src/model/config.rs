@@ -265,7 +265,7 @@ impl TrainConfig {
 /// [`Extension::lr_at`] (a warm restart: `warmup_steps` of linear warm-up to `peak_lr`, then
 /// cosine decay to `final_lr` at step `end`), from the run's final checkpoint with the data
 /// stream continued. The training-success rule of `theory/phase-lab.md` §8.2
-/// ([`crate::analysis::training`]) says when and with which numbers; [`crate::model::extend`]
+/// ([`crate::analysis::training`]) says when and with which numbers; [`crate::model::extend()`]
 /// runs it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Extension {

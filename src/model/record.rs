@@ -127,7 +127,7 @@ pub struct Metrics {
     /// engine were evaluated by candle (`theory/training.md` §5c).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
-    /// The extensions the run has had ([`crate::model::extend`]), in order; absent (empty) in a
+    /// The extensions the run has had ([`crate::model::extend()`]), in order; absent (empty) in a
     /// run that has had none, so every run from before extensions reads as it did. With
     /// extensions, `steps`, `final_eval`, `evals` and the hashes are the extended run's and
     /// `config.json` keeps the recipe's steps ([`Metrics::recipe_steps`]).

@@ -142,7 +142,7 @@ pub fn train(
 }
 
 /// One run's training held open: its directory, model, engine, optimiser and progress.
-/// [`train`] and [`crate::model::extend`] drive it over their steps, so both share one loop
+/// [`train`] and [`crate::model::extend()`] drive it over their steps, so both share one loop
 /// (batches, evaluation, divergence check, log, checkpoints, observer).
 pub(super) struct Session<'a> {
     config: &'a RunConfig,

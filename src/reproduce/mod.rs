@@ -317,7 +317,7 @@ fn run_model(
 
 /// The training-success rule of the v2 rules (`theory/phase-lab.md` §8.2) on the finished run
 /// in `dir`: while its held-out accuracy is below [`SUCCESS_ACCURACY`] with an extension left,
-/// runs (or resumes) the extension ([`crate::model::extend`]); then says what the rule made of
+/// runs (or resumes) the extension ([`crate::model::extend()`]); then says what the rule made of
 /// the seed. At most [`crate::analysis::training::MAX_EXTENSIONS`] extensions, since the rule
 /// says `Failed` after them.
 fn apply_training_rule(dir: &Path, preset: &str, config: &RunConfig, progress: &mut dyn Progress) -> Result<()> {
