@@ -305,3 +305,60 @@ fn under_v2_a_seed_at_90_percent_is_not_extended_and_under_v1_nothing_is() {
     assert!(!dir.join("metrics.before-extension-1.json").exists());
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+/// Copies the files (not the subdirectories) of run directory `from` into a new `to`.
+fn copy_run(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+/// The parameters after steps `x.start..x.end` taken by hand from the checkpoint in `run`
+/// (the batch of step `k` is `training_batch(cfg, k)`, the rate `x.lr_at(k)`), with the
+/// checkpoint's AdamW moments when `moments`, with fresh ones otherwise.
+fn by_hand(cfg: &RunConfig, run: &Path, x: &Extension, moments: bool) -> Vec<(String, Vec<f32>)> {
+    use phasekv::model::checkpoint::Checkpointer;
+    use phasekv::model::optim::AdamW;
+    use phasekv::model::{engine_for, training_batch, Batch, Model};
+    let device = candle_core::Device::Cpu;
+    let model = Model::new(cfg, &device).unwrap();
+    let t = &cfg.train;
+    let mut opt = AdamW::new(model.store.vars(), t.beta1, t.beta2, t.weight_decay).unwrap();
+    let dir = RunDir::open_existing(run);
+    let p = Checkpointer::new(&dir, t.checkpoint_every, x.start).resume(&model, &mut opt).unwrap().unwrap();
+    assert_eq!(p.step, x.start);
+    if !moments {
+        opt = AdamW::new(model.store.vars(), t.beta1, t.beta2, t.weight_decay).unwrap();
+    }
+    let mut engine = engine_for(cfg, &model).unwrap();
+    for k in x.start..x.end {
+        let s = engine.step(&Batch::new(&training_batch(cfg, k), &device).unwrap()).unwrap();
+        opt.clipped_step(&s.grads, x.lr_at(k), t.grad_clip).unwrap();
+    }
+    drop(engine);
+    let mut v: Vec<(String, Vec<f32>)> =
+        model.tensors().into_iter().map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap())).collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+#[test]
+fn an_extension_continues_the_final_checkpoints_parameters_and_moments_on_the_recipes_data() {
+    // The extension's weights are those of its steps taken by hand from the recipe's final
+    // checkpoint, AdamW moments included, on the recipe's batches of steps 8..16; restarting
+    // the moments (negative control) gives other weights.
+    let (a, copy) = (tmp_dir("by-hand"), tmp_dir("by-hand-copy"));
+    let (cfg, _, x) = trained_below_the_threshold(&a, 8);
+    copy_run(&a, &copy);
+    extend(&a, &x, &mut Silent).unwrap();
+    let extended = params(&a);
+    assert_eq!(by_hand(&cfg, &copy, &x, true), extended, "not the recipe's checkpoint continued");
+    assert_ne!(by_hand(&cfg, &copy, &x, false), extended, "the moments make no difference");
+    for d in [a, copy] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
