@@ -157,6 +157,24 @@ impl RunDir {
         Ok((dir, RunStart::Fresh))
     }
 
+    /// Takes the lock of the finished run in `path` to continue it (an extension of its
+    /// training, which keeps the files it replaces under new names): an error naming the path
+    /// when it holds no finished run, [`Error::Busy`] when another process has it open.
+    pub fn lock_finished(path: &Path) -> Result<RunDir> {
+        let not_finished = || Error::File {
+            path: path.join(METRICS_FILE),
+            reason: "missing: only a finished run can be extended (finish its training first)".into(),
+        };
+        if !path.join(METRICS_FILE).exists() {
+            return Err(not_finished());
+        }
+        let dir = RunDir { path: path.to_path_buf(), _lock: Some(DirLock::shared(path)?) };
+        if !dir.is_finished() {
+            return Err(not_finished());
+        }
+        Ok(dir)
+    }
+
     /// A handle on an existing directory (reading logs and metrics; no lock, no checks).
     pub fn open_existing(path: &Path) -> RunDir {
         RunDir { path: path.to_path_buf(), _lock: None }

@@ -98,14 +98,25 @@ fn claim(label: &str, rules: Rules, arms: &[(&str, [Seed; 3])], id: &str) -> Cla
         let (preset, seeds) = arms.iter().find(|a| a.0 == unit.arm).expect("an arm of the plan");
         let s = &seeds[plan.seeds.iter().position(|&x| x == unit.seed).unwrap()];
         let ev = serde_json::json!({"step": s.steps, "loss": 0.1, "accuracy": s.held_out, "token_accuracy": s.held_out, "queries": 100});
-        write(
-            &run.join("metrics.json"),
-            &serde_json::json!({
-                "preset": preset, "seed": unit.seed, "steps": s.steps, "best_accuracy": s.held_out,
-                "chance_in_context": 0.125, "train_seconds": 1.0, "tokens_per_second": 1e4, "parameters": 1000,
-                "final_eval": ev, "evals": [ev]
-            }),
-        );
+        let mut metrics = serde_json::json!({
+            "preset": preset, "seed": unit.seed, "steps": s.steps, "best_accuracy": s.held_out,
+            "chance_in_context": 0.125, "train_seconds": 1.0, "tokens_per_second": 1e4, "parameters": 1000,
+            "final_eval": ev, "evals": [ev]
+        });
+        // A seed trained past its recipe had an extension, which metrics.json records (the
+        // count the training-success rule reads).
+        let recipe = unit.config.train.steps;
+        if s.steps > recipe {
+            let t = &unit.config.train;
+            metrics["extensions"] = serde_json::json!([{
+                "index": 1, "start": recipe, "end": s.steps, "warmup_steps": t.warmup_steps,
+                "peak_lr": 0.5 * t.lr, "final_lr": t.lr * t.min_lr_ratio,
+                "accuracy_before": 0.3, "accuracy_after": s.held_out,
+                "metrics_before": "metrics.before-extension-1.json",
+                "weights_before": "model.before-extension-1.safetensors"
+            }]);
+        }
+        write(&run.join("metrics.json"), &metrics);
         for p in Protocol::ALL {
             write_eval(&run, preset, p, s.acc, s.prob);
         }

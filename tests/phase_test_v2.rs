@@ -243,15 +243,16 @@ fn a_seed_that_does_not_train_is_extended_once_then_failed() {
     assert_eq!(training_status(0.356, MAX_EXTENSIONS, &recipe).unwrap(), TrainingStatus::Failed);
     assert_eq!(training_status(SUCCESS_ACCURACY, 0, &recipe).unwrap(), TrainingStatus::Succeeded);
     assert_eq!(training_status(0.97, 1, &recipe).unwrap(), TrainingStatus::Succeeded);
-    assert_eq!(seed_outcome(0.356, 3000, 3000).unwrap(), SeedOutcome::Unextended);
-    assert_eq!(seed_outcome(0.356, 6000, 3000).unwrap(), SeedOutcome::Failed);
-    assert_eq!(seed_outcome(0.92, 6000, 3000).unwrap(), SeedOutcome::Succeeded);
+    assert_eq!(seed_outcome(0.356, 0).unwrap(), SeedOutcome::Unextended);
+    assert_eq!(seed_outcome(0.356, 1).unwrap(), SeedOutcome::Failed);
+    assert_eq!(seed_outcome(0.92, 1).unwrap(), SeedOutcome::Succeeded);
     // Negative control just below the threshold.
-    assert_eq!(seed_outcome(SUCCESS_ACCURACY - 1e-9, 6000, 3000).unwrap(), SeedOutcome::Failed);
+    assert_eq!(seed_outcome(SUCCESS_ACCURACY - 1e-9, 1).unwrap(), SeedOutcome::Failed);
     // Bad input names its field.
     assert!(training_status(1.5, 0, &recipe).unwrap_err().to_string().contains("accuracy"));
     assert!(training_status(0.5, 2, &recipe).unwrap_err().to_string().contains("extensions"));
-    assert!(seed_outcome(0.5, 10, 0).unwrap_err().to_string().contains("recipe steps"));
+    assert!(seed_outcome(0.5, 2).unwrap_err().to_string().contains("extensions"));
+    assert!(seed_outcome(f64::NAN, 0).unwrap_err().to_string().contains("accuracy"));
 }
 
 #[test]

@@ -93,6 +93,8 @@ mod theory_loss;
 mod theory_stagger;
 #[path = "train_cli.rs"]
 mod train_cli;
+#[path = "train_extend.rs"]
+mod train_extend;
 #[path = "train_fast.rs"]
 mod train_fast;
 #[path = "train_loop.rs"]

@@ -6,9 +6,11 @@
 //! ([`seed_outcome`]). No failed seed is ever averaged in.
 //!
 //! The rule reads a run's training record only (its end-of-run held-out accuracy and how many
-//! extensions it has had), so it is decided before any phase statistic is computed.
+//! extensions it has had, `metrics.json`'s `extensions`: [`run_outcome`]), so it is decided
+//! before any phase statistic is computed. [`crate::model::extend()`] runs an extension and
+//! `phasekv reproduce` applies the rule to a plan with the v2 rules.
 
-use crate::model::TrainConfig;
+use crate::model::{Metrics, TrainConfig};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
@@ -19,38 +21,11 @@ pub const EXTENSION_LR_FRACTION: f64 = 0.5;
 /// Extensions allowed: the cap is `(1 + MAX_EXTENSIONS)` times the recipe's steps.
 pub const MAX_EXTENSIONS: usize = 1;
 
-/// One extension's learning-rate schedule: from step `start` (the steps trained so far),
-/// `warmup_steps` of linear warm-up to `EXTENSION_LR_FRACTION` of the recipe's rate, then cosine
-/// decay to the recipe's final rate (`lr * min_lr_ratio`) at step `start + steps`.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Extension {
-    /// Which extension (1-based).
-    pub index: usize,
-    /// The first step of the extension.
-    pub start: usize,
-    /// Its last step plus one (`start + steps`).
-    pub end: usize,
-    /// Warm-up steps (the recipe's).
-    pub warmup_steps: usize,
-    /// Peak rate (`EXTENSION_LR_FRACTION * lr`).
-    pub peak_lr: f64,
-    /// Final rate (the recipe's `lr * min_lr_ratio`).
-    pub final_lr: f64,
-}
-
-impl Extension {
-    /// The learning rate at `step` (`start <= step < end`).
-    pub fn lr_at(&self, step: usize) -> f64 {
-        let k = step.saturating_sub(self.start);
-        if k < self.warmup_steps {
-            return self.peak_lr * (k + 1) as f64 / self.warmup_steps as f64;
-        }
-        let decay = (self.end - self.start).saturating_sub(self.warmup_steps).max(1) as f64;
-        let p = ((k - self.warmup_steps) as f64 / decay).min(1.0);
-        let cos = 0.5 * (1.0 + (std::f64::consts::PI * p).cos());
-        self.final_lr + (self.peak_lr - self.final_lr) * cos
-    }
-}
+/// One extension's learning-rate schedule (defined with the trainer that runs it,
+/// [`crate::model::extend()`]): from step `start` (the steps trained so far), `warmup_steps` of
+/// linear warm-up to `EXTENSION_LR_FRACTION` of the recipe's rate, then cosine decay to the
+/// recipe's final rate (`lr * min_lr_ratio`) at step `start + steps`.
+pub use crate::model::config::Extension;
 
 /// What the rule says of a model after its steps.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -103,21 +78,26 @@ pub enum SeedOutcome {
     Unextended,
 }
 
-/// The rule on a finished seed: its end-of-run held-out `accuracy` after `steps` steps in all,
-/// of a recipe of `recipe_steps` (an extension adds `recipe_steps`, so it has had
-/// `steps / recipe_steps - 1`).
-pub fn seed_outcome(accuracy: f64, steps: usize, recipe_steps: usize) -> Result<SeedOutcome> {
-    if recipe_steps == 0 {
-        return Err(Error::invalid("recipe steps", "must be at least 1, got 0"));
-    }
+/// The rule on a finished seed: its end-of-run held-out `accuracy` after `extensions`
+/// extensions (more than [`MAX_EXTENSIONS`] is an error).
+pub fn seed_outcome(accuracy: f64, extensions: usize) -> Result<SeedOutcome> {
     if !(0.0..=1.0).contains(&accuracy) {
         return Err(Error::invalid("held-out accuracy", format!("must be in [0, 1], got {accuracy}")));
+    }
+    if extensions > MAX_EXTENSIONS {
+        return Err(Error::invalid("extensions", format!("must be at most {MAX_EXTENSIONS}, got {extensions}")));
     }
     if accuracy >= SUCCESS_ACCURACY {
         return Ok(SeedOutcome::Succeeded);
     }
-    let extensions = (steps / recipe_steps).saturating_sub(1);
-    Ok(if extensions >= MAX_EXTENSIONS { SeedOutcome::Failed } else { SeedOutcome::Unextended })
+    Ok(if extensions == MAX_EXTENSIONS { SeedOutcome::Failed } else { SeedOutcome::Unextended })
+}
+
+/// The rule on a finished run's `metrics.json`: its final held-out accuracy after the
+/// extensions it records ([`Metrics::extension_count`], the one place the count is read; a
+/// run from before extensions has none).
+pub fn run_outcome(metrics: &Metrics) -> Result<SeedOutcome> {
+    seed_outcome(metrics.final_eval.accuracy, metrics.extension_count())
 }
 
 /// Whether an arm with `successful` seeds can be judged (§8.2: fewer than 2 successful seeds

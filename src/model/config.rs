@@ -242,6 +242,74 @@ impl TrainConfig {
     }
 }
 
+/// A continuation of a finished run: steps `start..end` on the learning-rate schedule
+/// [`Extension::lr_at`] (a warm restart: `warmup_steps` of linear warm-up to `peak_lr`, then
+/// cosine decay to `final_lr` at step `end`), from the run's final checkpoint with the data
+/// stream continued. The training-success rule of `theory/phase-lab.md` §8.2
+/// ([`crate::analysis::training`]) says when and with which numbers; [`crate::model::extend()`]
+/// runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Extension {
+    /// Which extension (1-based).
+    pub index: usize,
+    /// The first step of the extension.
+    pub start: usize,
+    /// Its last step plus one (`start + steps`).
+    pub end: usize,
+    /// Warm-up steps (the recipe's).
+    pub warmup_steps: usize,
+    /// Peak rate.
+    pub peak_lr: f64,
+    /// Final rate.
+    pub final_lr: f64,
+}
+
+impl Extension {
+    /// The learning rate at `step` (`start <= step < end`).
+    pub fn lr_at(&self, step: usize) -> f64 {
+        let k = step.saturating_sub(self.start);
+        if k < self.warmup_steps {
+            return self.peak_lr * (k + 1) as f64 / self.warmup_steps as f64;
+        }
+        let decay = (self.end - self.start).saturating_sub(self.warmup_steps).max(1) as f64;
+        let p = ((k - self.warmup_steps) as f64 / decay).min(1.0);
+        let cos = 0.5 * (1.0 + (std::f64::consts::PI * p).cos());
+        self.final_lr + (self.peak_lr - self.final_lr) * cos
+    }
+
+    /// Steps of the extension (`end - start`).
+    pub fn steps(&self) -> usize {
+        self.end.saturating_sub(self.start)
+    }
+
+    /// `Ok` when the schedule can run: `index` at least 1, `start < end <= start + MAX_STEPS`,
+    /// `warmup_steps <= end - start`, rates finite, `peak_lr` in (0, 10], `final_lr` in
+    /// [0, `peak_lr`]; otherwise one error naming the field, its value and the range.
+    pub fn validate(&self) -> Result<()> {
+        use crate::limits::{check_range, MAX_STEPS};
+        if self.index == 0 {
+            return Err(Error::invalid("extension.index", "must be at least 1, got 0"));
+        }
+        if self.end <= self.start || self.end - self.start > MAX_STEPS {
+            return Err(Error::invalid(
+                "extension.end",
+                format!("must be in ({}, {}], got {}", self.start, self.start + MAX_STEPS, self.end),
+            ));
+        }
+        check_range("extension.warmup_steps", self.warmup_steps, 0, self.end - self.start)?;
+        if !(self.peak_lr.is_finite() && self.peak_lr > 0.0 && self.peak_lr <= 10.0) {
+            return Err(Error::invalid("extension.peak_lr", format!("must be in (0, 10], got {}", self.peak_lr)));
+        }
+        if !(self.final_lr.is_finite() && (0.0..=self.peak_lr).contains(&self.final_lr)) {
+            return Err(Error::invalid(
+                "extension.final_lr",
+                format!("must be in [0, {}] (the peak), got {}", self.peak_lr, self.final_lr),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Everything a training run depends on (written to `config.json`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]

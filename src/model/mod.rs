@@ -26,6 +26,7 @@
 //! | [`weights`] | the model's weights: save/load and the provenance check of a finished run |
 //! | [`checkpoint`] | checkpoints (read, write, retention, resume) and parameter snapshots |
 //! | [`train`] | the executor: validation, engine choice, the training loop, the observer |
+//! | [`extend`] | an extension of a finished run (`theory/phase-lab.md` §8.2): its steps on the same loop, the record kept |
 //! | [`bench`] | step timing (`train --bench`) and the FLOP count of a step |
 //!
 //! Run directories are [`crate::run_dir`]'s. Files of this folder import one another in one
@@ -37,6 +38,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod decoder;
 pub mod engine;
+pub mod extend;
 pub mod fast;
 pub mod optim;
 pub mod params;
@@ -47,9 +49,10 @@ pub mod weights;
 pub use batch::{training_batch, Batch, EVAL_STREAM};
 pub use bench::{bench_steps, step_flops, StepBench};
 pub use checkpoint::{list_snapshots, snapshot_name, CheckpointIndex, CHECKPOINT_INDEX, SNAPSHOT_DIR};
-pub use config::{Engine, ModelConfig, RunConfig, TrainConfig};
+pub use config::{Engine, Extension, ModelConfig, RunConfig, TrainConfig};
 pub use decoder::{BatchLoss, Decoder};
 pub use engine::{evaluate, EngineStep, TrainEngine};
-pub use record::{BatchScore, EvalReport, Metrics, StepReport};
+pub use extend::extend;
+pub use record::{before_extension, BatchScore, EvalReport, ExtensionRecord, Metrics, StepReport};
 pub use train::{engine_for, preferred_engine, train, validate, Observer, Outcome, Silent, DIVERGENCE_FACTOR};
 pub use weights::{load_run, verify_run, Model, VerifiedRun, FINAL_WEIGHTS, SNAPSHOT_HASH_EXT};

@@ -3,6 +3,7 @@
 //! ([`Metrics`], and its learning curve as CSV rows). Plain data, written to the log,
 //! `checkpoint.json` and `metrics.json`; nothing here computes a model.
 
+use super::config::Extension;
 use serde::{Deserialize, Serialize};
 
 /// Loss and exact-match counts of a model on one batch, as either engine computes them.
@@ -126,6 +127,39 @@ pub struct Metrics {
     /// engine were evaluated by candle (`theory/training.md` §5c).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
+    /// The extensions the run has had ([`crate::model::extend()`]), in order; absent (empty) in a
+    /// run that has had none, so every run from before extensions reads as it did. With
+    /// extensions, `steps`, `final_eval`, `evals` and the hashes are the extended run's and
+    /// `config.json` keeps the recipe's steps ([`Metrics::recipe_steps`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extensions: Vec<ExtensionRecord>,
+}
+
+/// One extension of a run as `metrics.json` records it: its schedule, the held-out accuracy
+/// before and after it, and where the run's record from before it is kept (the files it
+/// replaced, copied byte for byte, never overwritten).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ExtensionRecord {
+    /// The schedule (`index`, `start`, `end`, `warmup_steps`, `peak_lr`, `final_lr`).
+    #[serde(flatten)]
+    pub schedule: Extension,
+    /// Held-out exact match at step `start` (the final evaluation before the extension).
+    pub accuracy_before: f64,
+    /// Held-out exact match at step `end`.
+    pub accuracy_after: f64,
+    /// The run's `metrics.json` from before the extension, kept under this name.
+    pub metrics_before: String,
+    /// The run's `model.safetensors` from before the extension, kept under this name.
+    pub weights_before: String,
+}
+
+/// Name under which extension `index` keeps the run's file `name` from before it
+/// (`metrics.json` -> `metrics.before-extension-1.json`).
+pub fn before_extension(name: &str, index: usize) -> String {
+    match name.rsplit_once('.') {
+        Some((stem, ext)) => format!("{stem}.before-extension-{index}.{ext}"),
+        None => format!("{name}.before-extension-{index}"),
+    }
 }
 
 /// One row of a run's `curve.csv` (floats with six decimals, as the committed runs have them).
@@ -138,6 +172,17 @@ pub struct CurveCsvRow {
 }
 
 impl Metrics {
+    /// Extensions the run has had: the one count the training-success rule reads
+    /// ([`crate::analysis::training::run_outcome`]).
+    pub fn extension_count(&self) -> usize {
+        self.extensions.len()
+    }
+
+    /// The recipe's steps (`config.json`'s `train.steps`): `steps` less every extension's.
+    pub fn recipe_steps(&self) -> usize {
+        self.steps.saturating_sub(self.extensions.iter().map(|e| e.schedule.steps()).sum::<usize>())
+    }
+
     /// The learning curve as the rows of `curve.csv`, one per evaluation.
     pub fn curve_rows(&self) -> Vec<CurveCsvRow> {
         self.evals

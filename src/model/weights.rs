@@ -137,7 +137,8 @@ pub fn verify_run(run: &Path) -> Result<VerifiedRun> {
         Some(h) if *h != id => return Err(changed(format!("hash {id}, trained as {h}"))),
         _ => {}
     }
-    let recorded = (&metrics.preset, metrics.seed, metrics.steps);
+    // An extended run trained more steps than its recipe; config.json keeps the recipe's.
+    let recorded = (&metrics.preset, metrics.seed, metrics.recipe_steps());
     if recorded != (&config.model.preset, config.train.seed, config.train.steps) {
         return Err(changed(format!(
             "preset {} seed {} steps {}, trained as preset {} seed {} steps {}",

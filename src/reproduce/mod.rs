@@ -19,12 +19,15 @@ pub mod slurm;
 
 pub use plan::{parse_shard, shard, slurm_shard, Arm, Axis, Minutes, ModelUnit, Plan, Scale, Sweep, Unit};
 
+use crate::analysis::training::{training_status, TrainingStatus, SUCCESS_ACCURACY};
+use crate::analysis::verdict::Rules;
 use crate::conformance::harness::fast_subject::FastSubject;
 use crate::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
 use crate::conformance::harness::{run_all, Invariant};
 use crate::kernel::spec::{preset_names, KernelSpec};
 use crate::lab::{self, LabSettings};
 use crate::model::train::Observer;
+use crate::model::{Metrics, RunConfig};
 use crate::run_dir::write_json_atomic;
 use crate::theory::diagram::{compare_with_reference, phase_diagram, spec_grid};
 use crate::theory::flow::{run_seeds, summarise, FlowConfig, FlowSummary};
@@ -153,7 +156,7 @@ pub fn run_unit(out: &Path, plan: &Plan, unit: &Unit, progress: &mut dyn Progres
     match unit {
         Unit::Kernels => run_kernels(out, plan, progress),
         Unit::Theory => run_theory(out, plan, progress),
-        Unit::Model(m) => run_model(out, m, &plan.lab, progress),
+        Unit::Model(m) => run_model(out, m, &plan.lab, plan.rules, progress),
     }
 }
 
@@ -255,7 +258,13 @@ fn run_theory(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<bo
     Ok(true)
 }
 
-fn run_model(out: &Path, unit: &ModelUnit, lab_settings: &LabSettings, progress: &mut dyn Progress) -> Result<bool> {
+fn run_model(
+    out: &Path,
+    unit: &ModelUnit,
+    lab_settings: &LabSettings,
+    rules: Rules,
+    progress: &mut dyn Progress,
+) -> Result<bool> {
     let dir = out.join(unit.dir());
     let key = unit.key();
     let preset = key.as_str();
@@ -281,6 +290,9 @@ fn run_model(out: &Path, unit: &ModelUnit, lab_settings: &LabSettings, progress:
     } else {
         progress.message(&format!("{preset}: trained before, reused"));
     }
+    if rules == Rules::V2 {
+        apply_training_rule(&dir, preset, config, progress)?;
+    }
     let t0 = Instant::now();
     let s = lab_settings;
     for protocol in crate::analysis::protocol::Protocol::ALL {
@@ -301,6 +313,56 @@ fn run_model(out: &Path, unit: &ModelUnit, lab_settings: &LabSettings, progress:
     )?;
     progress.message(&format!("{preset}: analyses done"));
     Ok(true)
+}
+
+/// The training-success rule of the v2 rules (`theory/phase-lab.md` §8.2) on the finished run
+/// in `dir`: while its held-out accuracy is below [`SUCCESS_ACCURACY`] with an extension left,
+/// runs (or resumes) the extension ([`crate::model::extend()`]); then says what the rule made of
+/// the seed. At most [`crate::analysis::training::MAX_EXTENSIONS`] extensions, since the rule
+/// says `Failed` after them.
+fn apply_training_rule(dir: &Path, preset: &str, config: &RunConfig, progress: &mut dyn Progress) -> Result<()> {
+    loop {
+        let metrics: Metrics = lab::read_json(&dir.join(crate::run_dir::METRICS_FILE))?;
+        let accuracy = 100.0 * metrics.final_eval.accuracy;
+        let extension = match training_status(metrics.final_eval.accuracy, metrics.extension_count(), &config.train)? {
+            TrainingStatus::Extend(x) => x,
+            TrainingStatus::Succeeded => {
+                progress.message(&format!(
+                    "{preset}: held-out {accuracy:.1} % >= {:.0} %: trained",
+                    100.0 * SUCCESS_ACCURACY
+                ));
+                return Ok(());
+            }
+            TrainingStatus::Failed => {
+                progress.message(&format!(
+                    "{preset}: held-out {accuracy:.1} % < {:.0} % after {} extension(s): failed, excluded from every pooled test",
+                    100.0 * SUCCESS_ACCURACY,
+                    metrics.extension_count()
+                ));
+                return Ok(());
+            }
+        };
+        progress.message(&format!(
+            "{preset}: held-out {accuracy:.1} % < {:.0} %: extension {}, steps {}..{}",
+            100.0 * SUCCESS_ACCURACY,
+            extension.index,
+            extension.start,
+            extension.end
+        ));
+        match crate::model::extend(dir, &extension, progress.trainer())? {
+            crate::model::Outcome::Finished(m) => progress.message(&format!(
+                "{preset}: extension {} done, held-out {:.1} %",
+                extension.index,
+                100.0 * m.final_eval.accuracy
+            )),
+            crate::model::Outcome::Interrupted { step } => {
+                return Err(Error::invalid(
+                    "training",
+                    format!("{preset} stopped at step {step} of extension {}; rerun to resume", extension.index),
+                ))
+            }
+        }
+    }
 }
 
 /// A Theorem 1 verdict serialized as its map symbol (`"+"`, `"k"`, `"g"`), as `theory.json`

@@ -6,7 +6,7 @@
 use crate::analysis::phase::Outcome;
 use crate::analysis::phase_test::{NllRecord, PhaseRecord};
 use crate::analysis::protocol::Protocol;
-use crate::analysis::training::{seed_outcome, SeedOutcome};
+use crate::analysis::training::{run_outcome, SeedOutcome};
 use crate::analysis::verdict::Rules;
 use crate::lab::{read_json, EvalResult, GatesResult, KnockoutResult};
 use crate::model::{Metrics, RunConfig};
@@ -261,8 +261,7 @@ pub fn rules(c: &Collected) -> Rules {
 /// What the training-success rule makes of a run, `None` while it has no metrics (unfinished:
 /// kept, as under v1) or no valid accuracy.
 pub fn training_outcome(r: &RunData) -> Option<SeedOutcome> {
-    let m = r.metrics.as_ref()?;
-    seed_outcome(m.final_eval.accuracy, m.steps, r.config.train.steps).ok()
+    run_outcome(r.metrics.as_ref()?).ok()
 }
 
 /// The runs grouped into arms, in order of first appearance (plan order where known). Under
