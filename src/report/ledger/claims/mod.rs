@@ -247,9 +247,24 @@ pub const LEDGER: &[&dyn LedgerClaim] = &[
     &k::K,
 ];
 
+/// The flag on a v1 claim judged by the depth-controlled test (or E6's knockout row tests) since
+/// its fit became exact under separation (issue 32, `theory/phase-lab.md` §8.6): a change of
+/// method after the v1 run, so it is flagged there; under v2 it is the pre-registered fit.
+pub const FIT_FLAG: &str = "flagged: fit corrected after the run (issue 32, theory/phase-lab.md §8.6, §8.11): the depth-controlled test's likelihood ratio is now the exact supremum under separation (Konis's LP on the all-correct or all-wrong cells, Newton's method on the rest) for the observed statistic and every bootstrap replicate, with ties within LR_PRECISION counted; v1's fit stopped at its 200-iteration cap where a cell was separated, which overstated G and understated the bootstrap p. The v1 criteria are applied to the corrected statistics";
+
 /// The claims, verdicts from data.
 pub fn claims(c: &Collected) -> Vec<Claim> {
-    LEDGER.iter().map(|l| l.check(c)).collect()
+    let v1 = super::collect::rules(c) == crate::analysis::verdict::Rules::V1;
+    LEDGER
+        .iter()
+        .map(|l| {
+            let mut claim = l.check(c);
+            if v1 && claim.verdict != Verdict::NotRun && (!claim.tests.is_empty() || claim.id == "E6") {
+                claim.flags.push(FIT_FLAG.into());
+            }
+            claim
+        })
+        .collect()
 }
 
 /// The figures every claim draws for itself, with captions.
