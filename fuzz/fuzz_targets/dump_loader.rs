@@ -6,11 +6,11 @@ use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(d) = phasekv::kernel::dump::Dump::from_safetensors_bytes(Path::new("fuzz.safetensors"), data, None) {
+    if let Ok(d) = phasekv::conformance::dump::Dump::from_safetensors_bytes(Path::new("fuzz.safetensors"), data, None) {
         // Keep validation cheap: only small dumps.
         if d.main.input.len() <= 4096 && d.spec.geometry.window() <= 64 {
-            let _ = phasekv::kernel::validate::validate(&d);
+            let _ = phasekv::conformance::validate::validate(&d);
         }
     }
-    let _ = phasekv::kernel::dump::parse_npy("fuzz", data);
+    let _ = phasekv::conformance::dump::parse_npy("fuzz", data);
 });
