@@ -222,6 +222,23 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
     {
         assert!(dir.join(f).exists(), "{f} missing");
     }
+    // Every outcome line names its model and prompt (issue 31), written by the evaluation itself.
+    let text = std::fs::read_to_string(dir.join("eval-prefix-outcomes.jsonl")).unwrap();
+    let arm = phasekv::run_dir::arm_of(dir.file_name().unwrap().to_str().unwrap()).to_string();
+    assert_eq!(text.lines().count(), e.profile.n, "one line per prompt");
+    for line in text.lines() {
+        let o: phasekv::analysis::phase::Outcome = serde_json::from_str(line).unwrap();
+        assert_eq!(o.arm.as_deref(), Some(arm.as_str()), "{line}");
+        assert_eq!(o.preset.as_deref(), Some("w4s4"), "{line}");
+        assert_eq!(o.seed, Some(cfg.train.seed), "{line}");
+        assert_eq!(o.protocol.as_deref(), Some("prefix"), "{line}");
+        // Families only on the phase-family task (`after_records`, the committed one, whose
+        // files `report_committed` checks); this tiny task has none.
+        let families = cfg.task.query_placement == phasekv::task::QueryPlacement::AfterRecords;
+        assert_eq!(o.group, o.id / 6, "{line}");
+        assert_eq!(o.family, families.then_some(o.id % 6), "id = group * n + family: {line}");
+        assert_eq!(o.phase, Some(o.position.expect("a position") % 4), "phase = position mod S: {line}");
+    }
     // Same settings: reused, identical. Other settings: an error naming the file.
     assert_eq!(lab::eval_run(&dir, Protocol::Prefix, 6, 0, &mut |_, _| {}).unwrap(), e);
     let err = lab::eval_run(&dir, Protocol::Prefix, 7, 0, &mut |_, _| {}).unwrap_err().to_string();

@@ -19,28 +19,9 @@ impl LedgerClaim for E2 {
             };
             let (mut part, test) = holds(a, PRIMARY, s);
             if test.is_some() {
-                match period(a, PRIMARY) {
-                    Ok((scan, stability)) => {
-                        declared.push(format!(
-                            "{}: {}",
-                            a.name,
-                            scan.period.map(|p| p.to_string()).unwrap_or_else(|| "none".into())
-                        ));
-                        if scan.period != Some(s) && part.verdict == Verdict::Reproduced {
-                            part.verdict = Verdict::NotReproduced;
-                        }
-                        part.text += &format!(
-                            "; corrected period scan (seeds pooled): best {}, corrected p {}, declared {}, stability {:.0} %",
-                            scan.best,
-                            scan.corrected_p,
-                            scan.period.map(|p| p.to_string()).unwrap_or_else(|| "none".into()),
-                            100.0 * stability
-                        );
-                    }
-                    Err(e) => {
-                        part.verdict = Verdict::NotRun;
-                        part.text += &format!("; period scan: {e}");
-                    }
+                if let Some(declared_period) = require_period(&mut part, a, PRIMARY, s) {
+                    let words = declared_period.map(|p| p.to_string()).unwrap_or_else(|| "none".into());
+                    declared.push(format!("{}: {words}", a.name));
                 }
             }
             parts.push(part);

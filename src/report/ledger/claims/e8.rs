@@ -124,24 +124,7 @@ impl LedgerClaim for E10 {
         };
         let (mut part, judged) = holds(a, PRIMARY, S);
         if judged.is_some() {
-            match period(a, PRIMARY) {
-                Ok((scan, stability)) => {
-                    if scan.period != Some(S) && part.verdict == Verdict::Reproduced {
-                        part.verdict = Verdict::NotReproduced;
-                    }
-                    part.text += &format!(
-                        "; corrected period scan (seeds pooled): best {}, corrected p {}, declared {}, stability {:.0} %",
-                        scan.best,
-                        scan.corrected_p,
-                        scan.period.map(|p| p.to_string()).unwrap_or_else(|| "none".into()),
-                        100.0 * stability
-                    );
-                }
-                Err(e) => {
-                    part.verdict = Verdict::NotRun;
-                    part.text += &format!("; period scan: {e}");
-                }
-            }
+            require_period(&mut part, a, PRIMARY, S);
         }
         let mut also = Reported::default();
         also.test(a, Protocol::Prefix, S, ALPHA);

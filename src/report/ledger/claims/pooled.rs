@@ -543,6 +543,33 @@ pub(super) fn period(a: &Arm, p: Protocol) -> std::result::Result<(PeriodScan, f
     Ok((scan, stability))
 }
 
+/// The period rule on a part whose phase effect at `s` was judged: the corrected period scan of
+/// the arm (seeds pooled) must declare exactly `s`, or a reproduced part is not reproduced; a
+/// scan that cannot run makes the part not run. Returns the declared period (`None`: none, or
+/// no scan).
+pub(super) fn require_period(part: &mut Part, a: &Arm, p: Protocol, s: usize) -> Option<Option<usize>> {
+    match period(a, p) {
+        Ok((scan, stability)) => {
+            if scan.period != Some(s) && part.verdict == Verdict::Reproduced {
+                part.verdict = Verdict::NotReproduced;
+            }
+            part.text += &format!(
+                "; corrected period scan (seeds pooled): best {}, corrected p {}, declared {}, stability {:.0} %",
+                scan.best,
+                scan.corrected_p,
+                scan.period.map(|p| p.to_string()).unwrap_or_else(|| "none".into()),
+                100.0 * stability
+            );
+            Some(scan.period)
+        }
+        Err(e) => {
+            part.verdict = Verdict::NotRun;
+            part.text += &format!("; period scan: {e}");
+            None
+        }
+    }
+}
+
 /// Our value of a claim without a magnitude: its arms counted by verdict.
 pub(super) fn count_ours(c: &Claim) -> String {
     let states = [
