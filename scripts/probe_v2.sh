@@ -63,6 +63,7 @@ run_jobs() {
 
 train_cmd() { # preset seed
   local d="$OUT/$1-seed$2"
+  [ -e "$d/metrics.json" ] && { echo "true"; return; }  # finished (a rerun of the driver)
   echo "s=\$(date +%s); '$BIN' train --config '$OUT/configs/$1.json' --seed $2 --out '$d' --quiet >'$OUT/logs/train-$1-seed$2.log' 2>&1; rc=\$?; echo \"\$(date -u +%Y-%m-%dT%H:%M:%SZ) train $1 seed $2 rc \$rc wall \$((\$(date +%s)-s)) s\" >>'$OUT/logs/driver.log'; exit \$rc"
 }
 eval_cmd() { # preset protocol  (stdout holds phase statistics: discarded)
@@ -73,8 +74,10 @@ eval_cmd() { # preset protocol  (stdout holds phase statistics: discarded)
 run_jobs "$(train_cmd full 100)" "$(train_cmd full 101)" "$(train_cmd full 102)" \
   "$(train_cmd w8s4 100)" "$(train_cmd w8s4-norope 100)"
 
-run_jobs "$(eval_cmd w8s4 prefix)" "$(eval_cmd w8s4-norope prefix)" \
-  "$(eval_cmd w8s4 in-sequence)" "$(eval_cmd w8s4-norope in-sequence)"
+# Two evaluations of one run directory at once are refused (its lock): one protocol at a time.
+for PR in prefix in-sequence; do
+  run_jobs "$(eval_cmd w8s4 $PR)" "$(eval_cmd w8s4-norope $PR)"
+done
 
 for PR in prefix in-sequence; do
   [ -e "$OUT/exports/$PR.jsonl" ] || "$BIN" audit export --config "$OUT/configs/full.json" --protocol "$PR" \
