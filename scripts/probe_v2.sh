@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The probes of theory/phase-lab.md §8.1 (issue 32) for one candidate, then the rule's script.
 #
-#   scripts/probe_v2.sh CANDIDATE OUTDIR        CANDIDATE in V1 V2 V3 V4
+#   scripts/probe_v2.sh CANDIDATE OUTDIR        CANDIDATE in V1 .. V8
 #
 # Configs: `phasekv train --print-config --preset P` (the committed task, plans/full.json's
-# `run.task` over the defaults, on the fast engine) with the candidate's task change and recipe
-# R2 (`train.warmup_steps` 300, `train.steps` 3000; everything else as printed). Trains `full`
+# `run.task` over the defaults, on the fast engine) with recipe R2 (`train.warmup_steps` 300,
+# `train.steps` 3000) and then the candidate's change of task, model and train fields over it. Trains `full`
 # seeds 100, 101, 102 and `w8s4`, `w8s4-norope` seed 100; evaluates w8s4 and w8s4-norope under
 # both protocols with 48 prompts per group; exports the same prompts (`audit export`, for the
 # coverage check); runs scripts/probe_v2.py. At most 2 processes at once, one thread each.
@@ -21,12 +21,18 @@ BIN=${PHASEKV:-/work/main/target/release/phasekv}
 HERE=$(cd "$(dirname "$0")" && pwd)
 export RAYON_NUM_THREADS=1 CANDLE_NUM_THREADS=1 OMP_NUM_THREADS=1
 
+# Each candidate: a change of the config's sections (task, model, train) over V1's task and R2.
 case "$CAND" in
-  V1) CHANGE='{"max_gap": 0}' ;;
-  V2) CHANGE='{"max_gap": 0, "n_records": 12}' ;;
-  V3) CHANGE='{"max_gap": 0, "val_len": 2}' ;;
-  V4) CHANGE='{"max_gap": 0, "n_records": 12, "val_len": 2}' ;;
-  *) echo "unknown candidate $CAND (V1..V4)" >&2; exit 2 ;;
+  V1) CHANGE='{"task": {"max_gap": 0}}' ;;
+  V2) CHANGE='{"task": {"max_gap": 0, "n_records": 12}}' ;;
+  V3) CHANGE='{"task": {"max_gap": 0, "val_len": 2}}' ;;
+  V4) CHANGE='{"task": {"max_gap": 0, "n_records": 12, "val_len": 2}}' ;;
+  # The second list (§8.1, written 2026-12-03 09:10 UTC before any of its probes ran).
+  V5) CHANGE='{"task": {"max_gap": 0}, "model": {"d_head": 16}}' ;;
+  V6) CHANGE='{"task": {"max_gap": 0}, "model": {"d_head": 8}}' ;;
+  V7) CHANGE='{"task": {"max_gap": 0, "n_records": 10}, "model": {"d_head": 16}}' ;;
+  V8) CHANGE='{"task": {"max_gap": 0}, "train": {"steps": 2000}}' ;;
+  *) echo "unknown candidate $CAND (V1..V8)" >&2; exit 2 ;;
 esac
 
 mkdir -p "$OUT/configs" "$OUT/logs" "$OUT/exports"
@@ -38,9 +44,10 @@ for P in full w8s4 w8s4-norope; do
   "$BIN" train --print-config --preset "$P" | python3 -c '
 import json, sys
 c = json.load(sys.stdin)
-c["task"].update(json.loads(sys.argv[1]))
 c["train"]["warmup_steps"] = 300
 c["train"]["steps"] = 3000
+for section, change in json.loads(sys.argv[1]).items():
+    c[section].update(change)
 json.dump(c, open(sys.argv[2], "w"), indent=2)
 ' "$CHANGE" "$OUT/configs/$P.json"
   if ! "$BIN" train --config "$OUT/configs/$P.json" --print-config >/dev/null 2>"$OUT/logs/validate-$P.log"; then
