@@ -3,7 +3,7 @@
 //! round trip and its line-numbered errors.
 
 use phasekv::analysis::audit::{export_jsonl, parse_results, TextTemplate};
-use phasekv::analysis::eval::{evaluate, knockout};
+use phasekv::analysis::eval::{evaluate, knockout, Intervention};
 use phasekv::analysis::gates::{concentrations, effective_offsets};
 use phasekv::analysis::protocol::{self, Protocol};
 use phasekv::lab;
@@ -253,8 +253,32 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
             assert!((x.profile.iter().sum::<f64>() - 1.0).abs() < 1e-5);
         }
     }
-    let k = lab::knockout_run(&dir, Protocol::InSequence, 2, 2, 0, &mut |_, _| {}).unwrap();
+    let k = lab::knockout_run(&dir, Protocol::InSequence, 2, 2, 0, Intervention::KvHead, &mut |_, _| {}).unwrap();
     assert_eq!(k.map.rows.len(), 2);
+    // §8.9's window-slot knockout: layers x W rows, each with its per-prompt outcomes, the
+    // prompts' ids and groups once; asking the same file for another intervention is refused.
+    let err = lab::knockout_run(&dir, Protocol::InSequence, 2, 2, 0, Intervention::WindowSlot, &mut |_, _| {});
+    let err = err.unwrap_err().to_string();
+    assert!(err.contains("knockout-in-sequence.json") && err.contains("never overwritten"), "{err}");
+    let ks = lab::knockout_run(&dir, Protocol::Prefix, 2, 2, 0, Intervention::WindowSlot, &mut |_, _| {}).unwrap();
+    assert_eq!(ks.map.intervention, Intervention::WindowSlot);
+    let prompts = ks.map.ids.len();
+    assert_eq!(prompts, 2 * tiny("w4s4").task.residue_modulus, "every prompt once");
+    assert_eq!((ks.map.prompt_groups.len(), ks.map.clean_correct.len()), (prompts, prompts));
+    let labels: Vec<String> = ks.map.rows.iter().map(|r| r.label()).collect();
+    let want: Vec<String> = (0..2).flat_map(|l| (0..4).map(move |i| format!("L{l}.S{i}"))).collect();
+    assert_eq!(labels, want, "2 layers x W = 4 slots");
+    for r in &ks.map.rows {
+        assert_eq!(r.knocked.len(), prompts, "{}", r.label());
+        let correct = r.knocked.chars().filter(|&c| c == '1').count();
+        assert_eq!(correct, r.groups.iter().map(|g| g.correct).sum::<usize>(), "{}: bits agree with groups", r.label());
+        assert!(r.replaced_entries.is_some_and(|m| m > 0));
+    }
+    for r in &k.map.rows {
+        assert!(r.slot.is_none() && r.knocked.len() == k.map.ids.len(), "{}", r.label());
+    }
+    let csv = std::fs::read_to_string(dir.join("knockout-prefix.csv")).unwrap();
+    assert!(csv.starts_with("layer,head,slot,group,"), "{csv}");
     assert!(dir.join("knockout-in-sequence.png").exists() && dir.join("gates-trajectory.svg").exists());
     let csv = std::fs::read_to_string(dir.join("gates.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 4 * 4, "a header and one line per gate and snapshot");
@@ -556,11 +580,18 @@ fn head_drifts_and_dead_heads_follow_their_definitions() {
     let row = |layer, head, drop: Vec<f64>| KnockoutRow {
         layer,
         head,
+        slot: None,
+        replaced_entries: None,
+        knocked: String::new(),
         groups: (0..drop.len()).map(|g| GroupAccuracy::new(g, 10, 10)).collect(),
         mean_drop_pp: drop.iter().sum::<f64>() / drop.len() as f64,
         drop_pp: drop,
     };
     let map = |rows| KnockoutMap {
+        intervention: Intervention::KvHead,
+        ids: vec![],
+        prompt_groups: vec![],
+        clean_correct: String::new(),
         modulus: 3,
         reference: 2,
         replaced_entries: 5,

@@ -101,10 +101,29 @@ fn write_knockout(dir: &Path, preset: &str, drop: impl Fn(usize) -> f64) {
                 .collect();
             let drop_pp: Vec<f64> = groups.iter().map(|k| 100.0 * (0.8 - k.accuracy)).collect();
             let mean_drop_pp = drop_pp.iter().sum::<f64>() / M as f64;
-            KnockoutRow { layer: l, head: 0, groups, drop_pp, mean_drop_pp }
+            KnockoutRow {
+                layer: l,
+                head: 0,
+                slot: None,
+                replaced_entries: None,
+                groups,
+                drop_pp,
+                mean_drop_pp,
+                knocked: String::new(),
+            }
         })
         .collect();
-    let map = KnockoutMap { modulus: M, reference: 4, replaced_entries: 10, clean, rows };
+    let map = KnockoutMap {
+        intervention: Default::default(),
+        modulus: M,
+        reference: 4,
+        replaced_entries: 10,
+        clean,
+        rows,
+        ids: vec![],
+        prompt_groups: vec![],
+        clean_correct: String::new(),
+    };
     write(
         &dir.join("knockout.json"),
         &KnockoutResult {

@@ -95,7 +95,7 @@ fn staggered_heads_compress_each_head_on_its_own_grid() {
     let toks = tokens_of(&cfg, 7);
     let t = toks.len();
     let batch = Tensor::from_vec(toks.clone(), (1, t), &dev).unwrap();
-    let probe = phasekv::model::decoder::Probe { capture: true, replace: None };
+    let probe = phasekv::model::decoder::Probe { capture: true, ..Default::default() };
     let keys: Vec<Vec<Vec<Vec<f32>>>> = models
         .iter()
         .map(|m| m.decoder.forward_probe(&batch, &probe).unwrap().captures[0].keys.get(0).unwrap().to_vec3().unwrap())
@@ -127,6 +127,85 @@ fn staggered_heads_compress_each_head_on_its_own_grid() {
     let grads = models[0].decoder.batch_loss(&batch).unwrap().loss.backward().unwrap();
     let opt = phasekv::model::optim::AdamW::new(models[0].store.vars(), 0.9, 0.98, 0.0).unwrap();
     assert_eq!(opt.missing_grads(&grads), Vec::<String>::new());
+}
+
+/// §8.9's offset knockout (`theory/phase-lab.md`), on every compressed preset whose heads share
+/// a grid, including shared keys and values (`dsv4-csa`) and one KV head per layer: the slot
+/// contributions sum to the pooled entries; replacing a slot's contribution by itself changes
+/// nothing (exactly); replacing it by zero changes that layer's entries (the negative control:
+/// a knock that did nothing would pass the first two); a knock on the wrong layer index or a
+/// slot outside the window is one error naming the field.
+#[test]
+fn a_window_slot_knockout_replaces_exactly_that_slots_contribution() {
+    use phasekv::kernel::tensor::SlotKnock;
+    use phasekv::model::decoder::Probe;
+    let dev = Device::Cpu;
+    for preset in ["w8s4", "w8s4-kv1", "w4s4-tied", "w8s4-scalar", "dsv4-csa", "w8s4-stagger-layers"] {
+        let (name, kv1) = match preset.strip_suffix("-kv1") {
+            Some(p) => (p, true),
+            None => (preset, false),
+        };
+        let mut cfg = tiny(name);
+        // Two KV heads (one query head each) unless the arm has one KV head per layer.
+        (cfg.model.n_kv_head, cfg.model.n_head) = if kv1 { (1, 2) } else { (2, 2) };
+        let model = Model::new(&cfg, &dev).unwrap();
+        let toks = tokens_of(&cfg, 3);
+        let t = toks.len();
+        let batch = Tensor::from_vec(toks, (1, t), &dev).unwrap();
+        let cap = model.decoder.forward_probe(&batch, &Probe { capture: true, capture_slots: true, ..Probe::default() });
+        let cap = cap.unwrap();
+        let base = model.decoder.logits(&batch).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for (l, layer) in cap.captures.iter().enumerate() {
+            let slots = layer.slots.as_ref().unwrap_or_else(|| panic!("{preset}: layer {l} has no slot capture"));
+            let (w, _, n, hd) = slots.keys.dims4().unwrap();
+            assert_eq!(w, model.decoder.spec().geometry.window(), "{preset}");
+            // Sum over slots = the pooled keys before norm and RoPE.
+            let summed = slots.keys.sum(0).unwrap().reshape((1, n, hd)).unwrap().to_vec3::<f32>().unwrap();
+            assert!(n > 0 && summed[0].iter().flatten().any(|v| *v != 0.0), "{preset}: nothing pooled");
+            let knock = |slot: usize, keys: Tensor, values: Tensor| Probe {
+                knock_slot: Some((l, SlotKnock { slot, keys, values: Some(values) })),
+                ..Probe::default()
+            };
+            let own = |u: &Tensor, i: usize| u.narrow(0, i, 1).unwrap().squeeze(0).unwrap();
+            for i in [0, w - 1] {
+                let same = knock(i, own(&slots.keys, i), own(&slots.values, i));
+                let fwd = model.decoder.forward_probe(&batch, &same).unwrap();
+                let idx = Tensor::arange(0u32, t as u32, &dev).unwrap();
+                let got = model.decoder.logits_at(&fwd, &idx).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let worst = got.iter().zip(&base).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+                assert!(worst <= 1e-4, "{preset} L{l} slot {i}: a knock by its own contribution moved logits by {worst}");
+                let zero = own(&slots.keys, i).zeros_like().unwrap();
+                let fwd = model.decoder.forward_probe(&batch, &knock(i, zero.clone(), zero)).unwrap();
+                let got = model.decoder.logits_at(&fwd, &idx).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let moved = got.iter().zip(&base).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+                assert!(moved > 1e-4, "{preset} L{l} slot {i}: knocking the slot out changed nothing ({moved})");
+            }
+            let bad = knock(w, own(&slots.keys, 0), own(&slots.values, 0));
+            let err = model.decoder.forward_probe(&batch, &bad).unwrap_err().to_string();
+            assert!(err.contains("slot knockout") && err.contains(&format!("0..{w}")), "{preset}: {err}");
+        }
+        let wrong_layer = Probe {
+            knock_slot: Some((
+                cfg.model.n_layer,
+                SlotKnock { slot: 0, keys: Tensor::zeros((1, 1, 1), candle_core::DType::F32, &dev).unwrap(), values: None },
+            )),
+            ..Probe::default()
+        };
+        let err = model.decoder.forward_probe(&batch, &wrong_layer).unwrap_err().to_string();
+        assert!(err.contains("slot knockout") && err.contains(&format!("layer {}", cfg.model.n_layer)), "{preset}: {err}");
+    }
+    // The full preset and a per-head staggered layer have no shared window slots.
+    for preset in ["full", "w8s8-stagger-heads"] {
+        let mut cfg = tiny(preset);
+        (cfg.model.n_kv_head, cfg.model.n_head) = (2, 2);
+        let model = Model::new(&cfg, &dev).unwrap();
+        let toks = tokens_of(&cfg, 3);
+        let batch = Tensor::from_vec(toks.clone(), (1, toks.len()), &dev).unwrap();
+        let z = Tensor::zeros((1, 1, 1), candle_core::DType::F32, &dev).unwrap();
+        let probe = Probe { knock_slot: Some((0, SlotKnock { slot: 0, keys: z, values: None })), ..Probe::default() };
+        let err = model.decoder.forward_probe(&batch, &probe).unwrap_err().to_string();
+        assert!(err.contains("share one grid"), "{preset}: {err}");
+    }
 }
 
 #[test]

@@ -16,6 +16,7 @@
 use super::phase::Outcome;
 use super::protocol::{self, Prompt};
 use super::stats::{self, GroupAccuracy};
+use crate::kernel::tensor::SlotKnock;
 use crate::model::decoder::{Probe, Replacement};
 use crate::model::Decoder;
 use crate::task::{Sample, TaskConfig};
@@ -96,35 +97,117 @@ pub fn haystack_entries(model: &Decoder, task: &TaskConfig, layer: usize, head: 
     (0..g.num_windows(task.seq_len())).filter(|&j| g.end(j) < h).count()
 }
 
+/// What a knockout row mean-replaces (`theory/phase-lab.md` §4 and §8.9).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Intervention {
+    /// One KV head's haystack entries (§4): rows are (layer, KV head).
+    #[default]
+    KvHead,
+    /// One window slot's gated contribution `a_i * (C_i x_i)` to every compressed entry of a
+    /// layer, all KV heads at once (§8.9's offset knockout): rows are (layer, slot `0..W`).
+    WindowSlot,
+}
+
+impl Intervention {
+    /// Its name in files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Intervention::KvHead => "kv-head",
+            Intervention::WindowSlot => "window-slot",
+        }
+    }
+
+    /// Parses [`Intervention::name`].
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "kv-head" => Ok(Intervention::KvHead),
+            "window-slot" => Ok(Intervention::WindowSlot),
+            _ => Err(Error::invalid("intervention", format!("'{s}' is not one of kv-head, window-slot"))),
+        }
+    }
+
+    /// §8.9's intervention for a model: window slots where a layer has one KV head or the
+    /// kernel shares keys and values (`dsv4-csa`), KV heads otherwise (and always for `full`,
+    /// which has no windows).
+    pub fn for_model(config: &crate::model::ModelConfig, spec: &crate::kernel::spec::KernelSpec) -> Self {
+        if !config.is_full() && (config.n_kv_head == 1 || spec.shared_kv) {
+            Intervention::WindowSlot
+        } else {
+            Intervention::KvHead
+        }
+    }
+}
+
 /// One row of the knockout map.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KnockoutRow {
     /// Layer.
     pub layer: usize,
-    /// KV head.
+    /// KV head of a [`Intervention::KvHead`] row; 0 on a window-slot row, which knocks every
+    /// KV head of the layer (its unit is [`KnockoutRow::slot`]).
     pub head: usize,
+    /// The window slot of a [`Intervention::WindowSlot`] row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<usize>,
+    /// Entries this row replaces per prompt (a KV-head row: that head's haystack entries, on its
+    /// own grid; a window-slot row: every entry of the layer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_entries: Option<usize>,
     /// Accuracy per residue group with the head knocked out.
     pub groups: Vec<GroupAccuracy>,
     /// Clean minus knocked-out accuracy per group, percentage points.
     pub drop_pp: Vec<f64>,
     /// Mean drop over groups, percentage points.
     pub mean_drop_pp: f64,
+    /// Per-prompt knocked outcomes in the order of [`KnockoutMap::ids`], `1` correct, `0`
+    /// wrong (maps made before they were kept have none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub knocked: String,
+}
+
+impl KnockoutRow {
+    /// The row's name: `L{layer}.H{head}`, or `L{layer}.S{slot}` for a window slot.
+    pub fn label(&self) -> String {
+        match self.slot {
+            Some(i) => format!("L{}.S{i}", self.layer),
+            None => format!("L{}.H{}", self.layer, self.head),
+        }
+    }
 }
 
 /// The knockout map of a model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KnockoutMap {
+    /// What the rows replace.
+    #[serde(default)]
+    pub intervention: Intervention,
     /// Residue modulus.
     pub modulus: usize,
     /// Reference prompts per prompt.
     pub reference: usize,
     /// Entries replaced per head (haystack entries), of layer 0's head 0: on staggered grids a
-    /// head replaces its own grid's count, which may differ by one.
+    /// head replaces its own grid's count, which may differ by one (each row's own count is
+    /// [`KnockoutRow::replaced_entries`]).
     pub replaced_entries: usize,
     /// Clean accuracy per group on the same prompts.
     pub clean: Vec<GroupAccuracy>,
-    /// One row per (layer, KV head), layer-major.
+    /// One row per (layer, KV head) or (layer, slot), layer-major.
     pub rows: Vec<KnockoutRow>,
+    /// The prompts' ids, in the order of every per-prompt string (`family = id mod per_group`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<usize>,
+    /// The prompts' residue groups, in the same order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt_groups: Vec<usize>,
+    /// Per-prompt clean outcomes, `1` correct, `0` wrong.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub clean_correct: String,
+}
+
+/// `1` for a correct outcome, `0` for a wrong one, in order.
+fn bits(outcomes: &[Outcome]) -> String {
+    outcomes.iter().map(|o| if o.correct { '1' } else { '0' }).collect()
 }
 
 /// Knockouts of every (layer, KV head) of `model` on `prompts` with `reference` same-layout
@@ -137,14 +220,35 @@ pub fn knockout(
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<KnockoutMap> {
+    knockout_by(model, task, prompts, reference, seed, Intervention::KvHead, progress)
+}
+
+/// Knockouts by `intervention` (its rows: every (layer, KV head), or every (layer, window
+/// slot)) of `model` on `prompts` with `reference` same-layout prompts each (seeded by
+/// `seed`); `progress(done, total)` after every chunk.
+pub fn knockout_by(
+    model: &Decoder,
+    task: &TaskConfig,
+    prompts: &[Prompt],
+    reference: usize,
+    seed: u64,
+    intervention: Intervention,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<KnockoutMap> {
     if reference == 0 {
         return Err(Error::invalid("reference", "must be at least 1 prompt, got 0"));
     }
     let device = Device::Cpu;
     let cfg = model.config();
-    let (n_layer, n_kv) = (cfg.n_layer, cfg.n_kv_head);
+    let n_layer = cfg.n_layer;
+    let slots = intervention == Intervention::WindowSlot;
+    if slots && cfg.is_full() {
+        return Err(Error::invalid("intervention", "window-slot knockouts need a compressed preset, got full"));
+    }
+    // Rows per layer: KV heads, or window slots.
+    let per_layer = if slots { model.spec().geometry.window() } else { cfg.n_kv_head };
     let mut clean: Vec<Outcome> = Vec::new();
-    let mut knocked: Vec<Vec<Outcome>> = vec![Vec::new(); n_layer * n_kv];
+    let mut knocked: Vec<Vec<Outcome>> = vec![Vec::new(); n_layer * per_layer];
     let chunk_size = (CHUNK / reference.min(CHUNK)).max(1);
     for chunk in prompts.chunks(chunk_size) {
         let refs: Vec<&Prompt> = chunk.iter().collect();
@@ -154,20 +258,42 @@ pub fn knockout(
             ref_samples.extend(protocol::same_layout(task, p, reference, seed)?);
         }
         let ref_refs: Vec<&Sample> = ref_samples.iter().collect();
-        let cap = model.forward_probe(&tokens(&ref_refs, &device)?, &Probe { capture: true, replace: None })?;
+        let capture = Probe { capture: true, capture_slots: slots, ..Probe::default() };
+        let cap = model.forward_probe(&tokens(&ref_refs, &device)?, &capture)?;
         let c = chunk.len();
         for (l, layer) in cap.captures.iter().enumerate() {
+            if slots {
+                let Some(contrib) = &layer.slots else {
+                    return Err(Error::invalid("intervention", format!("layer {l} has no window slots to knock out")));
+                };
+                // `[W, c*reference, n, H*dh]` -> the mean over each prompt's references.
+                let mean = |u: &Tensor| -> Result<Tensor> {
+                    let (w, _, n, hd) = u.dims4()?;
+                    Ok(u.reshape((w, c, reference, n, hd))?.mean(2)?)
+                };
+                let (mk, mv) = (mean(&contrib.keys)?, mean(&contrib.values)?);
+                for i in 0..per_layer {
+                    let knock = SlotKnock {
+                        slot: i,
+                        keys: mk.narrow(0, i, 1)?.squeeze(0)?,
+                        values: Some(mv.narrow(0, i, 1)?.squeeze(0)?),
+                    };
+                    let probe = Probe { knock_slot: Some((l, knock)), ..Probe::default() };
+                    knocked[l * per_layer + i].extend(score(model, &refs, &probe, &device)?);
+                }
+                continue;
+            }
             let mean = |u: &Tensor| -> Result<Tensor> {
                 let (_, h, n, dh) = u.dims4()?;
                 Ok(u.reshape((c, reference, h, n, dh))?.mean(1)?)
             };
             let (mk, mv) = (mean(&layer.keys)?, mean(&layer.values)?);
-            for h in 0..n_kv {
+            for h in 0..per_layer {
                 let m = haystack_entries(model, task, l, h);
                 let pick = |u: &Tensor| -> Result<Tensor> { Ok(u.narrow(1, h, 1)?.squeeze(1)?.narrow(1, 0, m)?) };
                 let replace = Replacement { layer: l, head: h, keys: pick(&mk)?, values: pick(&mv)? };
-                let probe = Probe { capture: false, replace: Some(replace) };
-                knocked[l * n_kv + h].extend(score(model, &refs, &probe, &device)?);
+                let probe = Probe { replace: Some(replace), ..Probe::default() };
+                knocked[l * per_layer + h].extend(score(model, &refs, &probe, &device)?);
             }
         }
         progress(clean.len(), prompts.len());
@@ -182,10 +308,35 @@ pub fn knockout(
             clean_groups.iter().zip(&groups).map(|(c, k)| 100.0 * (c.accuracy - k.accuracy)).collect();
         let finite: Vec<f64> = drop_pp.iter().copied().filter(|d| d.is_finite()).collect();
         let mean_drop_pp = finite.iter().sum::<f64>() / finite.len().max(1) as f64;
-        rows.push(KnockoutRow { layer: i / n_kv, head: i % n_kv, groups, drop_pp, mean_drop_pp });
+        let (layer, unit) = (i / per_layer, i % per_layer);
+        let (head, slot, replaced) = if slots {
+            (0, Some(unit), model.head_spec(layer, 0).geometry.num_windows(task.seq_len()))
+        } else {
+            (unit, None, haystack_entries(model, task, layer, unit))
+        };
+        rows.push(KnockoutRow {
+            layer,
+            head,
+            slot,
+            replaced_entries: Some(replaced),
+            groups,
+            drop_pp,
+            mean_drop_pp,
+            knocked: bits(outcomes),
+        });
     }
     let m = haystack_entries(model, task, 0, 0);
-    Ok(KnockoutMap { modulus: md, reference, replaced_entries: m, clean: clean_groups, rows })
+    Ok(KnockoutMap {
+        intervention,
+        modulus: md,
+        reference,
+        replaced_entries: m,
+        clean: clean_groups,
+        rows,
+        ids: clean.iter().map(|o| o.id).collect(),
+        prompt_groups: clean.iter().map(|o| o.group).collect(),
+        clean_correct: bits(&clean),
+    })
 }
 
 /// The dead heads of a model (`theory/phase-lab.md` §7.5, E7): those whose knockout changes
@@ -197,12 +348,13 @@ pub fn dead_heads(maps: &[&KnockoutMap], max_drop_pp: f64) -> Vec<(usize, usize)
     first
         .rows
         .iter()
+        .filter(|r| r.slot.is_none())
         .map(|r| (r.layer, r.head))
         .filter(|&(l, h)| {
             maps.iter().all(|m| {
                 m.rows
                     .iter()
-                    .filter(|r| (r.layer, r.head) == (l, h))
+                    .filter(|r| r.slot.is_none() && (r.layer, r.head) == (l, h))
                     .all(|r| r.drop_pp.iter().all(|d| d.abs() <= max_drop_pp))
             })
         })

@@ -117,7 +117,7 @@ pub fn gate_stats(model: &Decoder, samples: &[Sample]) -> Result<Vec<GateStats>>
     let t = samples[0].tokens.len();
     let flat: Vec<u32> = samples.iter().flat_map(|s| s.tokens.iter().copied()).collect();
     let toks = Tensor::from_vec(flat, (samples.len(), t), &device)?;
-    let fwd = model.forward_probe(&toks, &Probe { capture: true, replace: None })?;
+    let fwd = model.forward_probe(&toks, &Probe { capture: true, ..Probe::default() })?;
     let spec = model.spec();
     let mut out = Vec::new();
     for (l, cap) in fwd.captures.iter().enumerate() {

@@ -172,7 +172,7 @@ pub fn knockout_map(stem: &Path, title: &str, map: &KnockoutMap) -> Result<Vec<P
     let text = |null: bool, d: f64| if null { format!("({d:.0})") } else { format!("{d:.0}") };
     let clean_cat = DROP_BINS.len();
     let mut rows = vec!["clean %".to_string()];
-    rows.extend(map.rows.iter().map(|r| format!("L{}.H{}", r.layer, r.head)));
+    rows.extend(map.rows.iter().map(|r| r.label()));
     let mut cells = vec![vec![clean_cat; map.modulus]];
     cells.extend(map.rows.iter().map(|r| r.drop_pp.iter().map(|&d| bin(d)).collect()));
     let mut muted = vec![vec![false; map.modulus]];
@@ -186,7 +186,10 @@ pub fn knockout_map(stem: &Path, title: &str, map: &KnockoutMap) -> Result<Vec<P
     let grid = CategoryGrid {
         title: title.into(),
         x_label: format!("residue group (mod {})", map.modulus),
-        y_label: "layer.head".into(),
+        y_label: match map.intervention {
+            crate::analysis::eval::Intervention::KvHead => "layer.head".into(),
+            crate::analysis::eval::Intervention::WindowSlot => "layer.window slot".into(),
+        },
         columns: (0..map.modulus).map(|g| g.to_string()).collect(),
         rows,
         cells,

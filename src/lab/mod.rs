@@ -18,7 +18,7 @@ mod rows;
 pub use audit::{audit_analyze, AuditAnalysis};
 use rows::{gates_rows, group_rows, knockout_rows};
 
-use crate::analysis::eval::{self, KnockoutMap};
+use crate::analysis::eval::{self, Intervention, KnockoutMap};
 use crate::analysis::gates::{self, GateSnapshot};
 use crate::analysis::phase::{self, PhaseProfile};
 use crate::analysis::protocol::{self, Balance, Protocol};
@@ -290,6 +290,7 @@ pub fn knockout_run(
     per_group: usize,
     reference: usize,
     seed: u64,
+    intervention: Intervention,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<KnockoutResult> {
     check_run(run)?;
@@ -301,7 +302,11 @@ pub fn knockout_run(
     let json = stem.with_extension("json");
     let id = verified.identity;
     let same = |r: &KnockoutResult| {
-        r.per_group == per_group && r.seed == seed && r.map.reference == reference && r.run_id == id
+        r.per_group == per_group
+            && r.seed == seed
+            && r.map.reference == reference
+            && r.run_id == id
+            && r.map.intervention == intervention
     };
     if let Some(r) = existing(&json, same)? {
         return Ok(r);
@@ -312,15 +317,19 @@ pub fn knockout_run(
     }
     let (config, model) = load_run(run, None)?;
     let prompts = protocol::generate(&config.task, protocol, per_group, seed)?;
-    let map = eval::knockout(&model.decoder, &config.task, &prompts, reference, seed, progress)?;
+    let map = eval::knockout_by(&model.decoder, &config.task, &prompts, reference, seed, intervention, progress)?;
     let result = KnockoutResult { preset: config.model.preset.clone(), protocol, per_group, seed, map, run_id: id };
     write_csv_atomic(&stem.with_extension("csv"), &knockout_rows(&result))?;
     figures::knockout_map(
         &stem,
         &format!(
-            "{}, {} padding: accuracy drop (pp) when one KV head is mean-replaced",
+            "{}, {} padding: accuracy drop (pp) when {} is mean-replaced",
             result.preset,
-            protocol.name()
+            protocol.name(),
+            match intervention {
+                Intervention::KvHead => "one KV head",
+                Intervention::WindowSlot => "one window slot's contribution",
+            }
         ),
         &result.map,
     )?;

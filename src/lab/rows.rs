@@ -37,6 +37,8 @@ pub(super) fn group_rows(groups: &[GroupAccuracy]) -> Vec<GroupCsvRow> {
 pub(super) struct KnockoutCsvRow {
     layer: usize,
     head: usize,
+    /// The window slot of a window-slot row (empty on a KV-head row).
+    slot: Option<usize>,
     group: usize,
     clean_accuracy: String,
     knocked_accuracy: String,
@@ -62,6 +64,7 @@ pub(super) fn knockout_rows(result: &KnockoutResult) -> Vec<KnockoutCsvRow> {
             csv.push(KnockoutCsvRow {
                 layer: r.layer,
                 head: r.head,
+                slot: r.slot,
                 group: g,
                 clean_accuracy: f6(result.map.clean[g].accuracy),
                 knocked_accuracy: f6(k.accuracy),

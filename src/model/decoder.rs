@@ -24,7 +24,7 @@ use super::config::ModelConfig;
 use super::engine::{EngineStep, TrainEngine};
 use super::record::BatchScore;
 use crate::kernel::spec::{KernelDims, KernelSpec};
-use crate::kernel::tensor::{self, TensorKernel, TensorParams};
+use crate::kernel::tensor::{self, SlotContributions, SlotKnock, TensorKernel, TensorParams};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Init, VarBuilder};
@@ -112,6 +112,9 @@ pub struct LayerCapture {
     /// The compressor's input `[B, T, d]` of a compressed layer (what its projections read;
     /// `None` for `full`).
     pub input: Option<Tensor>,
+    /// Every window slot's gated contribution to the entries, `[W, B, n, H_kv*d_h]`, of a
+    /// compressed layer whose KV heads share one grid (`None` otherwise).
+    pub slots: Option<SlotContributions>,
 }
 
 /// Mean replacement of one KV head's attended keys and values (`theory/phase-lab.md` §4).
@@ -132,8 +135,13 @@ pub struct Replacement {
 pub struct Probe {
     /// Return every layer's attended keys, values and gates.
     pub capture: bool,
+    /// With `capture`, also every window slot's contribution ([`LayerCapture::slots`]).
+    pub capture_slots: bool,
     /// Replace one head's first entries (compressed entries, or token keys/values of `full`).
     pub replace: Option<Replacement>,
+    /// Replace one window slot's gated contribution to every entry of one layer
+    /// (`theory/phase-lab.md` §8.9's offset knockout; compressed layers on one grid only).
+    pub knock_slot: Option<(usize, SlotKnock)>,
 }
 
 impl Decoder {
@@ -247,6 +255,19 @@ impl Decoder {
                 ));
             }
         }
+        if let Some((l, _)) = &probe.knock_slot {
+            let one_grid = self.blocks.get(*l).map(|b| b.attn.kernel.is_some() && b.attn.head_kernels.is_empty());
+            if one_grid != Some(true) {
+                return Err(Error::invalid(
+                    "slot knockout",
+                    format!(
+                        "layer {l} must be a compressed layer whose KV heads share one grid (layers 0..{}, preset {})",
+                        self.blocks.len(),
+                        self.config.preset
+                    ),
+                ));
+            }
+        }
         let (b, t) = tokens.dims2().map_err(|_| Error::shape("tokens", "[B, T]", format!("{:?}", tokens.dims())))?;
         let mut x = self.embed.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, self.config.d_model))?;
         let positions: Vec<usize> = (0..t).collect();
@@ -254,7 +275,8 @@ impl Decoder {
         for (l, block) in self.blocks.iter().enumerate() {
             let h = rms_norm(&x, &block.attn_norm)?;
             let replace = probe.replace.as_ref().filter(|r| r.layer == l);
-            let (a, cap) = self.attention(&block.attn, &h, &positions, replace, probe.capture)?;
+            let knock = probe.knock_slot.as_ref().filter(|(kl, _)| *kl == l).map(|(_, k)| k);
+            let (a, cap) = self.attention(&block.attn, &h, &positions, (replace, knock), probe)?;
             captures.extend(cap);
             x = (x + a)?;
             let h = rms_norm(&x, &block.mlp_norm)?;
@@ -300,9 +322,10 @@ impl Decoder {
         a: &Attention,
         x: &Tensor,
         positions: &[usize],
-        replace: Option<&Replacement>,
-        capture: bool,
+        (replace, knock): (Option<&Replacement>, Option<&SlotKnock>),
+        probe: &Probe,
     ) -> Result<(Tensor, Option<LayerCapture>)> {
+        let capture = probe.capture;
         let (b, t, _) = x.dims3()?;
         let (dh, hq, hkv) = (self.config.d_head, self.config.n_head, self.config.n_kv_head);
         let heads = |w: &Tensor, h: usize| -> Result<Tensor> {
@@ -330,14 +353,15 @@ impl Decoder {
                     &empty,
                     &empty,
                 )?;
-                let cap = capture.then(|| LayerCapture { keys: k, values: v, gate_k: None, gate_v: None, input: None });
+                let cap = capture
+                    .then(|| LayerCapture { keys: k, values: v, gate_k: None, gate_v: None, input: None, slots: None });
                 (out.output, cap)
             }
             Some((_, params)) if !a.head_kernels.is_empty() => {
                 self.attention_per_head(a, params, x, (&q, &k, &v), replace, capture)?
             }
             Some((kernel, params)) => {
-                let entries = kernel.compress(params, x)?;
+                let (entries, slots) = kernel.compress_probe(params, x, knock, capture && probe.capture_slots)?;
                 let (ek, ev) = match replace {
                     Some(r) => (
                         replace_head(&entries.keys, r.head, &r.keys)?,
@@ -361,6 +385,7 @@ impl Decoder {
                     gate_k: Some(entries.gate_k),
                     gate_v: Some(entries.gate_v),
                     input: Some(x.clone()),
+                    slots,
                 });
                 (out.output, cap)
             }
@@ -426,6 +451,7 @@ impl Decoder {
             gate_k: Some(stack(2)?),
             gate_v: Some(stack(3)?),
             input: Some(x.clone()),
+            slots: None,
         };
         Ok((out, Some(cap)))
     }

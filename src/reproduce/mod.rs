@@ -19,6 +19,7 @@ pub mod slurm;
 
 pub use plan::{parse_shard, shard, slurm_shard, Arm, Axis, Minutes, ModelUnit, Plan, Scale, Sweep, Unit};
 
+use crate::analysis::eval::Intervention;
 use crate::analysis::training::{training_status, TrainingStatus, SUCCESS_ACCURACY};
 use crate::analysis::verdict::Rules;
 use crate::conformance::harness::fast_subject::FastSubject;
@@ -299,11 +300,15 @@ fn run_model(
         let stage = format!("{preset} eval {}", protocol.name());
         lab::eval_run(&dir, protocol, s.eval_per_group, s.seed, &mut |d, t| progress.step(&stage, d, t))?;
     }
+    // §8.9: under the v2 rules each arm gets its own intervention; v1 knocked out KV heads.
+    let intervention = match rules {
+        Rules::V2 => Intervention::for_model(&config.model, &KernelSpec::preset(&config.model.preset)?),
+        _ => Intervention::KvHead,
+    };
     for protocol in crate::analysis::protocol::Protocol::ALL {
         let stage = format!("{preset} knockout {}", protocol.name());
-        lab::knockout_run(&dir, protocol, s.knockout_per_group, s.knockout_reference, s.seed, &mut |d, t| {
-            progress.step(&stage, d, t)
-        })?;
+        let (n, r) = (s.knockout_per_group, s.knockout_reference);
+        lab::knockout_run(&dir, protocol, n, r, s.seed, intervention, &mut |d, t| progress.step(&stage, d, t))?;
     }
     let stage = format!("{preset} gates");
     lab::gates_run(&dir, s.gate_samples, s.seed, &mut |d, t| progress.step(&stage, d, t))?;

@@ -9,6 +9,7 @@ pub use audit::{audit, AuditCmd};
 
 use super::progress::Progress;
 use clap::{Args, Subcommand, ValueEnum};
+use phasekv::analysis::eval::Intervention;
 use phasekv::analysis::protocol::{self, Balance, Protocol};
 use phasekv::lab::{self, LabSettings};
 use print::{print_profile, print_statistics};
@@ -66,6 +67,10 @@ pub enum AnalyzeCmd {
         /// Seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// What a row replaces: kv-head (one KV head's haystack entries) or window-slot (one
+        /// window slot's gated contribution to every entry of a layer, theory/phase-lab.md §8.9).
+        #[arg(long, default_value = "kv-head")]
+        intervention: String,
     },
     /// Gate preferences (static vs input-dependent concentration) at every saved checkpoint.
     Gates {
@@ -123,16 +128,26 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
 
 pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        AnalyzeCmd::Knockout { run, samples, protocol, reference, seed } => {
+        AnalyzeCmd::Knockout { run, samples, protocol, reference, seed, intervention } => {
             let protocol = Protocol::from(protocol);
-            let r = lab::knockout_run(&run, protocol, samples, reference, seed, &mut bar("knockout"))?;
+            let intervention = Intervention::parse(&intervention)?;
+            let r = lab::knockout_run(&run, protocol, samples, reference, seed, intervention, &mut bar("knockout"))?;
             println!(
-                "{}: knockout of {} haystack entries per head, {} prompts per group, {} references each",
-                r.preset, r.map.replaced_entries, samples, reference
+                "{}: {} knockouts, {} prompts per group, {} references each",
+                r.preset,
+                intervention.name(),
+                samples,
+                reference
             );
             for row in &r.map.rows {
                 let d: Vec<String> = row.drop_pp.iter().map(|d| format!("{d:.0}")).collect();
-                println!("  L{}.H{} mean drop {:5.1} pp | {}", row.layer, row.head, row.mean_drop_pp, d.join(" "));
+                let entries = row.replaced_entries.unwrap_or(r.map.replaced_entries);
+                println!(
+                    "  {} ({entries} entries) mean drop {:5.1} pp | {}",
+                    row.label(),
+                    row.mean_drop_pp,
+                    d.join(" ")
+                );
             }
             println!("  written: {}/{}.{{json,csv,svg,png}}", run.display(), lab::knockout_stem(protocol));
         }

@@ -79,6 +79,27 @@ impl TensorKernel {
         self.compress_slots(params, x, &slots, positions)
     }
 
+    /// [`TensorKernel::compress`] with one window slot's gated contribution replaced
+    /// (`knock`, `theory/phase-lab.md` §8.9's offset knockout) and, when `capture`, every
+    /// slot's contributions returned. Without `knock` the entries equal `compress`'s exactly.
+    pub fn compress_probe(
+        &self,
+        params: &TensorParams,
+        x: &Tensor,
+        knock: Option<&SlotKnock>,
+        capture: bool,
+    ) -> Result<(TensorCompressed, Option<SlotContributions>)> {
+        let (_, t_len, _) = self.check_x(x)?;
+        let g = &self.spec.geometry;
+        let n = g.num_windows(t_len);
+        let slots = g.slot_tokens(t_len);
+        let positions = (0..n).map(|j| self.spec.entry_position(j)).collect();
+        if knock.is_none() && !capture {
+            return Ok((self.compress_slots(params, x, &slots, positions)?, None));
+        }
+        self.compress_slots_probe(params, x, &slots, positions, knock, capture)
+    }
+
     fn check_x(&self, x: &Tensor) -> Result<(usize, usize, usize)> {
         let (b, t, d) = x.dims3().map_err(|_| Error::shape("kernel input", "[B, T, d]", format!("{:?}", x.dims())))?;
         if d != self.dims.d_model {
@@ -105,6 +126,21 @@ impl TensorKernel {
         slots: &[Option<usize>],
         positions: Vec<usize>,
     ) -> Result<TensorCompressed> {
+        Ok(self.compress_slots_probe(params, x, slots, positions, None, false)?.0)
+    }
+
+    /// The compressor on explicit window slots; with a probe (`knock` or `capture`) the pooled
+    /// sums are formed from the per-slot contributions `a_i * (C_i x_i)`, otherwise directly
+    /// (the ops of training and of every kernel check, unchanged).
+    fn compress_slots_probe(
+        &self,
+        params: &TensorParams,
+        x: &Tensor,
+        slots: &[Option<usize>],
+        positions: Vec<usize>,
+        knock: Option<&SlotKnock>,
+        capture: bool,
+    ) -> Result<(TensorCompressed, Option<SlotContributions>)> {
         let (b, l, d) = x.dims3()?;
         let (w, h, dh) = (self.spec.geometry.window(), self.heads, self.dims.d_head);
         let n = slots.len() / w;
@@ -113,7 +149,11 @@ impl TensorKernel {
         if n == 0 {
             let e4 = Tensor::zeros((b, h, 0, dh), self.dtype, dev)?;
             let e5 = Tensor::zeros((b, h, 0, w, c), self.dtype, dev)?;
-            return Ok(TensorCompressed {
+            let contributions = capture.then(|| {
+                let e = Tensor::zeros((w, b, 0, h * dh), self.dtype, dev)?;
+                Ok::<_, crate::Error>(SlotContributions { keys: e.clone(), values: e })
+            });
+            let compressed = TensorCompressed {
                 keys: e4.clone(),
                 values: e4.clone(),
                 pooled_k: e4.clone(),
@@ -121,7 +161,11 @@ impl TensorKernel {
                 gate_k: e5.clone(),
                 gate_v: e5,
                 positions,
-            });
+            };
+            return Ok((compressed, contributions.transpose()?));
+        }
+        if let Some(k) = knock {
+            k.check(w, (b, n, h * dh), params.proj_v.is_some())?;
         }
         // 1. gather slots: [W, B*n, d]
         let xp = Tensor::cat(&[x, &Tensor::zeros((b, 1, d), self.dtype, dev)?], 1)?;
@@ -172,16 +216,69 @@ impl TensorKernel {
             };
             Ok(pooled.reshape((b, n, h, dh))?.permute((0, 2, 1, 3))?.contiguous()?)
         };
-        let pooled_k = pool(&params.proj_k, &gate_k)?;
-        let pooled_v = match &params.proj_v {
-            Some(pv) => pool(pv, &gate_v)?,
-            None => pooled_k.clone(),
+        // Slot i's gated contribution `a_i * (C_i x_i)`, `[W, B*n, H*dh]`, with the knocked
+        // slot's replaced by `by: [B, n, H*dh]`.
+        let contribution = |proj: &Tensor, a: &Tensor, by: Option<&Tensor>| -> Result<Tensor> {
+            let p = proj.index_select(&self.group_index, 0)?;
+            let vals = xw.matmul(&p)?;
+            let c = match self.spec.gate {
+                GateKind::Vector => (a * vals)?,
+                _ => a
+                    .reshape((w, b * n, h, 1))?
+                    .broadcast_mul(&vals.reshape((w, b * n, h, dh))?)?
+                    .reshape((w, b * n, h * dh))?,
+            };
+            let (Some(k), Some(by)) = (knock, by) else { return Ok(c) };
+            let by = by.to_dtype(self.dtype)?.reshape((1, b * n, h * dh))?;
+            let mut parts = Vec::with_capacity(3);
+            if k.slot > 0 {
+                parts.push(c.narrow(0, 0, k.slot)?);
+            }
+            parts.push(by);
+            if k.slot + 1 < w {
+                parts.push(c.narrow(0, k.slot + 1, w - k.slot - 1)?);
+            }
+            Ok(Tensor::cat(&parts, 0)?)
+        };
+        let summed = |c: &Tensor| -> Result<Tensor> {
+            Ok(c.sum(0)?.reshape((b, n, h, dh))?.permute((0, 2, 1, 3))?.contiguous()?)
+        };
+        let (pooled_k, pooled_v, contributions) = if knock.is_none() && !capture {
+            let pooled_k = pool(&params.proj_k, &gate_k)?;
+            let pooled_v = match &params.proj_v {
+                Some(pv) => pool(pv, &gate_v)?,
+                None => pooled_k.clone(),
+            };
+            (pooled_k, pooled_v, None)
+        } else {
+            let ck = contribution(&params.proj_k, &gate_k, knock.map(|k| &k.keys))?;
+            let cv = match &params.proj_v {
+                Some(pv) => Some(contribution(pv, &gate_v, knock.and_then(|k| k.values.as_ref()))?),
+                None => None,
+            };
+            let pooled_k = summed(&ck)?;
+            let pooled_v = match &cv {
+                Some(cv) => summed(cv)?,
+                None => pooled_k.clone(),
+            };
+            let slot_layout = |c: &Tensor| -> Result<Tensor> { Ok(c.reshape((w, b, n, h * dh))?) };
+            let contributions = if capture {
+                let keys = slot_layout(&ck)?;
+                let values = match &cv {
+                    Some(cv) => slot_layout(cv)?,
+                    None => keys.clone(),
+                };
+                Some(SlotContributions { keys, values })
+            } else {
+                None
+            };
+            (pooled_k, pooled_v, contributions)
         };
         let keys = self.post(params, &pooled_k, &positions)?;
         let values = if self.spec.shared_kv { keys.clone() } else { self.post(params, &pooled_v, &positions)? };
         let gates_out =
             |a: &Tensor| -> Result<Tensor> { Ok(a.reshape((w, b, n, h, c))?.permute((1, 3, 2, 0, 4))?.contiguous()?) };
-        Ok(TensorCompressed {
+        let compressed = TensorCompressed {
             keys,
             values,
             pooled_k,
@@ -189,7 +286,8 @@ impl TensorKernel {
             gate_k: gates_out(&gate_k)?,
             gate_v: gates_out(&gate_v)?,
             positions,
-        })
+        };
+        Ok((compressed, contributions))
     }
 
     /// RMSNorm then partial RoPE on `u: [B, H, n, d_h]`.
@@ -206,6 +304,49 @@ impl TensorKernel {
             }
         }
         Ok(u)
+    }
+}
+
+/// Every window slot's gated contribution to the pooled sums of one compression
+/// ([`TensorKernel::compress_probe`]): `[W, B, n, H*d_h]`, slot-major; the pooled key of entry
+/// `j` of head `h` is the sum over slots of `keys[i, b, j, h*d_h..(h+1)*d_h]` (before the
+/// kernel's norm and RoPE).
+#[derive(Clone, Debug)]
+pub struct SlotContributions {
+    /// Key contributions.
+    pub keys: Tensor,
+    /// Value contributions (the key contributions when the kernel has no value projection).
+    pub values: Tensor,
+}
+
+/// One window slot's contribution replaced in every entry (`theory/phase-lab.md` §8.9).
+#[derive(Clone, Debug)]
+pub struct SlotKnock {
+    /// The slot, `0..W`.
+    pub slot: usize,
+    /// What replaces its key contribution, `[B, n, H*d_h]`.
+    pub keys: Tensor,
+    /// What replaces its value contribution, `[B, n, H*d_h]` (required when the kernel has a
+    /// value projection; ignored otherwise, where values are the pooled keys).
+    pub values: Option<Tensor>,
+}
+
+impl SlotKnock {
+    fn check(&self, window: usize, dims: (usize, usize, usize), has_values: bool) -> Result<()> {
+        if self.slot >= window {
+            return Err(Error::invalid("slot knockout", format!("slot {} is outside 0..{window}", self.slot)));
+        }
+        let want = format!("[{}, {}, {}]", dims.0, dims.1, dims.2);
+        for (name, t) in [("slot knockout keys", Some(&self.keys)), ("slot knockout values", self.values.as_ref())] {
+            match t {
+                Some(t) if t.dims3().ok() != Some(dims) => {
+                    return Err(Error::shape(name, want.clone(), format!("{:?}", t.dims())))
+                }
+                None if has_values => return Err(Error::invalid(name, "missing for a kernel with a value projection")),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 
