@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The probes of theory/phase-lab.md §8.1 (issue 32) for one candidate, then the rule's script.
 #
-#   scripts/probe_v2.sh CANDIDATE OUTDIR        CANDIDATE in V1 .. V8
+#   scripts/probe_v2.sh CANDIDATE OUTDIR        CANDIDATE in V1 .. V12
 #
 # Configs: `phasekv train --print-config --preset P` (the committed task, plans/full.json's
 # `run.task` over the defaults, on the fast engine) with recipe R2 (`train.warmup_steps` 300,
@@ -32,7 +32,12 @@ case "$CAND" in
   V6) CHANGE='{"task": {"max_gap": 0}, "model": {"d_head": 8}}' ;;
   V7) CHANGE='{"task": {"max_gap": 0, "n_records": 10}, "model": {"d_head": 16}}' ;;
   V8) CHANGE='{"task": {"max_gap": 0}, "train": {"steps": 2000}}' ;;
-  *) echo "unknown candidate $CAND (V1..V8)" >&2; exit 2 ;;
+  # The third list (§8.1, written 2026-12-03 09:25 UTC before any of its probes ran).
+  V9) CHANGE='{"task": {"max_gap": 0}, "model": {"local_window": 2}}' ;;
+  V10) CHANGE='{"task": {"max_gap": 0}, "model": {"local_window": 1}}' ;;
+  V11) CHANGE='{"task": {"max_gap": 0}, "model": {"local_window": 2}, "train": {"steps": 2000}}' ;;
+  V12) CHANGE='{"task": {"max_gap": 0}, "model": {"local_window": 1}, "train": {"steps": 2000}}' ;;
+  *) echo "unknown candidate $CAND (V1..V12)" >&2; exit 2 ;;
 esac
 
 mkdir -p "$OUT/configs" "$OUT/logs" "$OUT/exports"
