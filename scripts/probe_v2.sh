@@ -27,12 +27,12 @@ case "$CAND" in
   V2) CHANGE='{"task": {"max_gap": 0, "n_records": 12}}' ;;
   V3) CHANGE='{"task": {"max_gap": 0, "val_len": 2}}' ;;
   V4) CHANGE='{"task": {"max_gap": 0, "n_records": 12, "val_len": 2}}' ;;
-  # The second list (§8.1, written 2026-12-03 09:10 UTC before any of its probes ran).
+  # The second list (§8.1, written 2026-12-03 09:02 UTC before any of its probes ran).
   V5) CHANGE='{"task": {"max_gap": 0}, "model": {"d_head": 16}}' ;;
   V6) CHANGE='{"task": {"max_gap": 0}, "model": {"d_head": 8}}' ;;
   V7) CHANGE='{"task": {"max_gap": 0, "n_records": 10}, "model": {"d_head": 16}}' ;;
   V8) CHANGE='{"task": {"max_gap": 0}, "train": {"steps": 2000}}' ;;
-  # The third list (§8.1, written 2026-12-03 09:25 UTC before any of its probes ran).
+  # The third list (§8.1, written 2026-12-03 09:16 UTC before any of its probes ran).
   V9) CHANGE='{"task": {"max_gap": 0}, "model": {"local_window": 2}}' ;;
   V10) CHANGE='{"task": {"max_gap": 0}, "model": {"local_window": 1}}' ;;
   V11) CHANGE='{"task": {"max_gap": 0}, "model": {"local_window": 2}, "train": {"steps": 2000}}' ;;
