@@ -97,7 +97,7 @@ fn claim(label: &str, rules: Rules, arms: &[(&str, [Seed; 3])], id: &str) -> Cla
         write(&run.join("config.json"), &unit.config);
         let (preset, seeds) = arms.iter().find(|a| a.0 == unit.arm).expect("an arm of the plan");
         let s = &seeds[plan.seeds.iter().position(|&x| x == unit.seed).unwrap()];
-        let ev = serde_json::json!({"step": s.steps, "loss": 0.1, "accuracy": s.held_out, "token_accuracy": s.held_out, "queries": 100});
+        let ev = serde_json::json!({"step": s.steps, "loss": 0.1, "accuracy": s.held_out, "token_accuracy": s.held_out, "queries": 10000});
         let mut metrics = serde_json::json!({
             "preset": preset, "seed": unit.seed, "steps": s.steps, "best_accuracy": s.held_out,
             "chance_in_context": 0.125, "train_seconds": 1.0, "tokens_per_second": 1e4, "parameters": 1000,
@@ -122,7 +122,8 @@ fn claim(label: &str, rules: Rules, arms: &[(&str, [Seed; 3])], id: &str) -> Cla
         }
     }
     let collected = phasekv::report::ledger::collect(std::slice::from_ref(&dir)).unwrap();
-    let at = ["T1", "T2", "E1", "E2", "E3", "E4"].iter().position(|x| *x == id).expect("E1 or E4");
+    let order = ["T1", "T2", "E1", "E2", "E3", "E4", "E5", "E6", "E7", "E8", "E9", "E10", "X1"];
+    let at = order.iter().position(|x| *x == id).expect("a claim before K");
     let out = LEDGER[at].check(&collected);
     assert_eq!(out.id, id, "LEDGER order");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -239,4 +240,43 @@ fn under_v2_a_seed_that_did_not_train_is_excluded_and_an_arm_needs_two_that_did(
     let e1 = claim("v2-two-failed", Rules::V2, &both, "E1");
     assert_eq!(e1.arms.iter().find(|a| a.arm == "w8s4").unwrap().verdict, Verdict::NotRun, "{}", e1.measured);
     assert!(e1.measured.contains("1 successful seed(s), 2 excluded"), "{}", e1.measured);
+}
+
+/// X1 (§8.8, issue 30) on constructed pairs: W8/S8 with phase 3 at 50 % against 90 % elsewhere
+/// (the twin), and a staggered arm that is flat. Flat at the same accuracy: the effect is
+/// removed at no cost, X1 holds. The controls: a staggered arm with the twin's own profile
+/// (no effect), and a flat one 5 pp lower in accuracy (removed, but at a cost) must not hold.
+#[test]
+fn x1_holds_only_when_staggering_removes_the_effect_at_no_cost() {
+    fn twin(g: usize) -> f64 {
+        if g % 8 == 3 {
+            0.5
+        } else {
+            0.9
+        }
+    }
+    fn low(_: usize) -> f64 {
+        0.8
+    }
+    let x1 = |label: &str, held_out: f64, stag: &'static dyn Fn(usize) -> f64| {
+        let arms = [
+            ("w8s8", seeds(0.95, 2500, &twin, &flat_prob)),
+            ("w8s8-stagger-heads", seeds(held_out, 2500, stag, &flat_prob)),
+        ];
+        claim(label, Rules::V2, &arms, "X1")
+    };
+    let pair = |c: &Claim| c.arms.iter().find(|a| a.arm == "w8s8-stagger-heads vs w8s8").unwrap().clone();
+    let c = x1("x1-removes", 0.95, &flat);
+    let p = pair(&c);
+    assert_eq!(p.verdict, Verdict::Reproduced, "{}", p.text);
+    assert!(p.text.contains("staggering removes") && p.text.contains("no cost"), "{}", p.text);
+    // The other pairs were not trained here: said so, never pooled into this one.
+    assert!(c.arms.iter().filter(|a| a.arm != p.arm).all(|a| a.verdict == Verdict::NotRun), "{}", c.measured);
+    assert_eq!(c.figures, vec!["figures/x1-stagger.png".to_string()]);
+    let p = pair(&x1("x1-same", 0.95, &twin));
+    assert_eq!(p.verdict, Verdict::NotReproduced, "{}", p.text);
+    assert!(p.text.contains("staggering no effect"), "{}", p.text);
+    let p = pair(&x1("x1-cost", 0.90, &low));
+    assert_eq!(p.verdict, Verdict::NotReproduced, "{}", p.text);
+    assert!(p.text.contains("staggering removes") && p.text.contains("a cost beyond the margin"), "{}", p.text);
 }

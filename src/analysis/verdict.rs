@@ -216,6 +216,74 @@ pub fn verdict_v2(claim: Claim, effect: Effect, ceiling: bool, measured: Magnitu
     }
 }
 
+/// X1's half: staggering "removes at least half" of the effect when the ratio's upper end is at
+/// most this (`theory/phase-lab.md` §8.8).
+pub const X1_HALF: f64 = 0.5;
+/// X1's accuracy margin: "no cost" when the lower end of every accuracy difference's interval is
+/// at least minus this many percentage points (§8.8).
+pub const X1_ACCURACY_MARGIN_PP: f64 = 1.0;
+
+/// What staggering did to a pair's phase effect (§8.8's X1, the first that applies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StaggerEffect {
+    /// Absent at `S` and `S / 2`, and the ratio's upper end at most [`X1_HALF`].
+    Removes,
+    /// Absent at `S` (or the ratio's upper end below 1), holding at `S / 2` with the period scan
+    /// declaring `S / 2`.
+    MovesThePeriod,
+    /// The ratio at most [`X1_HALF`] with its upper end below 1.
+    Reduces,
+    /// The ratio's interval contains 1.
+    NoEffect,
+    /// The ratio's lower end above 1.
+    Worse,
+    /// Otherwise (the ratio's upper end below 1, the ratio above [`X1_HALF`]).
+    ReducesLessThanHalf,
+}
+
+impl StaggerEffect {
+    /// Its words in the ledger.
+    pub fn words(self) -> &'static str {
+        match self {
+            StaggerEffect::Removes => "removes",
+            StaggerEffect::MovesThePeriod => "moves the period",
+            StaggerEffect::Reduces => "reduces",
+            StaggerEffect::NoEffect => "no effect",
+            StaggerEffect::Worse => "worse",
+            StaggerEffect::ReducesLessThanHalf => "reduces (less than half)",
+        }
+    }
+
+    /// §8.8's rule, the first that applies: the staggered arm's effect at `S` and at `S / 2`,
+    /// whether its corrected period scan declares `S / 2`, and the ratio `r` (staggered over
+    /// twin) with its interval `(lo, hi)`.
+    pub fn of(at_s: Effect, at_half: Effect, period_is_half: bool, r: f64, (lo, hi): (f64, f64)) -> StaggerEffect {
+        if at_s == Effect::Absent && at_half == Effect::Absent && hi <= X1_HALF {
+            StaggerEffect::Removes
+        } else if (at_s == Effect::Absent || hi < 1.0) && at_half == Effect::Holds && period_is_half {
+            StaggerEffect::MovesThePeriod
+        } else if r <= X1_HALF && hi < 1.0 {
+            StaggerEffect::Reduces
+        } else if lo <= 1.0 && hi >= 1.0 {
+            StaggerEffect::NoEffect
+        } else if lo > 1.0 {
+            StaggerEffect::Worse
+        } else {
+            StaggerEffect::ReducesLessThanHalf
+        }
+    }
+
+    /// Whether X1 holds for the pair: the effect is removed or reduced (by at least half) and
+    /// staggering cost no accuracy (`cost_lower_ends`: the lower end of every accuracy
+    /// difference's interval, pp).
+    pub fn x1_holds(self, cost_lower_ends: &[f64]) -> bool {
+        matches!(self, StaggerEffect::Removes | StaggerEffect::Reduces)
+            && !cost_lower_ends.is_empty()
+            && cost_lower_ends.iter().all(|&lo| lo >= -X1_ACCURACY_MARGIN_PP)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,6 +292,32 @@ mod tests {
     fn agree(pooled: f64, seeds: &[f64]) -> SeedAgreement {
         let per: Vec<PValue> = seeds.iter().map(|&p| PValue::asymptotic(p)).collect();
         SeedAgreement::new(PValue::asymptotic(pooled), &per, 0.01)
+    }
+
+    /// X1's rule (§8.8), each state reached and its neighbours refused: the negative controls
+    /// are the near misses (an upper end of 0.51, an effect left at `S / 2`, a cost of 1.01 pp).
+    #[test]
+    fn stagger_effects_follow_the_pre_registered_order() {
+        use Effect::{Absent, Holds, Neither};
+        use StaggerEffect::*;
+        assert_eq!(StaggerEffect::of(Absent, Absent, false, 0.1, (0.0, 0.5)), Removes);
+        assert_eq!(StaggerEffect::of(Absent, Absent, false, 0.1, (0.0, 0.51)), Reduces, "upper end above half");
+        assert_eq!(StaggerEffect::of(Absent, Neither, false, 0.1, (0.0, 0.3)), Reduces, "S/2 not absent");
+        assert_eq!(StaggerEffect::of(Absent, Holds, true, 0.8, (0.5, 1.2)), MovesThePeriod);
+        assert_eq!(StaggerEffect::of(Holds, Holds, true, 0.8, (0.5, 0.99)), MovesThePeriod);
+        assert_eq!(StaggerEffect::of(Holds, Holds, true, 0.8, (0.5, 1.2)), NoEffect, "S held, ratio up to 1.2");
+        assert_eq!(StaggerEffect::of(Absent, Holds, false, 0.8, (0.5, 1.2)), NoEffect, "the scan did not say S/2");
+        assert_eq!(StaggerEffect::of(Holds, Neither, false, 0.5, (0.3, 0.9)), Reduces);
+        assert_eq!(StaggerEffect::of(Holds, Neither, false, 0.51, (0.3, 0.9)), ReducesLessThanHalf);
+        assert_eq!(StaggerEffect::of(Holds, Neither, false, 1.0, (0.7, 1.3)), NoEffect);
+        assert_eq!(StaggerEffect::of(Holds, Holds, false, 1.5, (1.01, 2.0)), Worse);
+        assert!(Removes.x1_holds(&[-0.2, 0.5, -1.0]));
+        assert!(!Removes.x1_holds(&[-0.2, 0.5, -1.01]), "a cost beyond the margin");
+        assert!(!Removes.x1_holds(&[]), "no cost measured: not shown");
+        assert!(Reduces.x1_holds(&[0.0]));
+        for v in [MovesThePeriod, NoEffect, Worse, ReducesLessThanHalf] {
+            assert!(!v.x1_holds(&[0.0]), "{v:?}");
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod k;
 mod pooled;
 mod t1;
 mod t2;
+mod x1;
 
 pub(super) use super::collect::{arms, Arm, Collected, RunData};
 pub(super) use crate::analysis::protocol::Protocol;
@@ -244,6 +245,7 @@ pub const LEDGER: &[&dyn LedgerClaim] = &[
     &e8::E8,
     &e8::E9,
     &e8::E10,
+    &x1::X1,
     &k::K,
 ];
 
@@ -348,6 +350,7 @@ pub(super) fn short_of(id: &str) -> &'static str {
         "E8" => "scalar gates stay phase sensitive (w8s4-scalar)",
         "E9" => "tied gates stay phase sensitive (w8s4-tied)",
         "E10" => "DeepSeek-V4 CSA on the backbone: period 4",
+        "X1" => "staggered grids remove half the phase effect at no cost",
         "K" => "every kernel invariant holds on every preset and grid",
         _ => "",
     }
@@ -368,6 +371,7 @@ pub(super) fn paper_of(id: &str) -> &'static str {
         "E8" => "scalar gates phase sensitive",
         "E9" => "tied gates phase sensitive",
         "E10" => "CSA period 4; HCA contributes little",
+        "X1" => "- (beyond the paper: its open question)",
         "K" => "- (our kernels' invariants)",
         _ => "",
     }

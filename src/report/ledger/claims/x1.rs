@@ -1,0 +1,276 @@
+//! X1 (issue 30, beyond the paper): does staggering the compression grid across KV heads or
+//! layers remove the phase effect at the same compression and parameter count, without
+//! lowering accuracy? Three pairs, each a staggered arm against its unstaggered twin trained
+//! with the same seeds; the rule, the ratio and the cost are `theory/phase-lab.md` §8.8's,
+//! registered before any staggered model was trained. Each pair is one part with its own
+//! verdict; the claim is never pooled across pairs.
+
+use super::pooled::*;
+use super::*;
+use crate::analysis::phase_test::{adjusted_gap_replicates, adjusted_phase_accuracies};
+use crate::analysis::stats::{accuracy_difference, BootInterval, BOOTSTRAP_ROUNDS};
+use crate::analysis::verdict::{Effect, StaggerEffect, X1_ACCURACY_MARGIN_PP, X1_HALF};
+use serde::Serialize;
+
+/// The claim (registered in [`super::LEDGER`]).
+pub struct X1;
+
+/// `(staggered arm, unstaggered twin, what is staggered)`, §8.8.
+pub const PAIRS: [(&str, &str, &str); 3] = [
+    ("w8s8-stagger-heads", "w8s8", "KV heads"),
+    ("w8s8-stagger-layers", "w8s8", "layers"),
+    ("w8s4-kv1-stagger-layers", "w8s4-kv1", "one-KV-head layers"),
+];
+
+const CLAIM: &str = "staggering the compression grid across KV heads (or layers) removes at least half of the phase effect at the same compression and the same parameter count, without lowering mean accuracy";
+const FIGURE: &str = "figures/x1-stagger.png";
+const DATA: &str = "figures/x1-stagger.csv";
+
+/// The evaluated arm named `name`.
+fn named<'a>(arms: &'a [Arm<'a>], name: &str) -> Option<&'a Arm<'a>> {
+    arms.iter().find(|a| a.name == name && evaluated(a))
+}
+
+/// The ratio `R` of the staggered arm's mean depth-adjusted spread at `s` to the twin's (§8.8:
+/// the ratio of the bias-corrected means, with the basic bootstrap interval of the replicate
+/// ratios, replicates paired by index), with both spreads.
+fn ratio(a: &Arm, twin: &Arm, s: usize) -> std::result::Result<(f64, (f64, f64), [BootInterval; 2]), String> {
+    let phases: Vec<usize> = (0..s).collect();
+    let run = |x: &Arm| -> std::result::Result<(f64, Vec<f64>), String> {
+        let seeds = seed_records(x, PRIMARY).ok_or_else(|| NO_OUTCOMES.to_string())?;
+        adjusted_gap_replicates(&seeds, s, &phases, BOOTSTRAP_ROUNDS, stat_seed(x)).map_err(|e| e.to_string())
+    };
+    let ((va, ra), (vb, rb)) = (run(a)?, run(twin)?);
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (ia, ib) = (BootInterval::from_sorted(va, &sorted(ra.clone())), BootInterval::from_sorted(vb, &sorted(rb.clone())));
+    let (ca, cb) = (ia.corrected().0, ib.corrected().0);
+    if cb <= 0.0 || vb <= 0.0 {
+        return Err(format!("the twin's spread is {cb:.2} pp (bias-corrected): no ratio"));
+    }
+    let reps = sorted(ra.iter().zip(&rb).filter(|(_, y)| **y > 0.0).map(|(x, y)| x / y).collect());
+    if reps.len() < ra.len() / 2 {
+        return Err("most of the twin's replicate spreads are 0: no ratio interval".into());
+    }
+    let (_, lo, hi) = BootInterval::from_sorted(va / vb, &reps).corrected();
+    Ok((ca / cb, (lo, hi), [ia, ib]))
+}
+
+/// `(correct, n)` per seed of an arm under `p` (its per-prompt records), or of its held-out set
+/// (`None`: the final evaluation's accuracy of `queries` prompts).
+fn counts(a: &Arm, p: Option<Protocol>) -> Option<Vec<(usize, usize)>> {
+    a.runs
+        .iter()
+        .map(|r| match p {
+            Some(p) => r.records.get(&p).map(|rs| (rs.iter().filter(|x| x.correct).count(), rs.len())),
+            None => r.metrics.as_ref().map(|m| {
+                let n = m.final_eval.queries;
+                ((m.final_eval.accuracy * n as f64).round() as usize, n)
+            }),
+        })
+        .collect()
+}
+
+/// The accuracy differences (staggered minus twin), pp with intervals: held-out, then each
+/// protocol; `Err` names what is missing.
+fn cost(a: &Arm, twin: &Arm) -> std::result::Result<Vec<(String, BootInterval)>, String> {
+    let mut out = Vec::new();
+    let what: [(String, Option<Protocol>); 3] = [
+        ("held-out exact match".into(), None),
+        (format!("{} accuracy", Protocol::Prefix.name()), Some(Protocol::Prefix)),
+        (format!("{} accuracy", Protocol::InSequence.name()), Some(Protocol::InSequence)),
+    ];
+    for (i, (name, p)) in what.into_iter().enumerate() {
+        let (Some(ca), Some(cb)) = (counts(a, p), counts(twin, p)) else {
+            return Err(format!("{name}: missing for a seed"));
+        };
+        let d = accuracy_difference(&ca, &cb, BOOTSTRAP_ROUNDS, stat_seed(a) ^ i as u64).map_err(|e| e.to_string())?;
+        out.push((name, d));
+    }
+    Ok(out)
+}
+
+/// The effect of `a` at `s` in words, and the effect (`None`: not judged).
+fn effect_at(a: &Arm, s: usize) -> (Option<Effect>, String, Vec<TestRecord>) {
+    match judge(a, PRIMARY, s, ALPHA) {
+        Ok(j) => (Some(j.effect), format!("S = {s}: {}", j.describe()), j.records(a, PRIMARY, true)),
+        Err(e) => (None, format!("S = {s}: {e}"), vec![]),
+    }
+}
+
+/// One pair's part.
+fn pair_part(arms: &[Arm], (stag, twin_name, grid): (&str, &str, &str)) -> Part {
+    let label = format!("{stag} vs {twin_name}");
+    let (Some(a), Some(twin)) = (named(arms, stag), named(arms, twin_name)) else {
+        return Part::new(&label, Verdict::NotRun, format!("{label} ({grid}): not trained in this run set"));
+    };
+    let s = match stride_of(&twin.preset) {
+        Ok(Some(s)) if s >= 2 => s,
+        _ => return Part::new(&label, Verdict::NotRun, format!("{label}: the twin {} has no stride", twin.preset)),
+    };
+    let mut tests = Vec::new();
+    let mut lines = Vec::new();
+    let mut effects = Vec::new();
+    for x in [a, twin] {
+        for st in [s, s / 2] {
+            let (e, text, t) = effect_at(x, st);
+            lines.push(format!("{} {text}", x.name));
+            // The staggered arm's tests decide; the twin's are reported beside them.
+            tests.extend(t.into_iter().map(|r| TestRecord { decides: x.name == a.name, ..r }));
+            effects.push(e);
+        }
+    }
+    let (Some(at_s), Some(at_half)) = (effects[0], effects[1]) else {
+        return Part { tests, ..Part::new(&label, Verdict::NotRun, format!("{label} ({grid}): {}", lines.join("; "))) };
+    };
+    let period = match period(a, PRIMARY) {
+        Ok((scan, _)) => scan.period,
+        Err(e) => {
+            lines.push(format!("period scan: {e}"));
+            None
+        }
+    };
+    let (r, (lo, hi), [sa, sb]) = match ratio(a, twin, s) {
+        Ok(x) => x,
+        Err(e) => {
+            let text = format!("{label} ({grid}): {}; ratio: {e}", lines.join("; "));
+            return Part { tests, ..Part::new(&label, Verdict::NotRun, text) };
+        }
+    };
+    let effect = StaggerEffect::of(at_s, at_half, period == Some(s / 2), r, (lo, hi));
+    let costs = match cost(a, twin) {
+        Ok(c) => c,
+        Err(e) => {
+            let text = format!("{label} ({grid}): {}; cost: {e}", lines.join("; "));
+            return Part { tests, ..Part::new(&label, Verdict::NotRun, text) };
+        }
+    };
+    let cost_lo: Vec<f64> = costs.iter().map(|(_, d)| d.corrected().1).collect();
+    let holds = effect.x1_holds(&cost_lo);
+    let no_cost = cost_lo.iter().all(|&l| l >= -X1_ACCURACY_MARGIN_PP);
+    let cost_words: Vec<String> = costs.iter().map(|(n, d)| format!("{n} {}", Interval::of(d).words())).collect();
+    let text = format!(
+        "{label} ({grid}, S = {s}): {}; spread (mean over seeds, in-sequence) {} against {}, ratio R = {r:.2} [{lo:.2}, {hi:.2}]; period scan declares {}; staggering {}; accuracy difference (staggered minus twin) {}: {}; X1 {}",
+        lines.join("; "),
+        Interval::of(&sa).words(),
+        Interval::of(&sb).words(),
+        period.map(|p| p.to_string()).unwrap_or_else(|| "none".into()),
+        effect.words(),
+        cost_words.join(", "),
+        if no_cost { "no cost" } else { "a cost beyond the margin" },
+        if holds { "holds" } else { "does not hold" }
+    );
+    let mut part = Part::new(&label, if holds { Verdict::Reproduced } else { Verdict::NotReproduced }, text);
+    part.tests = tests;
+    for (arm, v) in [(&a.name, sa), (&twin.name, sb)] {
+        part.measures.push(Measure {
+            arm: arm.clone(),
+            protocol: PRIMARY.name().into(),
+            what: "depth-adjusted phase spread (mean over seeds)".into(),
+            groups: s,
+            value: Interval::of(&v),
+            noise_floor_pp: None,
+            p: None,
+            paper_pp: None,
+            decides: true,
+        });
+    }
+    part
+}
+
+impl LedgerClaim for X1 {
+    fn check(&self, c: &Collected) -> Claim {
+        let arms = arms(c);
+        let parts: Vec<Part> = PAIRS.iter().map(|&p| pair_part(&arms, p)).collect();
+        if parts.iter().all(|p| p.verdict == Verdict::NotRun && p.tests.is_empty()) {
+            let mut n = not_run("X1", CLAIM, vec![DATA.into()]);
+            n.measured = format!("no data yet: {}", texts(&parts));
+            return n;
+        }
+        let mut claim = Claim::from_parts(
+            "X1",
+            CLAIM,
+            format!(
+                "per pair, in-sequence, seeds pooled (§8.8): the staggered arm's effect at S and S/2 (§8.3-8.4), the ratio R of mean depth-adjusted spreads at S (staggered over twin, basic bootstrap interval), the first verdict that applies of removes (absent at S and S/2, R's upper end <= {X1_HALF}), moves the period, reduces (R <= {X1_HALF}, upper end < 1), no effect (interval contains 1), worse, reduces (less than half); X1 holds for a pair when it removes or reduces and no accuracy difference's lower end is below -{X1_ACCURACY_MARGIN_PP} pp; never pooled across pairs"
+            ),
+            parts,
+            Reported::default(),
+        );
+        claim.ours = count_ours(&claim);
+        claim.figures = vec![FIGURE.into()];
+        claim.data = vec![DATA.into()];
+        claim
+    }
+
+    fn draw(&self, c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
+        let arms = arms(c);
+        let mut panels = Vec::new();
+        let mut rows: Vec<ProfileRow> = Vec::new();
+        for &(stag, twin_name, grid) in &PAIRS {
+            let (Some(a), Some(twin)) = (named(&arms, stag), named(&arms, twin_name)) else { continue };
+            let Ok(Some(s)) = stride_of(&twin.preset) else { continue };
+            let mut series = Vec::new();
+            for (colour, x) in [a, twin].into_iter().enumerate() {
+                for r in &x.runs {
+                    let Some(recs) = r.records.get(&PRIMARY) else { continue };
+                    let Ok(acc) = adjusted_phase_accuracies(recs, s) else { continue };
+                    for (phase, v) in acc.iter().enumerate() {
+                        rows.push(ProfileRow {
+                            pair: format!("{stag} vs {twin_name}"),
+                            arm: x.name.clone(),
+                            seed: r.seed,
+                            phase,
+                            adjusted_accuracy: format!("{v:.6}"),
+                        });
+                    }
+                    let pts = acc.iter().enumerate().map(|(p, v)| (p as f64, 100.0 * v)).collect();
+                    series.push(crate::figures::plot::Series {
+                        markers: true,
+                        ..crate::figures::plot::Series::line(format!("{} seed {}", x.name, r.seed), pts, colour)
+                    });
+                }
+            }
+            if series.is_empty() {
+                continue;
+            }
+            panels.push(crate::figures::plot::Panel {
+                title: format!("{stag} (staggered {grid}) vs {twin_name}"),
+                x_label: format!("phase (position mod {s})"),
+                y_label: "depth-adjusted accuracy (%)".into(),
+                y_range: None,
+                series,
+                hide_legend: false,
+                integer_y: false,
+                x_range: None,
+            });
+        }
+        if panels.is_empty() {
+            return Ok(vec![]);
+        }
+        crate::run_dir::write_csv_atomic(&out.join(DATA), &rows)?;
+        let n = panels.len() as u32;
+        crate::figures::plot::line_panels(
+            &out.join(FIGURE.trim_end_matches(".png")),
+            "X1: staggered grids against their unstaggered twins, in-sequence, per seed",
+            &panels,
+            panels.len(),
+            (600 * n, 520),
+        )?;
+        Ok(vec![(
+            FIGURE.into(),
+            format!("X1: the depth-adjusted accuracy of each phase (in-sequence), one line per seed, of each staggered arm (colour 0) and its unstaggered twin (colour 1); the data are {DATA}."),
+        )])
+    }
+}
+
+/// One line of `figures/x1-stagger.csv`.
+#[derive(Serialize, Default)]
+struct ProfileRow {
+    pair: String,
+    arm: String,
+    seed: u64,
+    phase: usize,
+    adjusted_accuracy: String,
+}
