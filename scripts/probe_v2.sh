@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The probes of theory/phase-lab.md §8.1 (issue 32) for one candidate, then the rule's script.
 #
-#   scripts/probe_v2.sh CANDIDATE OUTDIR        CANDIDATE in V1 .. V12
+#   scripts/probe_v2.sh CANDIDATE OUTDIR        CANDIDATE in V1 .. V16
 #
 # Configs: `phasekv train --print-config --preset P` (the committed task, plans/full.json's
 # `run.task` over the defaults, on the fast engine) with recipe R2 (`train.warmup_steps` 300,
@@ -37,7 +37,12 @@ case "$CAND" in
   V10) CHANGE='{"task": {"max_gap": 0}, "model": {"local_window": 1}}' ;;
   V11) CHANGE='{"task": {"max_gap": 0}, "model": {"local_window": 2}, "train": {"steps": 2000}}' ;;
   V12) CHANGE='{"task": {"max_gap": 0}, "model": {"local_window": 1}, "train": {"steps": 2000}}' ;;
-  *) echo "unknown candidate $CAND (V1..V12)" >&2; exit 2 ;;
+  # The fourth list (§8.1, written 2026-12-03 09:33 UTC before any of its probes ran).
+  V13) CHANGE='{"task": {"max_gap": 0}, "model": {"d_head": 16}, "train": {"curriculum_steps": 1000}}' ;;
+  V14) CHANGE='{"task": {"max_gap": 0, "n_key": 64, "n_val": 64}}' ;;
+  V15) CHANGE='{"task": {"max_gap": 0, "n_key": 64, "n_val": 64}, "model": {"d_head": 16}, "train": {"curriculum_steps": 1000}}' ;;
+  V16) CHANGE='{"task": {"max_gap": 0}, "model": {"d_head": 8}, "train": {"curriculum_steps": 1000}}' ;;
+  *) echo "unknown candidate $CAND (V1..V16)" >&2; exit 2 ;;
 esac
 
 mkdir -p "$OUT/configs" "$OUT/logs" "$OUT/exports"
