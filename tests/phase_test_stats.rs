@@ -6,7 +6,8 @@ use crate::common;
 
 use common::strategies::runner;
 use phasekv::analysis::phase_test::{
-    knockout_row_tests, phase_test, pooled_phase_test, PhaseRecord, PhaseTestConfig, TestMethod, ALPHA,
+    drop_scale_tests, knockout_row_tests, phase_test, pooled_phase_test, PhaseRecord, PhaseTestConfig, TestMethod,
+    ALPHA,
 };
 use phasekv::analysis::stats::{
     gap_summary, group_accuracies, period_scan, period_stability, GroupAccuracy, PValue, ResampleConfig,
@@ -164,6 +165,82 @@ fn knockout_rows_flag_a_phase_concentrated_head_and_not_noise() {
         Ok(())
     })
     .unwrap();
+}
+
+/// §8.9's drop-scale test at the knockout map's size (24 groups x 24 families, 16 rows as a
+/// window-slot map of 2 layers x W = 8): rows whose knocked accuracy depends on depth only (the
+/// family) are not significant, even where depth effects are strong; a row that loses phase 1
+/// of S = 4 is (the control); a hand-computed table gives its G exactly; malformed rows are
+/// refused.
+#[test]
+fn the_drop_scale_test_sees_phase_and_not_depth() {
+    let cfg = PhaseTestConfig::default();
+    let (per_group, rows_n) = (24usize, 16usize);
+    // Prompt id = group * per_group + family; family f sits at depth f (one per group).
+    let ids: Vec<usize> = (0..M).flat_map(|g| (0..per_group).map(move |f| g * per_group + f)).collect();
+    let groups: Vec<usize> = ids.iter().map(|id| id / per_group).collect();
+    let mut r = runner("drop-scale", 4, None);
+    r.run(&any::<u64>(), |seed| {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut rows: Vec<String> = Vec::new();
+        for _ in 0..rows_n - 1 {
+            // Depth-only: deep families (f >= 12) mostly wrong, shallow ones mostly right.
+            rows.push(
+                ids.iter()
+                    .map(|id| {
+                        let acc = if id % per_group >= 12 { 0.2 } else { 0.95 };
+                        if rng.random::<f64>() < acc {
+                            '1'
+                        } else {
+                            '0'
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        rows.push(
+            groups
+                .iter()
+                .map(|g| {
+                    let acc = if g % 4 == 1 { 0.4 } else { 0.9 };
+                    if rng.random::<f64>() < acc {
+                        '1'
+                    } else {
+                        '0'
+                    }
+                })
+                .collect(),
+        );
+        let refs: Vec<&str> = rows.iter().map(|s| s.as_str()).collect();
+        let t = drop_scale_tests(&ids, &groups, &refs, per_group, 4, &cfg).unwrap();
+        let false_alarms = t[..rows_n - 1].iter().filter(|t| t.significant).count();
+        prop_assert!(false_alarms == 0, "{false_alarms} depth-only rows significant");
+        prop_assert!(
+            t[rows_n - 1].significant,
+            "phase row p {} (Bonferroni {})",
+            t[rows_n - 1].p,
+            t[rows_n - 1].p_bonferroni
+        );
+        prop_assert!(t.iter().all(|x| (x.p_bonferroni - (x.p.value * rows_n as f64).min(1.0)).abs() < 1e-12));
+        Ok(())
+    })
+    .unwrap();
+    // A 2 x 2 table by hand: phase 0 has 10 of 20 right, phase 1 has 20 of 20.
+    // G = 2 [10 ln(10/15) + 10 ln(10/5) + 20 ln(20/15) + 0] = 2 [10 ln(2/3) + 10 ln 2 + 20 ln(4/3)].
+    let ids2: Vec<usize> = (0..40).collect();
+    let groups2: Vec<usize> = (0..40).map(|i| i % 2).collect();
+    let row: String = (0..40).map(|i| if i % 2 == 1 || i < 20 { '1' } else { '0' }).collect();
+    let t = drop_scale_tests(&ids2, &groups2, &[&row], 20, 2, &cfg).unwrap();
+    let want = 2.0 * (10.0 * (2.0f64 / 3.0).ln() + 10.0 * 2.0f64.ln() + 20.0 * (4.0f64 / 3.0).ln());
+    assert!((t[0].statistic - want).abs() < 1e-12, "{} vs {want}", t[0].statistic);
+    assert_eq!(t[0].phase_accuracy, vec![0.5, 1.0]);
+    assert!(drop_scale_tests(&ids2, &groups2, &["01"], 20, 2, &cfg)
+        .unwrap_err()
+        .to_string()
+        .contains("2 outcomes for 40"));
+    let bad: String = std::iter::repeat_n('x', 40).collect();
+    assert!(drop_scale_tests(&ids2, &groups2, &[&bad], 20, 2, &cfg).unwrap_err().to_string().contains("not 0 or 1"));
+    assert!(drop_scale_tests(&ids2, &groups2, &[&row], 20, 1, &cfg).unwrap_err().to_string().contains("stride"));
 }
 
 #[test]

@@ -152,7 +152,8 @@ fn a_window_slot_knockout_replaces_exactly_that_slots_contribution() {
         let toks = tokens_of(&cfg, 3);
         let t = toks.len();
         let batch = Tensor::from_vec(toks, (1, t), &dev).unwrap();
-        let cap = model.decoder.forward_probe(&batch, &Probe { capture: true, capture_slots: true, ..Probe::default() });
+        let cap =
+            model.decoder.forward_probe(&batch, &Probe { capture: true, capture_slots: true, ..Probe::default() });
         let cap = cap.unwrap();
         let base = model.decoder.logits(&batch).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
         for (l, layer) in cap.captures.iter().enumerate() {
@@ -173,7 +174,10 @@ fn a_window_slot_knockout_replaces_exactly_that_slots_contribution() {
                 let idx = Tensor::arange(0u32, t as u32, &dev).unwrap();
                 let got = model.decoder.logits_at(&fwd, &idx).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
                 let worst = got.iter().zip(&base).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-                assert!(worst <= 1e-4, "{preset} L{l} slot {i}: a knock by its own contribution moved logits by {worst}");
+                assert!(
+                    worst <= 1e-4,
+                    "{preset} L{l} slot {i}: a knock by its own contribution moved logits by {worst}"
+                );
                 let zero = own(&slots.keys, i).zeros_like().unwrap();
                 let fwd = model.decoder.forward_probe(&batch, &knock(i, zero.clone(), zero)).unwrap();
                 let got = model.decoder.logits_at(&fwd, &idx).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
@@ -187,12 +191,19 @@ fn a_window_slot_knockout_replaces_exactly_that_slots_contribution() {
         let wrong_layer = Probe {
             knock_slot: Some((
                 cfg.model.n_layer,
-                SlotKnock { slot: 0, keys: Tensor::zeros((1, 1, 1), candle_core::DType::F32, &dev).unwrap(), values: None },
+                SlotKnock {
+                    slot: 0,
+                    keys: Tensor::zeros((1, 1, 1), candle_core::DType::F32, &dev).unwrap(),
+                    values: None,
+                },
             )),
             ..Probe::default()
         };
         let err = model.decoder.forward_probe(&batch, &wrong_layer).unwrap_err().to_string();
-        assert!(err.contains("slot knockout") && err.contains(&format!("layer {}", cfg.model.n_layer)), "{preset}: {err}");
+        assert!(
+            err.contains("slot knockout") && err.contains(&format!("layer {}", cfg.model.n_layer)),
+            "{preset}: {err}"
+        );
     }
     // The full preset and a per-head staggered layer have no shared window slots.
     for preset in ["full", "w8s8-stagger-heads"] {

@@ -353,8 +353,14 @@ impl Decoder {
                     &empty,
                     &empty,
                 )?;
-                let cap = capture
-                    .then(|| LayerCapture { keys: k, values: v, gate_k: None, gate_v: None, input: None, slots: None });
+                let cap = capture.then(|| LayerCapture {
+                    keys: k,
+                    values: v,
+                    gate_k: None,
+                    gate_v: None,
+                    input: None,
+                    slots: None,
+                });
                 (out.output, cap)
             }
             Some((_, params)) if !a.head_kernels.is_empty() => {

@@ -160,3 +160,138 @@ pub fn knockout_row_tests(
     }
     Ok(out)
 }
+
+/// The drop-scale test of one knockout row (`theory/phase-lab.md` §8.9), for a map whose clean
+/// accuracy is saturated (every clean cell at or above the ceiling), where the condition x
+/// phase interaction of [`knockout_row_tests`] is not identifiable on the logit scale.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DropScaleTest {
+    /// Row index in the map (layer-major).
+    pub row: usize,
+    /// The stride folded by.
+    pub stride: usize,
+    /// The knocked row's accuracy per folded phase.
+    pub phase_accuracy: Vec<f64>,
+    /// The G statistic of the knocked correct/wrong counts by folded phase (homogeneity).
+    pub statistic: f64,
+    /// Its p-value from permutations of the knocked outcomes within each phase family.
+    pub p: PValue,
+    /// Bonferroni-corrected over the rows: `min(1, p * rows)`.
+    pub p_bonferroni: f64,
+    /// Whether `p_bonferroni < alpha`.
+    pub significant: bool,
+}
+
+/// G of the `2 x S` table of correct (`k`) and wrong (`n - k`) counts by phase: `2 sum O ln(O / E)`
+/// over the non-empty cells, `E` from the pooled accuracy.
+fn homogeneity_g(k: &[usize], n: &[usize]) -> f64 {
+    let (kt, nt) = (k.iter().sum::<usize>() as f64, n.iter().sum::<usize>() as f64);
+    if nt == 0.0 || kt == 0.0 || kt == nt {
+        return 0.0;
+    }
+    let term = |o: f64, e: f64| if o > 0.0 { o * (o / e).ln() } else { 0.0 };
+    2.0 * k
+        .iter()
+        .zip(n)
+        .filter(|(_, &n)| n > 0)
+        .map(|(&k, &n)| {
+            let (k, n) = (k as f64, n as f64);
+            term(k, n * kt / nt) + term(n - k, n * (nt - kt) / nt)
+        })
+        .sum::<f64>()
+}
+
+/// Drop-scale tests of every row of a knockout map (§8.9): prompt `i` has id `ids[i]` (its
+/// family is `id mod per_group`; a family holds one prompt per residue group at one depth) and
+/// residue group `groups[i]`; each row is its knocked outcomes in that order (`1` correct, `0`
+/// wrong). A row's statistic is the G of its knocked counts by phase `group mod stride`; its
+/// p-value counts the permutations (at least `cfg.mc_rounds` and `10 rows / alpha`, seed
+/// `cfg.seed`, stream = row) of the knocked outcomes among each family's prompts whose G
+/// reaches the observed one (ties within `1e-9` relative count). Rows are significant when
+/// `min(1, p rows) < cfg.alpha`.
+pub fn drop_scale_tests(
+    ids: &[usize],
+    groups: &[usize],
+    rows: &[&str],
+    per_group: usize,
+    stride: usize,
+    cfg: &PhaseTestConfig,
+) -> Result<Vec<DropScaleTest>> {
+    cfg.check()?;
+    let n = ids.len();
+    if stride < 2 || per_group == 0 || n == 0 || groups.len() != n {
+        return Err(Error::invalid(
+            "drop-scale test",
+            format!(
+                "needs stride >= 2 (got {stride}), per_group >= 1 (got {per_group}) and one group per prompt ({} ids, {} groups)",
+                n,
+                groups.len()
+            ),
+        ));
+    }
+    let mut families: std::collections::BTreeMap<usize, Vec<usize>> = std::collections::BTreeMap::new();
+    for (i, &id) in ids.iter().enumerate() {
+        families.entry(id % per_group).or_default().push(i);
+    }
+    let families: Vec<Vec<usize>> = families.into_values().collect();
+    let mut n_phase = vec![0usize; stride];
+    for &g in groups {
+        n_phase[g % stride] += 1;
+    }
+    let rounds = cfg.mc_rounds.max((10.0 * rows.len() as f64 / cfg.alpha).ceil() as usize);
+    let mut out = Vec::with_capacity(rows.len());
+    for (ri, row) in rows.iter().enumerate() {
+        let bits: Vec<bool> = row
+            .chars()
+            .map(|c| match c {
+                '1' => Ok(true),
+                '0' => Ok(false),
+                _ => Err(Error::invalid("knocked outcomes", format!("row {ri} holds '{c}', not 0 or 1"))),
+            })
+            .collect::<Result<_>>()?;
+        if bits.len() != n {
+            return Err(Error::invalid(
+                "knocked outcomes",
+                format!("row {ri} has {} outcomes for {n} prompts", bits.len()),
+            ));
+        }
+        let count = |bits: &[bool]| {
+            let mut k = vec![0usize; stride];
+            for (b, &g) in bits.iter().zip(groups) {
+                k[g % stride] += usize::from(*b);
+            }
+            k
+        };
+        let k = count(&bits);
+        let statistic = homogeneity_g(&k, &n_phase);
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        rng.set_stream(ri as u64);
+        let mut perm = bits.clone();
+        let tol = 1e-9 * statistic.abs().max(1e-12);
+        let mut exceed = 0usize;
+        for _ in 0..rounds {
+            for f in &families {
+                // Fisher-Yates over the family's members, in place.
+                for a in (1..f.len()).rev() {
+                    let b = rng.random_range(0..=a);
+                    perm.swap(f[a], f[b]);
+                }
+            }
+            if homogeneity_g(&count(&perm), &n_phase) >= statistic - tol {
+                exceed += 1;
+            }
+        }
+        let p = PValue::resampled(exceed, rounds);
+        let p_bonferroni = (p.value * rows.len() as f64).min(1.0);
+        out.push(DropScaleTest {
+            row: ri,
+            stride,
+            phase_accuracy: k.iter().zip(&n_phase).map(|(&k, &n)| k as f64 / n.max(1) as f64).collect(),
+            statistic,
+            p,
+            p_bonferroni,
+            significant: p_bonferroni < cfg.alpha,
+        });
+    }
+    Ok(out)
+}

@@ -411,7 +411,12 @@ impl BootInterval {
 /// the seed's accuracy (`(correct, n)` per seed), with `rounds` stratified bootstrap replicates
 /// that redraw each seed's prompts with replacement (`theory/phase-lab.md` §8.8, X1's accuracy
 /// cost). Every seed needs at least one prompt.
-pub fn accuracy_difference(a: &[(usize, usize)], b: &[(usize, usize)], rounds: usize, seed: u64) -> Result<BootInterval> {
+pub fn accuracy_difference(
+    a: &[(usize, usize)],
+    b: &[(usize, usize)],
+    rounds: usize,
+    seed: u64,
+) -> Result<BootInterval> {
     if a.is_empty() || b.is_empty() || a.iter().chain(b).any(|&(k, n)| n == 0 || k > n) {
         return Err(Error::invalid(
             "accuracy difference",

@@ -223,10 +223,11 @@ impl TensorKernel {
             let vals = xw.matmul(&p)?;
             let c = match self.spec.gate {
                 GateKind::Vector => (a * vals)?,
-                _ => a
-                    .reshape((w, b * n, h, 1))?
-                    .broadcast_mul(&vals.reshape((w, b * n, h, dh))?)?
-                    .reshape((w, b * n, h * dh))?,
+                _ => a.reshape((w, b * n, h, 1))?.broadcast_mul(&vals.reshape((w, b * n, h, dh))?)?.reshape((
+                    w,
+                    b * n,
+                    h * dh,
+                ))?,
             };
             let (Some(k), Some(by)) = (knock, by) else { return Ok(c) };
             let by = by.to_dtype(self.dtype)?.reshape((1, b * n, h * dh))?;

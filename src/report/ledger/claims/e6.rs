@@ -3,18 +3,43 @@
 
 use super::pooled::*;
 use super::*;
-use crate::analysis::phase_test::{knockout_row_tests, required_seeds, PhaseTestConfig};
+use crate::analysis::phase_test::{drop_scale_tests, knockout_row_tests, required_seeds, PhaseTestConfig};
+use crate::analysis::verdict::{Rules, CEILING_ACCURACY};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E6;
 
-/// Rows significant at `stride` (Bonferroni over the rows, level `alpha`) and the smallest
-/// corrected p, or why there is none.
-fn significant_rows(k: &KnockoutResult, stride: usize, alpha: f64) -> std::result::Result<(usize, f64), String> {
-    let rows: Vec<Vec<GroupAccuracy>> = k.map.rows.iter().map(|r| r.groups.clone()).collect();
+/// Whether every clean cell of a map is at or above the ceiling (§8.9: the interaction is then
+/// not identifiable on the logit scale).
+fn saturated(k: &KnockoutResult) -> bool {
+    k.map.clean.iter().all(|g| g.n == 0 || g.accuracy >= CEILING_ACCURACY)
+}
+
+/// Rows significant at `stride` (Bonferroni over the rows, level `alpha`), the smallest
+/// corrected p and the test's name, or why there is none. Under the v2 rules a saturated map is
+/// tested by the drop-scale test on its per-prompt outcomes (§8.9); otherwise, and under v1,
+/// by the folded condition x phase interaction.
+fn significant_rows(
+    k: &KnockoutResult,
+    stride: usize,
+    alpha: f64,
+    rules: Rules,
+) -> std::result::Result<(usize, f64, &'static str), String> {
     let cfg = PhaseTestConfig { alpha, seed: k.seed, ..PhaseTestConfig::default() };
+    if rules == Rules::V2 && saturated(k) {
+        if k.map.ids.is_empty() || k.map.rows.iter().any(|r| r.knocked.is_empty()) {
+            return Err("not testable: a saturated map without per-prompt outcomes; rerun the knockout".into());
+        }
+        let rows: Vec<&str> = k.map.rows.iter().map(|r| r.knocked.as_str()).collect();
+        let t = drop_scale_tests(&k.map.ids, &k.map.prompt_groups, &rows, k.per_group, stride, &cfg)
+            .map_err(|e| format!("not testable: {e}"))?;
+        let min_p = t.iter().map(|r| r.p_bonferroni).fold(1.0, f64::min);
+        return Ok((t.iter().filter(|r| r.significant).count(), min_p, "drop-scale"));
+    }
+    let rows: Vec<Vec<GroupAccuracy>> = k.map.rows.iter().map(|r| r.groups.clone()).collect();
     let t = knockout_row_tests(&k.map.clean, &rows, stride, &cfg).map_err(|e| format!("not testable: {e}"))?;
-    Ok((t.iter().filter(|r| r.significant).count(), t.iter().map(|r| r.p_bonferroni).fold(1.0, f64::min)))
+    let min_p = t.iter().map(|r| r.p_bonferroni).fold(1.0, f64::min);
+    Ok((t.iter().filter(|r| r.significant).count(), min_p, "interaction"))
 }
 
 /// One arm's part: per seed, whether each of its maps (one per protocol) meets the rule; a seed
@@ -45,11 +70,13 @@ fn part(a: &Arm, full: bool) -> Part {
         for k in maps {
             let mut sig = Vec::new();
             let mut min_p = 1.0f64;
+            let mut test_name = "";
             for &s in &strides {
-                match significant_rows(k, s, alpha) {
-                    Ok((n, p)) => {
+                match significant_rows(k, s, alpha, a.rules) {
+                    Ok((n, p, name)) => {
                         sig.push(n);
                         min_p = min_p.min(p);
+                        test_name = name;
                     }
                     Err(e) => return Part::new(&a.name, Verdict::NotRun, format!("{} (S = {s}): {e}", a.name)),
                 }
@@ -58,10 +85,11 @@ fn part(a: &Arm, full: bool) -> Part {
             meets &= if full { total == 0 } else { total > 0 };
             let at: Vec<String> = strides.iter().zip(&sig).map(|(s, n)| format!("{n} at S = {s}")).collect();
             seed_texts.push(format!(
-                "{} {} of {} rows significant (smallest corrected p {})",
+                "{} {} of {} {} rows significant by the {test_name} test (smallest corrected p {})",
                 k.protocol.name(),
                 at.join(", "),
                 k.map.rows.len(),
+                k.map.intervention.name(),
                 fmt_p(min_p)
             ));
         }

@@ -45,7 +45,8 @@ fn ratio(a: &Arm, twin: &Arm, s: usize) -> std::result::Result<(f64, (f64, f64),
         v.sort_by(f64::total_cmp);
         v
     };
-    let (ia, ib) = (BootInterval::from_sorted(va, &sorted(ra.clone())), BootInterval::from_sorted(vb, &sorted(rb.clone())));
+    let (ia, ib) =
+        (BootInterval::from_sorted(va, &sorted(ra.clone())), BootInterval::from_sorted(vb, &sorted(rb.clone())));
     let (ca, cb) = (ia.corrected().0, ib.corrected().0);
     if cb <= 0.0 || vb <= 0.0 {
         return Err(format!("the twin's spread is {cb:.2} pp (bias-corrected): no ratio"));
