@@ -134,9 +134,13 @@ def coverage(task, export_path, evals):
 
 
 def main():
-    if len(sys.argv) != 2:
-        fail("usage: probe_v2.py PROBE_DIR")
-    d = sys.argv[1]
+    # `--amended`: §8.1's amended condition 2 (2026-12-03, flagged): w8s4 alone decides;
+    # w8s4-norope's lowest groups are printed beside it.
+    args = [a for a in sys.argv[1:] if a != "--amended"]
+    amended = len(args) + 1 != len(sys.argv)
+    if len(args) != 1:
+        fail("usage: probe_v2.py [--amended] PROBE_DIR")
+    d = args[0]
     run = lambda preset, seed: os.path.join(d, f"{preset}-seed{seed}")
     task = task_of(run("full", PROBE_SEEDS[0]))
     for preset, seed in [("full", s) for s in PROBE_SEEDS] + [(p, PROBE_SEEDS[0]) for p in COMPRESSED]:
@@ -164,11 +168,14 @@ def main():
             evals[(preset, protocol)] = r
             lo = min_group_accuracy(r)
             below = lo < PROBE_OFF_CEILING_ACCURACY
-            c2 &= below
-            parts.append(f"{preset} {protocol} min group {100 * lo:.1f} % ({'below' if below else 'not below'})")
-    print(f"condition 2 (off the ceiling: some group below {100 * PROBE_OFF_CEILING_ACCURACY:.0f} % under both "
-          f"protocols, w8s4 and w8s4-norope seed {PROBE_SEEDS[0]}, {SAMPLES} per group): {'; '.join(parts)} "
-          f"-> {'PASS' if c2 else 'FAIL'}")
+            decides = not amended or preset == "w8s4"
+            c2 &= below or not decides
+            note = "" if decides else ", reported"
+            parts.append(f"{preset} {protocol} min group {100 * lo:.1f} % ({'below' if below else 'not below'}{note})")
+    which = "w8s4" if amended else "w8s4 and w8s4-norope"
+    print(f"condition 2{' (amended)' if amended else ''} (off the ceiling: some group below "
+          f"{100 * PROBE_OFF_CEILING_ACCURACY:.0f} % under both protocols, {which} seed {PROBE_SEEDS[0]}, "
+          f"{SAMPLES} per group): {'; '.join(parts)} -> {'PASS' if c2 else 'FAIL'}")
 
     # Condition 3.
     gaps = []
@@ -199,7 +206,7 @@ def main():
           f"-> {'PASS' if c3 else 'FAIL'}")
 
     meets = c1 and c2 and c3
-    print(f"overall: {'MEETS' if meets else 'DOES NOT MEET'} the §8.1 rule")
+    print(f"overall: {'MEETS' if meets else 'DOES NOT MEET'} the §8.1 rule{' as amended' if amended else ''}")
     return 0
 
 

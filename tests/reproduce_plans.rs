@@ -31,9 +31,27 @@ fn the_built_in_plans_are_files_and_print_plan_writes_one() {
     let committed_text =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/plan.json")).unwrap();
     assert_eq!(phasekv_ok(&["reproduce", "--print-plan"]), committed_text, "--print-plan writes the committed file");
-    // Issue 17's committed run: 8 arms x 3 seeds (the one-KV-head arms of E3 included) on the
-    // quick plan's task, then the theory and kernel units.
-    let arms = ["full", "w8s4", "w8s6", "w8s8", "w8s4-norope", "w8s4-uniform", "w8s4-kv1", "w8s4-norope-kv1"];
+    // The second pre-registration's run (theory/phase-lab.md §8.10): 16 arms x 3 seeds, then the
+    // theory and kernel units, judged by the v2 rules; v1's plan is kept as plans/v1.json.
+    assert_eq!(full.rules, phasekv::analysis::verdict::Rules::V2);
+    let arms = [
+        "full",
+        "w8s4",
+        "w8s6",
+        "w8s8",
+        "w4s4",
+        "w12s12",
+        "w8s4-norope",
+        "w8s4-uniform",
+        "w8s4-scalar",
+        "w8s4-tied",
+        "dsv4-csa",
+        "w8s4-kv1",
+        "w8s4-norope-kv1",
+        "w8s8-stagger-heads",
+        "w8s8-stagger-layers",
+        "w8s4-kv1-stagger-layers",
+    ];
     let mut want: Vec<String> = arms
         .iter()
         .flat_map(|a| (0..3).map(move |k| format!("model:{a}-seed{k}")))
@@ -43,13 +61,17 @@ fn the_built_in_plans_are_files_and_print_plan_writes_one() {
     got.sort();
     want.sort();
     assert_eq!(got, want);
-    assert_eq!(full.models().unwrap().len(), 24);
+    assert_eq!(full.models().unwrap().len(), 48);
+    let v1 = Plan::from_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/v1.json")).unwrap();
+    assert_eq!((v1.rules, v1.models().unwrap().len()), (phasekv::analysis::verdict::Rules::V1, 24), "v1's plan, kept");
+    // v2's task is v1's with the records packed (§8.1); the quick plan stays on v1's.
+    assert_eq!(full.run.task, phasekv::task::TaskConfig { max_gap: 0, ..v1.run.task.clone() });
     let quick = Plan::builtin(Scale::Quick).unwrap();
     assert_eq!(quick.run.train.steps, 1500);
     assert_eq!(quick.run.train.engine, phasekv::model::Engine::Fast);
     assert_eq!(quick.run.task.query_placement, phasekv::task::QueryPlacement::AfterRecords);
     assert_eq!(ids(&quick).len(), 4);
-    assert_eq!(full.run.task, quick.run.task);
+    assert_eq!(v1.run.task, quick.run.task);
     assert_eq!(full.run.train.engine, phasekv::model::Engine::Fast);
     let arms = full.arms().unwrap();
     assert!(arms.iter().any(|(name, cfg)| name == "w8s4-norope-kv1" && cfg.model.n_kv_head == 1));

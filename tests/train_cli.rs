@@ -92,6 +92,8 @@ fn the_default_task_is_the_committed_reproductions() {
     let printed = phasekv::model::RunConfig::from_json(&out).unwrap();
     assert_eq!(printed.task, plan.run.task);
     assert_eq!(printed.task, phasekv::model::RunConfig::recommended().task);
+    assert_eq!(printed.train, plan.run.train, "the plan's recipe (phase-lab §8.1: R2)");
+    assert_eq!((printed.train.warmup_steps, printed.train.steps), (300, 3000));
     assert_ne!(printed.task, phasekv::model::RunConfig::default().task, "the plan's task is not the serde default");
     assert_eq!(
         (printed.train.engine, plan.run.train.engine),

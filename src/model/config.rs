@@ -323,17 +323,22 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
-    /// What `phasekv train` trains without `--config`: the recorded defaults on the task of the
-    /// committed reproduction (`plans/full.json`, `theory/phase-lab.md` §7.1.1: the query block
-    /// right after the records with a filler tail of up to 24 tokens, the first query scored)
-    /// on the fast engine. [`RunConfig::default`] stays the serde default (a config file's
-    /// missing fields, and with them the identity of every run recorded before these fields
-    /// existed); `tests/train_cli.rs` keeps this task equal to the plan's.
+    /// What `phasekv train` trains without `--config`: the recorded defaults on the task and
+    /// recipe of the committed reproduction (`plans/full.json`, the second pre-registration's,
+    /// `theory/phase-lab.md` §8.1: v1's task of §7.1.1, the query block right after the records
+    /// with a filler tail of up to 24 tokens and the first query scored, with the records packed,
+    /// `max_gap` 0; recipe R2, 300 warm-up steps of 3 000) on the fast engine.
+    /// [`RunConfig::default`] stays the serde default (a config file's missing fields, and with
+    /// them the identity of every run recorded before these fields existed);
+    /// `tests/train_cli.rs` keeps this config equal to the plan's.
     pub fn recommended() -> Self {
         let mut c = RunConfig::default();
         c.task.query_placement = crate::task::QueryPlacement::AfterRecords;
         c.task.max_tail = 24;
         c.task.scored_query = crate::task::ScoredQuery::First;
+        c.task.max_gap = 0;
+        c.train.warmup_steps = 300;
+        c.train.steps = 3000;
         c.train.engine = Engine::Fast;
         c
     }

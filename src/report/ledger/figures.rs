@@ -84,7 +84,9 @@ fn arm_panels(c: &Collected, p: Protocol, panels: &mut Vec<Panel>, fpanels: &mut
         .map(|g| figures::pool_groups(&g.iter().map(Vec::as_slice).collect::<Vec<_>>()));
     for (i, a) in arms.iter().enumerate() {
         let stride = a.runs.iter().filter_map(|r| r.evals.get(&p)).find_map(|e| e.stride);
-        for r in a.runs.iter().filter(|r| !trained(r)) {
+        // Under v2 the training-success rule's excluded seeds (§8.2) are drawn apart too.
+        let apart = a.runs.iter().copied().filter(|r| !trained(r)).chain(a.excluded.iter().map(|e| e.0));
+        for r in apart {
             if let Some(e) = r.evals.get(&p) {
                 panels.push(figures::seeds_panel(
                     format!("{}: did not train (not pooled)", r.label),
@@ -170,6 +172,9 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
             }
         }
         arm_panels(c, p, &mut panels, &mut fpanels);
+        if panels.is_empty() {
+            continue;
+        }
         let name = format!("phase-{}", p.name());
         two_column_panels(
             &fig.join(&name),

@@ -254,15 +254,24 @@ pub const LEDGER: &[&dyn LedgerClaim] = &[
 /// method after the v1 run, so it is flagged there; under v2 it is the pre-registered fit.
 pub const FIT_FLAG: &str = "flagged: fit corrected after the run (issue 32, theory/phase-lab.md §8.6, §8.11): the depth-controlled test's likelihood ratio is now the exact supremum under separation (Konis's LP on the all-correct or all-wrong cells, Newton's method on the rest) for the observed statistic and every bootstrap replicate, with ties within LR_PRECISION counted; v1's fit stopped at its 200-iteration cap where a cell was separated, which overstated G and understated the bootstrap p. The v1 criteria are applied to the corrected statistics";
 
+/// The flag on every v2 claim judged on trained models: the v2 task was chosen by §8.1's rule as
+/// amended after seeing the probes' accuracies (`theory/phase-lab.md` §8.1, §8.11).
+pub const TASK_FLAG: &str = "flagged: task rule amended after seeing the probes (theory/phase-lab.md §8.1, §8.11): no candidate task met the pre-registered rule, because w8s4-norope never had a group below 95 % in-sequence in 16 probes; condition 2 was changed to require w8s4 only, after seeing every probe's accuracies (never a phase statistic), and the first candidate in the pre-registered order that meets the amended rule, V1 (records packed, max_gap 0, with recipe R2), is the v2 task";
+
 /// The claims, verdicts from data.
 pub fn claims(c: &Collected) -> Vec<Claim> {
-    let v1 = super::collect::rules(c) == crate::analysis::verdict::Rules::V1;
+    let rules = super::collect::rules(c);
     LEDGER
         .iter()
         .map(|l| {
             let mut claim = l.check(c);
-            if v1 && claim.verdict != Verdict::NotRun && (!claim.tests.is_empty() || claim.id == "E6") {
-                claim.flags.push(FIT_FLAG.into());
+            let judged_on_models = claim.verdict != Verdict::NotRun && (!claim.tests.is_empty() || claim.id == "E6");
+            match rules {
+                crate::analysis::verdict::Rules::V1 if judged_on_models => claim.flags.push(FIT_FLAG.into()),
+                crate::analysis::verdict::Rules::V2 if judged_on_models || claim.id == "E7" => {
+                    claim.flags.push(TASK_FLAG.into())
+                }
+                _ => {}
             }
             claim
         })
