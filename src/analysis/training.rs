@@ -78,6 +78,17 @@ pub enum SeedOutcome {
     Unextended,
 }
 
+impl SeedOutcome {
+    /// What the rule made of the seed, in words (reports).
+    pub fn words(self) -> &'static str {
+        match self {
+            SeedOutcome::Succeeded => "trained",
+            SeedOutcome::Failed => "failed after its extension",
+            SeedOutcome::Unextended => "not extended",
+        }
+    }
+}
+
 /// The rule on a finished seed: its end-of-run held-out `accuracy` after `extensions`
 /// extensions (more than [`MAX_EXTENSIONS`] is an error).
 pub fn seed_outcome(accuracy: f64, extensions: usize) -> Result<SeedOutcome> {

@@ -166,6 +166,45 @@ impl GapSummary {
     }
 }
 
+/// The mean over seeds of each seed's max gap (over residue groups, or over phases `rho mod s`
+/// with `fold = Some(s)`), with `cfg.bootstrap_rounds` stratified bootstrap replicates (each
+/// seed's groups redrawn, the seeds' gaps averaged), and each seed's own gap, in the order
+/// given (`theory/phase-lab.md` §8.7: a magnitude is the mean of per-seed values).
+pub fn seed_mean_gap(
+    seeds: &[Vec<(usize, bool)>],
+    m: usize,
+    fold: Option<usize>,
+    cfg: &ResampleConfig,
+) -> Result<(super::BootInterval, Vec<f64>)> {
+    cfg.check()?;
+    if seeds.is_empty() || seeds.iter().any(|s| s.is_empty()) {
+        return Err(Error::invalid("samples", "every seed needs samples"));
+    }
+    let s = match fold {
+        Some(s) if s == 0 || !m.is_multiple_of(s) => {
+            return Err(Error::invalid("stride", format!("must divide M = {m}, got {s}")))
+        }
+        Some(s) => s,
+        None => m,
+    };
+    let per: Vec<(Vec<usize>, Vec<usize>)> = seeds.iter().map(|x| counts(x, m)).collect::<Result<_>>()?;
+    let each: Vec<f64> = per.iter().map(|(n, k)| gap_of(&fold_counts(n, s), &fold_counts(k, s))).collect();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xB007_57A9);
+    let mut draw = vec![0usize; m];
+    let mut boot = Vec::with_capacity(cfg.bootstrap_rounds);
+    let mut gaps = vec![0f64; per.len()];
+    for _ in 0..cfg.bootstrap_rounds {
+        for ((n, k), g) in per.iter().zip(gaps.iter_mut()) {
+            bootstrap_draw(n, k, &mut rng, &mut draw);
+            *g = gap_of(&fold_counts(n, s), &fold_counts(&draw, s));
+        }
+        boot.push(mean(&gaps));
+    }
+    boot.sort_by(f64::total_cmp);
+    Ok((super::BootInterval::from_sorted(mean(&each), &boot), each))
+}
+
 /// The max gap over residue groups, or over phases `rho mod s` when `fold` is `Some(s)` (`s`
 /// must divide `m`), with its bootstrap interval, noise floor and permutation p-value.
 pub fn gap_summary(

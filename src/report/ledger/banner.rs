@@ -5,7 +5,6 @@
 
 use super::claims::{Claim, Verdict};
 use super::collect::{arms, Collected};
-use crate::analysis::training::SeedOutcome;
 use crate::analysis::verdict::Rules;
 use serde::{Deserialize, Serialize};
 
@@ -64,10 +63,7 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
                     100.0 * acc.0,
                     acc.1,
                     100.0 * SUCCESS_ACCURACY,
-                    match o {
-                        SeedOutcome::Failed => "failed after its extension",
-                        _ => "not extended",
-                    },
+                    o.words(),
                     a.name,
                     a.runs.len()
                 ),

@@ -39,10 +39,10 @@ fn arm_table(md: &mut String, c: &Collected) {
     }
     let _ = writeln!(
         md,
-        "\n### Arms over seeds\n\nEach seed's accuracy (seeds in the order listed) and their mean (min..max).\n"
+        "\n### Arms over seeds\n\nEach seed's accuracy (seeds in the order listed) and their mean (min..max); `extended` lists the seeds the training-success rule continued (`theory/phase-lab.md` §8.2: held-out accuracy before -> after), and `excluded` those it left out of every pooled test, reference line and mean, with what it made of them.\n"
     );
-    let mut head = "| arm | seeds | held-out accuracy | mean (min..max) |".to_string();
-    let mut rule = "|---|---|---|---|".to_string();
+    let mut head = "| arm | seeds | extended | excluded | held-out accuracy | mean (min..max) |".to_string();
+    let mut rule = "|---|---|---|---|---|---|".to_string();
     for p in Protocol::ALL {
         head += &format!(" {} accuracy | mean (min..max) |", p.name());
         rule += "---|---|";
@@ -52,7 +52,31 @@ fn arm_table(md: &mut String, c: &Collected) {
         let seeds: Vec<String> = a.runs.iter().map(|r| r.seed.to_string()).collect();
         let held: Vec<Option<f64>> = a.runs.iter().map(|r| r.metrics.as_ref().map(|m| m.final_eval.accuracy)).collect();
         let (each, spread) = per_seed(&held);
-        let mut row = format!("| {} | {} | {each} | {spread} |", a.name, seeds.join(", "));
+        let extended: Vec<String> = a
+            .runs
+            .iter()
+            .copied()
+            .chain(a.excluded.iter().map(|e| e.0))
+            .filter_map(|r| {
+                let m = r.metrics.as_ref()?;
+                let first = m.extensions.first()?;
+                Some(format!(
+                    "{} ({:.1} -> {:.1} %)",
+                    r.seed,
+                    100.0 * first.accuracy_before,
+                    100.0 * m.final_eval.accuracy
+                ))
+            })
+            .collect();
+        let excluded: Vec<String> = a.excluded.iter().map(|(r, o)| format!("{} ({})", r.seed, o.words())).collect();
+        let or_none = |v: Vec<String>| if v.is_empty() { "-".to_string() } else { v.join(", ") };
+        let mut row = format!(
+            "| {} | {} | {} | {} | {each} | {spread} |",
+            a.name,
+            seeds.join(", "),
+            or_none(extended),
+            or_none(excluded)
+        );
         for p in Protocol::ALL {
             let acc: Vec<Option<f64>> =
                 a.runs.iter().map(|r| r.evals.get(&p).map(|e| e.profile.mean_accuracy)).collect();

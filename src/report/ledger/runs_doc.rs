@@ -42,17 +42,18 @@ pub fn runs_readme(c: &Collected) -> String {
         "\n## Files of a run directory\n\n`<protocol>` is one of {}: the padding protocol of the evaluation (`theory/phase-lab.md` §7.1).\n",
         protocols.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
     );
-    let files: [(&str, &str); 12] = [
+    let files: [(&str, &str); 13] = [
         ("config.json", "the run's configuration: `model` (kernel preset, sizes, `n_kv_head`), `task` (residue modulus `M`, layout), `train` (steps, learning rate, `seed` = the training seed)"),
-        ("metrics.json", "end of training: `steps`, `final_eval` (held-out exact match `accuracy` on the training distribution), `evals` (the curve), `train_seconds`, hashes of config and weights"),
+        ("metrics.json", "end of training: `steps`, `final_eval` (held-out exact match `accuracy` on the training distribution), `evals` (the curve), `train_seconds`, hashes of config and weights; `extensions` (absent when none), one entry per extension by the v2 training-success rule (`theory/phase-lab.md` §8.2, `model::extend`): its `index`, the steps `start..end`, `warmup_steps`, `peak_lr` and `final_lr` of its schedule, the held-out `accuracy_before` and `accuracy_after`, and the files kept from before it"),
+        ("metrics.before-extension-<k>.json", "`metrics.json` as it was before extension `k` (the seed's result at the recipe's end, for `k` = 1)"),
         ("curve.csv", "held-out evaluation during training, one row per evaluation"),
         ("environment.json", "machine, toolchain and `git_hash` of the code that trained the model"),
         ("unit.json", "`analysis_seconds` of the reproduction unit"),
         ("eval-<protocol>.json", "the evaluation: `preset` (kernel preset), `arm`, `per_group` (`n`), `eval_seed` (evaluation seed; `seed` in files written before issue 31), `stride`, `balance` (target-position balance across groups), `profile` (per-group accuracy with Wilson intervals, exploratory gap, period and chi-square statistics), `statistics` (the depth-controlled phase test of this seed, the corrected period scan, gaps with noise floors)"),
         ("eval-<protocol>.csv", "per residue group: `group`, `n` prompts, `correct`, `accuracy`, `wilson_lo`, `wilson_hi` (95 % Wilson interval)"),
         ("eval-<protocol>-outcomes.jsonl", "one line per prompt (columns below)"),
-        ("knockout-<protocol>.json", "the knockout map: each KV head mean-replaced in turn, accuracy per residue group, clean and knocked"),
-        ("knockout-<protocol>.csv", "per (head, group): `layer`, `head`, `group`, `clean_accuracy`, `knocked_accuracy`, `drop_pp` (clean minus knocked, percentage points)"),
+        ("knockout-<protocol>.json", "the knockout map: `intervention` (`kv-head`: each KV head's haystack entries mean-replaced in turn; `window-slot`: each window slot's gated contribution to every entry of a layer, `theory/phase-lab.md` §8.9), accuracy per residue group, clean and knocked; per row its `replaced_entries` (on that head's own grid) and `knocked` outcomes, one `1`/`0` per prompt in the order of the map's `ids` and `prompt_groups`, with `clean_correct` the clean outcomes (`family = id mod per_group`; maps made before these fields have none)"),
+        ("knockout-<protocol>.csv", "per (row, group): `layer`, `head`, `slot` (a window-slot row's slot; empty for a KV-head row), `group`, `clean_accuracy`, `knocked_accuracy`, `drop_pp` (clean minus knocked, percentage points)"),
         ("gates.json", "gate snapshots from step 0: per (layer, head, branch) the static and input-dependent concentration and the read profile over window offsets"),
         ("gates.csv", "per snapshot and gate: `step`, `layer`, `head`, `branch` (`Key` or `Value`), `static_concentration` and `input_concentration` (effective number of window offsets read, 1 = one offset, `W` = uniform), `profile` (the average read share of each window offset, space-separated, offset 0 first)"),
     ];

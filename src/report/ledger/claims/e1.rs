@@ -16,8 +16,19 @@ impl LedgerClaim for E1 {
         if full.is_empty() || comp.is_empty() {
             return not_run("E1", claim, both_data());
         }
-        let mut parts = Vec::new();
+        // The paper's claim is about its compressors, on one grid: an arm on staggered grids
+        // (issue 30) is X1's intervention, reported here and judged there (§8.11).
+        let (comp, staggered): (Vec<&Arm>, Vec<&Arm>) = comp.into_iter().partition(|a| !on_staggered_grids(a));
+        // An arm none of whose seeds trained is a part that was not run (§8.2, §8.8), never
+        // dropped from the claim.
+        let mut parts: Vec<Part> =
+            arms.iter().filter(|a| !arm_is_full(a) && !on_staggered_grids(a)).filter_map(untrained_part).collect();
         let mut also = Reported::default();
+        for a in staggered {
+            if let Some(s) = stride_of(&a.preset).ok().flatten() {
+                also.part("on staggered grids (X1's arm, reported): ", holds(a, PRIMARY, s).0);
+            }
+        }
         for a in comp {
             match stride_of(&a.preset).ok().flatten() {
                 Some(s) => {

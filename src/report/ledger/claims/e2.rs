@@ -12,12 +12,26 @@ impl LedgerClaim for E2 {
         let mut parts = Vec::new();
         let mut also = Reported::default();
         let mut declared = Vec::new();
-        for (preset, s) in [("w8s4", 4), ("w8s6", 6), ("w8s8", 8)] {
+        // v2 (§8.8) adds W4/S4 and W12/S12: with W8/S8 they hold overlap fixed while the ratio
+        // changes.
+        let geometries: &[(&str, usize)] = match super::super::collect::rules(c) {
+            crate::analysis::verdict::Rules::V1 => &[("w8s4", 4), ("w8s6", 6), ("w8s8", 8)],
+            crate::analysis::verdict::Rules::V2 => &[("w8s4", 4), ("w8s6", 6), ("w8s8", 8), ("w4s4", 4), ("w12s12", 12)],
+        };
+        for &(preset, s) in geometries {
             let Some(a) = arm_for(&arms, preset, false) else {
-                parts.push(Part::new(preset, Verdict::NotRun, format!("{preset}: not run")));
+                match untrained_arm(&arms, preset).and_then(untrained_part) {
+                    Some(p) => parts.push(p),
+                    None => parts.push(Part::new(preset, Verdict::NotRun, format!("{preset}: not run"))),
+                }
                 continue;
             };
             let (mut part, test) = holds(a, PRIMARY, s);
+            if a.rules == crate::analysis::verdict::Rules::V2 {
+                if let Some(w) = largest_seed_spread(&part) {
+                    part.text += &format!("; largest per-seed depth-adjusted spread {w}");
+                }
+            }
             if test.is_some() {
                 if let Some(declared_period) = require_period(&mut part, a, PRIMARY, s) {
                     let words = declared_period.map(|p| p.to_string()).unwrap_or_else(|| "none".into());
@@ -31,7 +45,8 @@ impl LedgerClaim for E2 {
             "E2",
             "the period follows the stride: S in {4, 6, 8} (W = 8) give periods 4, 6, 8",
             format!(
-                "in-sequence, seeds pooled: for each of w8s4, w8s6, w8s8 the phase effect at its own S holds (pooled p < {ALPHA} and required_seeds(n) seeds) and the corrected period scan declares exactly S (p < {})",
+                "in-sequence, seeds pooled: for each of {} the phase effect at its own S holds (pooled p < {ALPHA} and required_seeds(n) seeds) and the corrected period scan declares exactly S (p < {})",
+                geometries.iter().map(|g| g.0).collect::<Vec<_>>().join(", "),
                 crate::analysis::phase::PERIOD_ALPHA
             ),
             parts,

@@ -110,8 +110,11 @@ impl LedgerClaim for E4 {
             Some(m) => format!("{} ({})", m.value.words(), m.arm),
             None => count_ours(&c),
         };
-        c.flags.push(E4_FLAG.into());
-        c.flags.push(INTERVAL_FLAG.into());
+        // Both changes came after the v1 run; the v2 rules pre-registered them (§8.7, §8.8).
+        if a.rules == crate::analysis::verdict::Rules::V1 {
+            c.flags.push(E4_FLAG.into());
+            c.flags.push(INTERVAL_FLAG.into());
+        }
         c.figures = vec!["figures/folded-prefix.png".into(), "figures/folded-in-sequence.png".into()];
         c.data = vec!["figures/folded-prefix.csv".into(), "figures/folded-in-sequence.csv".into()];
         c

@@ -15,10 +15,36 @@ fn magnitude(g: &GapSummary) -> Magnitude {
     Magnitude { pp: g.gap_pp, lo_pp: g.ci_lo_pp, hi_pp: g.ci_hi_pp }
 }
 
-/// The compressed part: the model with the largest folded prefix gap must show an effect that
-/// holds, its gap beside the paper's. Every compressed gap goes to `gaps` (words) and `measures`.
+/// Under the v2 rules, an arm's folded prefix gap as the mean of its seeds' gaps (§8.7): the
+/// magnitude judged (bias-corrected, basic interval), its measure and its words with the largest
+/// seed; `None` under v1 (the seeds pooled, as before).
+fn seed_mean(a: &Arm, s: usize, paper: Option<f64>, decides: bool) -> Option<(Magnitude, Measure, String)> {
+    if a.rules != verdict::Rules::V2 {
+        return None;
+    }
+    let (b, each) = seed_gap(a, P, Some(s)).ok()?;
+    let v = Interval::of(&b);
+    let m = Magnitude { pp: v.pp, lo_pp: v.lo_pp, hi_pp: v.hi_pp };
+    let measure = Measure {
+        arm: a.name.clone(),
+        protocol: P.name().into(),
+        what: "folded gap, mean over seeds".into(),
+        groups: s,
+        value: v.clone(),
+        noise_floor_pp: None,
+        p: None,
+        paper_pp: paper,
+        decides,
+    };
+    let words = format!("mean over seeds {}, largest seed {}", v.words(), largest_seed(&each));
+    Some((m, measure, words))
+}
+
+/// The compressed part: the model with the largest folded prefix gap (v2: mean over seeds) must
+/// show an effect that holds, its gap beside the paper's. Every compressed gap goes to `gaps`
+/// (words) and `measures`.
 fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>, measures: &mut Vec<Measure>) -> Part {
-    let mut best: Option<(&Arm, usize, GapSummary)> = None;
+    let mut best: Option<(&Arm, usize, GapSummary, f64)> = None;
     for &a in comp {
         let Some(s) = stride_of(&a.preset).ok().flatten() else { continue };
         let all = gap(a, P, None);
@@ -28,36 +54,46 @@ fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>, measures: &mut Vec<Mea
         }
         match gap(a, P, Some(s)) {
             Ok(g) => {
+                let mean = seed_mean(a, s, None, false);
                 gaps.push(format!(
-                    "{}: folded by {s} {}; over {} groups {all_words}",
+                    "{}: folded by {s} {}{}; over {} groups {all_words}",
                     a.name,
                     gap_words(&g),
+                    mean.as_ref().map(|m| format!(" ({})", m.2)).unwrap_or_default(),
                     modulus(a)
                 ));
-                if best.as_ref().is_none_or(|b| g.gap_pp > b.2.gap_pp) {
-                    best = Some((a, s, g));
+                let key = mean.as_ref().map(|m| m.0.pp).unwrap_or(g.gap_pp);
+                if best.as_ref().is_none_or(|b| key > b.3) {
+                    best = Some((a, s, g, key));
                 }
             }
             Err(e) => gaps.push(format!("{}: {e}", a.name)),
         }
     }
-    let Some((a, s, g)) = best else {
+    let Some((a, s, g, _)) = best else {
         return Part::new("compressed", Verdict::NotRun, format!("compressed: {NO_OUTCOMES}"));
     };
+    let v2 = a.rules == verdict::Rules::V2;
     for &x in comp {
         if let Some(sx) = stride_of(&x.preset).ok().flatten() {
             if let Ok(gx) = gap(x, P, Some(sx)) {
                 let paper = (x.name == a.name).then_some(PAPER_COMPRESSED_GAP_PP);
-                measures.extend(gap_measure(x, P, &gx, paper, x.name == a.name));
+                measures.extend(gap_measure(x, P, &gx, paper, x.name == a.name && !v2));
+                measures.extend(seed_mean(x, sx, paper, x.name == a.name).map(|m| m.1));
             }
         }
     }
+    let mean = seed_mean(a, s, Some(PAPER_COMPRESSED_GAP_PP), true);
     let (mut part, judged) = holds(a, P, s);
     if let Some(j) = judged {
-        part.verdict = j.verdict(verdict::Claim::Effect { paper_pp: PAPER_COMPRESSED_GAP_PP }, magnitude(&g));
+        let m = mean.as_ref().map(|m| m.0).unwrap_or_else(|| magnitude(&g));
+        part.verdict = j.verdict(verdict::Claim::Effect { paper_pp: PAPER_COMPRESSED_GAP_PP }, m);
     }
     let (also, also_test) = reported(a, PRIMARY, s, ALPHA);
-    let value = g.boot().map(|b| Interval::of(&b).full_words()).unwrap_or_else(|| format!("{:.1} pp", g.gap_pp));
+    let value = match &mean {
+        Some(m) => format!("{}; seeds pooled {}", m.2, gap_words(&g)),
+        None => g.boot().map(|b| Interval::of(&b).full_words()).unwrap_or_else(|| format!("{:.1} pp", g.gap_pp)),
+    };
     part.text = format!(
         "largest folded prefix gap {} ({value}, paper: up to {PAPER_COMPRESSED_GAP_PP} pp): {}; {}",
         a.name, part.text, also
@@ -76,19 +112,27 @@ fn baseline_part(a: &Arm) -> Part {
     let mut parts = Vec::new();
     for s in BASELINE_STRIDES {
         let part = match (judge(a, P, s, alpha), gap(a, P, Some(s))) {
-            (Ok(j), Ok(g)) => Part {
-                tests: j.records(a, P, true),
-                measures: gap_measure(a, P, &g, Some(PAPER_BASELINE_GAP_PP), true).into_iter().collect(),
-                ..Part::new(
-                    &a.name,
-                    j.verdict(verdict::Claim::NoEffect { paper_max_pp: PAPER_BASELINE_GAP_PP }, magnitude(&g)),
-                    format!(
-                        "{}; folded gap {} (paper: at most {PAPER_BASELINE_GAP_PP} pp)",
-                        j.describe(),
-                        gap_words(&g)
-                    ),
-                )
-            },
+            (Ok(j), Ok(g)) => {
+                let mean = seed_mean(a, s, Some(PAPER_BASELINE_GAP_PP), true);
+                let mut measures: Vec<Measure> =
+                    gap_measure(a, P, &g, Some(PAPER_BASELINE_GAP_PP), mean.is_none()).into_iter().collect();
+                measures.extend(mean.as_ref().map(|m| m.1.clone()));
+                let m = mean.as_ref().map(|m| m.0).unwrap_or_else(|| magnitude(&g));
+                Part {
+                    tests: j.records(a, P, true),
+                    measures,
+                    ..Part::new(
+                        &a.name,
+                        j.verdict(verdict::Claim::NoEffect { paper_max_pp: PAPER_BASELINE_GAP_PP }, m),
+                        format!(
+                            "{}; folded gap {}{} (paper: at most {PAPER_BASELINE_GAP_PP} pp)",
+                            j.describe(),
+                            gap_words(&g),
+                            mean.as_ref().map(|m| format!("; {}", m.2)).unwrap_or_default()
+                        ),
+                    )
+                }
+            }
             (Err(e), _) | (_, Err(e)) => Part::new(&a.name, Verdict::NotRun, format!("S = {s}: {e}")),
         };
         parts.push(part);
@@ -102,6 +146,7 @@ fn baseline_part(a: &Arm) -> Part {
 
 impl LedgerClaim for E5 {
     fn check(&self, c: &Collected) -> Claim {
+        let c_data = c;
         let claim = "prefix-padding gaps are large for compressed models (paper: up to 78 pp) and small for baselines (paper: at most 6.1 pp)";
         let arms = arms(c);
         let has_prefix = |a: &&Arm| a.runs.iter().any(|r| r.evals.contains_key(&P));
@@ -140,8 +185,9 @@ impl LedgerClaim for E5 {
         );
         // Every measure once: the compressed ones were gathered apart from the parts.
         c.measures.extend(measures);
-        c.measures.sort_by(|x, y| (&x.arm, x.groups).cmp(&(&y.arm, y.groups)));
-        c.measures.dedup_by(|x, y| x.arm == y.arm && x.groups == y.groups && x.protocol == y.protocol);
+        c.measures.sort_by(|x, y| (&x.arm, x.groups, &x.what).cmp(&(&y.arm, y.groups, &y.what)));
+        c.measures
+            .dedup_by(|x, y| x.arm == y.arm && x.groups == y.groups && x.protocol == y.protocol && x.what == y.what);
         let head = c.measures.iter().find(|m| m.decides && m.paper_pp == Some(PAPER_COMPRESSED_GAP_PP));
         let full_max = c
             .measures
@@ -155,7 +201,10 @@ impl LedgerClaim for E5 {
             (Some(h), None) => format!("{} ({})", h.value.words(), h.arm),
             _ => count_ours(&c),
         };
-        c.flags.push(INTERVAL_FLAG.into());
+        // The interval method came after the v1 run; the v2 rules pre-registered it (§8.7).
+        if super::super::collect::rules(c_data) == verdict::Rules::V1 {
+            c.flags.push(INTERVAL_FLAG.into());
+        }
         c.figures = vec![phase_fig(P)];
         c.data = vec![phase_data(P)];
         c

@@ -174,6 +174,42 @@ pub(super) fn evaluated(a: &Arm) -> bool {
     a.runs.iter().any(|r| !r.evals.is_empty())
 }
 
+/// The part of an arm none of whose seeds trained under the v2 rules (every seed excluded by
+/// §8.2's rule): not run, with what the rule made of each seed; `None` for any other arm.
+pub(super) fn untrained_part(a: &Arm) -> Option<Part> {
+    if !a.runs.is_empty() || a.excluded.is_empty() {
+        return None;
+    }
+    let seeds: Vec<String> = a
+        .excluded
+        .iter()
+        .map(|(r, o)| {
+            let acc = r.metrics.as_ref().map(|m| format!("{:.1} %", 100.0 * m.final_eval.accuracy));
+            format!("seed {} {} ({})", r.seed, acc.unwrap_or_else(|| "-".into()), o.words())
+        })
+        .collect();
+    Some(Part::new(
+        &a.name,
+        Verdict::NotRun,
+        format!(
+            "{}: not run: 0 successful seeds, {} excluded by the training-success rule (§8.2): {}",
+            a.name,
+            a.excluded.len(),
+            seeds.join(", ")
+        ),
+    ))
+}
+
+/// The arm named `name` whose seeds all failed the training-success rule, if any.
+pub(super) fn untrained_arm<'a>(arms: &'a [Arm<'a>], name: &str) -> Option<&'a Arm<'a>> {
+    arms.iter().find(|a| a.name == name && untrained_part(a).is_some())
+}
+
+/// Whether an arm's preset puts its KV heads or layers on different grids (issue 30).
+pub(super) fn on_staggered_grids(a: &Arm) -> bool {
+    crate::kernel::spec::KernelSpec::preset(&a.preset).is_ok_and(|s| s.stagger != crate::kernel::spec::Stagger::None)
+}
+
 /// Whether an arm has one KV head per layer (the capacity arm of E3).
 pub(super) fn one_head(a: &Arm) -> bool {
     a.runs.iter().all(|r| r.config.model.n_kv_head == 1)
@@ -521,6 +557,42 @@ pub(super) fn resample_cfg(a: &Arm) -> ResampleConfig {
 pub(super) fn gap(a: &Arm, p: Protocol, fold: Option<usize>) -> std::result::Result<GapSummary, String> {
     let pairs = pooled_pairs(a, p).ok_or_else(|| NO_OUTCOMES.to_string())?;
     stats::gap_summary(&pairs, modulus(a), fold, &resample_cfg(a)).map_err(|e| format!("not testable: {e}"))
+}
+
+/// Under the v2 rules (§8.7), the mean over the arm's seeds of each seed's gap under `p`
+/// (folded by `fold`), with its bootstrap summary, and each seed's gap with its training seed.
+pub(super) fn seed_gap(
+    a: &Arm,
+    p: Protocol,
+    fold: Option<usize>,
+) -> std::result::Result<(stats::BootInterval, Vec<(u64, f64)>), String> {
+    let m = modulus(a).max(1);
+    let seeds = seed_records(a, p).ok_or_else(|| NO_OUTCOMES.to_string())?;
+    let pairs: Vec<Vec<(usize, bool)>> =
+        seeds.iter().map(|s| s.iter().map(|r| (r.position % m, r.correct)).collect()).collect();
+    let (b, each) =
+        stats::seed_mean_gap(&pairs, m, fold, &resample_cfg(a)).map_err(|e| format!("not testable: {e}"))?;
+    Ok((b, a.runs.iter().map(|r| r.seed).zip(each).collect()))
+}
+
+/// The largest of per-seed values `(seed, pp)` in words: `x pp (seed k)`.
+pub(super) fn largest_seed(each: &[(u64, f64)]) -> String {
+    match each.iter().max_by(|x, y| x.1.total_cmp(&y.1)) {
+        Some((k, v)) => format!("{v:.1} pp (seed {k})"),
+        None => "-".into(),
+    }
+}
+
+/// The largest per-seed depth-adjusted spread of a part's deciding binary tests (§8.7: E2 and
+/// E5 report it with its seed), in words.
+pub(super) fn largest_seed_spread(part: &Part) -> Option<String> {
+    let each: Vec<(u64, f64)> = part
+        .tests
+        .iter()
+        .filter(|t| t.decides && t.method != "NLL permutation F")
+        .flat_map(|t| t.seeds.iter().map(|s| (s.seed, s.adjusted_gap_pp)))
+        .collect();
+    (!each.is_empty()).then(|| largest_seed(&each))
 }
 
 /// A gap in words: value, interval (bias-corrected, with the raw value and the percentile
