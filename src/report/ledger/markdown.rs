@@ -246,7 +246,25 @@ pub fn render_ledger(l: &Ledger) -> String {
         "| id | claim | paper | ours [95 % interval] (arm) | verdict | per arm | figure |\n|---|---|---|---|---|---|---|"
     );
     for c in &l.claims {
-        let arms: Vec<String> = c.arms.iter().map(|a| format!("{} {}", a.arm, symbol(a.verdict))).collect();
+        // Up to 8 arms named one by one; more are grouped by verdict, the common one counted
+        // (the claim's section names every arm).
+        let arms: Vec<String> = if c.arms.len() <= 8 {
+            c.arms.iter().map(|a| format!("{} {}", a.arm, symbol(a.verdict))).collect()
+        } else {
+            let mut by: Vec<(Verdict, Vec<&str>)> = Vec::new();
+            for a in &c.arms {
+                match by.iter_mut().find(|g| g.0 == a.verdict) {
+                    Some(g) => g.1.push(&a.arm),
+                    None => by.push((a.verdict, vec![&a.arm])),
+                }
+            }
+            by.iter()
+                .map(|(v, names)| match names.len() {
+                    1..=2 => format!("{} {}", names.join(", "), symbol(*v)),
+                    n => format!("{n} arms {}", symbol(*v)),
+                })
+                .collect()
+        };
         let _ = writeln!(
             md,
             "| [{}](#{}) | {} | {} | {} | **{}** | {} | {} |",

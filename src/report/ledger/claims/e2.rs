@@ -16,7 +16,9 @@ impl LedgerClaim for E2 {
         // changes.
         let geometries: &[(&str, usize)] = match super::super::collect::rules(c) {
             crate::analysis::verdict::Rules::V1 => &[("w8s4", 4), ("w8s6", 6), ("w8s8", 8)],
-            crate::analysis::verdict::Rules::V2 => &[("w8s4", 4), ("w8s6", 6), ("w8s8", 8), ("w4s4", 4), ("w12s12", 12)],
+            crate::analysis::verdict::Rules::V2 => {
+                &[("w8s4", 4), ("w8s6", 6), ("w8s8", 8), ("w4s4", 4), ("w12s12", 12)]
+            }
         };
         for &(preset, s) in geometries {
             let Some(a) = arm_for(&arms, preset, false) else {

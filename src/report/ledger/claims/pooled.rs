@@ -662,11 +662,26 @@ pub(super) fn count_ours(c: &Claim) -> String {
 
 /// Our value of a claim judged seed by seed: per arm, the seeds that meet its rule.
 pub(super) fn seeds_ours(c: &Claim) -> String {
-    let mut bits: Vec<String> = Vec::new();
+    // Arms with the same count share one entry; more than two of them are counted, not named
+    // (the top table's cells stay short; the claim's section names every arm).
+    let mut groups: Vec<((usize, usize), Vec<&str>)> = Vec::new();
     for a in &c.arms {
         let of: Vec<&SeedLine> = c.seeds.iter().filter(|s| s.arm == a.arm).collect();
-        let ok = of.iter().filter(|s| s.meets == Some(true)).count();
-        bits.push(format!("{} {ok}/{}", a.arm, of.len()));
+        let key = (of.iter().filter(|s| s.meets == Some(true)).count(), of.len());
+        match groups.iter_mut().find(|g| g.0 == key) {
+            Some(g) => g.1.push(&a.arm),
+            None => groups.push((key, vec![&a.arm])),
+        }
     }
-    format!("seeds meeting the rule: {}", bits.join(", "))
+    let bits: Vec<String> = groups
+        .iter()
+        .map(|((ok, n), arms)| {
+            if arms.len() > 2 {
+                format!("{} arms {ok}/{n}", arms.len())
+            } else {
+                format!("{} {ok}/{n}", arms.join(", "))
+            }
+        })
+        .collect();
+    format!("seeds meeting the rule: {}", bits.join("; "))
 }
