@@ -268,7 +268,11 @@ pub fn claims(c: &Collected) -> Vec<Claim> {
             let judged_on_models = claim.verdict != Verdict::NotRun && (!claim.tests.is_empty() || claim.id == "E6");
             match rules {
                 crate::analysis::verdict::Rules::V1 if judged_on_models => claim.flags.push(FIT_FLAG.into()),
-                crate::analysis::verdict::Rules::V2 if judged_on_models || claim.id == "E7" => {
+                // A v2 claim that is not run because one arm trained in no seed still rests on
+                // the other arms' models: flagged alike.
+                crate::analysis::verdict::Rules::V2
+                    if !claim.tests.is_empty() || ["E6", "E7"].contains(&claim.id.as_str()) =>
+                {
                     claim.flags.push(TASK_FLAG.into())
                 }
                 _ => {}
