@@ -73,6 +73,8 @@ mod report_committed;
 mod report_figures;
 #[path = "report_ledger.rs"]
 mod report_ledger;
+#[path = "report_writers.rs"]
+mod report_writers;
 #[path = "reproduce_plans.rs"]
 mod reproduce_plans;
 #[path = "reproduce_sweep.rs"]
