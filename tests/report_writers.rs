@@ -25,17 +25,39 @@ fn one_model(steps: usize) -> Plan {
     plan
 }
 
-/// A finished reproduction of [`one_model`], made once per test process.
-fn base() -> &'static Path {
+/// The tests of this file that use [`base`]; the last one to end removes it.
+const BASE_USERS: usize = 4;
+
+/// A finished reproduction of [`one_model`], made once per test process and removed when the
+/// last of its [`BASE_USERS`] users drops its guard (left behind only when a filter runs
+/// some of them).
+fn base() -> (&'static Path, BaseGuard) {
     static BASE: OnceLock<PathBuf> = OnceLock::new();
-    BASE.get_or_init(|| {
+    let path = BASE.get_or_init(|| {
         let dir = scratch("writers-base");
         let plan = dir.join("one.json");
         write_plan(&plan, &one_model(6));
         let out = dir.join("out");
         phasekv_ok(&["reproduce", "--plan", s(&plan), "--out", s(&out)]);
         out
-    })
+    });
+    (path, BaseGuard)
+}
+
+struct BaseGuard;
+
+impl Drop for BaseGuard {
+    fn drop(&mut self) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static ENDED: AtomicUsize = AtomicUsize::new(0);
+        if ENDED.fetch_add(1, Ordering::SeqCst) + 1 == BASE_USERS {
+            let _ = std::fs::remove_dir_all(base_dir());
+        }
+    }
+}
+
+fn base_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("phasekv-writers-base-{}", std::process::id()))
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -50,13 +72,13 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Two inputs in `dir`: `r1`, the base output, and `r2`, the same with a second run (a copy
+/// Two inputs in `dir`: `r1`, a copy of the base output, and `r2`, the same with a second run (a copy
 /// named `w4-s4-seed7`, so its report has figures `r1`'s lacks); `old`, a report of `r2`; and
 /// `reference`, a report of `r1` written alone.
-fn inputs(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+fn inputs(dir: &Path, base: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
     let (r1, r2, old, reference) = (dir.join("r1"), dir.join("r2"), dir.join("old"), dir.join("reference"));
-    copy_dir(base(), &r1);
-    copy_dir(base(), &r2);
+    copy_dir(base, &r1);
+    copy_dir(base, &r2);
     copy_dir(&r2.join("runs/w4-s4-seed0"), &r2.join("runs/w4-s4-seed7"));
     phasekv_ok(&["report", "--from", s(&r2), "--out", s(&old)]);
     phasekv_ok(&["report", "--from", s(&r1), "--out", s(&reference)]);
@@ -150,8 +172,9 @@ fn refused(args: &[&str], needles: &[&str]) -> String {
 
 #[test]
 fn two_reports_into_one_directory_one_is_refused_and_the_result_is_whole() {
+    let (base, _guard) = base();
     let dir = scratch("writers-two");
-    let (r1, r2, old, reference) = inputs(&dir);
+    let (r1, r2, old, reference) = inputs(&dir, base);
     let out = dir.join("out");
     copy_dir(&old, &out);
     // The old report has figures of a run the new one lacks: a mix would keep them.
@@ -187,6 +210,7 @@ fn two_reports_into_one_directory_one_is_refused_and_the_result_is_whole() {
 
 #[test]
 fn a_report_during_a_reproduce_is_refused_and_an_unfinished_run_only_as_partial() {
+    let (base, _guard) = base();
     let dir = scratch("writers-reproduce");
     let mut plan = one_model(1_000_000);
     plan.run.train.eval_every = 1_000_000;
@@ -225,7 +249,7 @@ fn a_report_during_a_reproduce_is_refused_and_an_unfinished_run_only_as_partial(
 
     // Negative control: a finished output is reported without --partial and not marked.
     let whole = dir.join("whole");
-    phasekv_ok(&["report", "--from", s(base()), "--out", s(&whole)]);
+    phasekv_ok(&["report", "--from", s(base), "--out", s(&whole)]);
     let ledger: serde_json::Value = serde_json::from_slice(&std::fs::read(whole.join("ledger.json")).unwrap()).unwrap();
     assert!(ledger.get("partial").is_none(), "{ledger}");
     assert!(!std::fs::read_to_string(whole.join("README.md")).unwrap().contains("partial report"));
@@ -234,8 +258,9 @@ fn a_report_during_a_reproduce_is_refused_and_an_unfinished_run_only_as_partial(
 
 #[test]
 fn kill_9_during_a_report_leaves_the_old_report_and_the_next_report_cleans_up() {
+    let (base, _guard) = base();
     let dir = scratch("writers-kill");
-    let (r1, _, old, reference) = inputs(&dir);
+    let (r1, _, old, reference) = inputs(&dir, base);
     let out = dir.join("out");
     copy_dir(&old, &out);
     let before = snapshot(&out);
@@ -261,8 +286,9 @@ fn kill_9_during_a_report_leaves_the_old_report_and_the_next_report_cleans_up() 
 
 #[test]
 fn the_first_signal_stops_a_report_at_once_leaving_the_old_report_and_no_temporaries() {
+    let (base, _guard) = base();
     let dir = scratch("writers-signal");
-    let (r1, _, old, _) = inputs(&dir);
+    let (r1, _, old, _) = inputs(&dir, base);
     let out = dir.join("out");
     copy_dir(&old, &out);
     let before = snapshot(&out);
