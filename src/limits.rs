@@ -53,6 +53,14 @@ pub const MAX_EVAL_SAMPLES: usize = 1 << 20;
 pub const MAX_HELD_TOKENS: u64 = 1 << 27;
 /// Prompts per residue group (`eval`, `analyze knockout|gates`, `audit export` `--samples`).
 pub const MAX_SAMPLES_PER_GROUP: usize = 100_000;
+/// Work of `eval` and `analyze knockout` (forward passes times the multiply-adds of one,
+/// `lab::forward_work`), checked before any work. The committed reproduction's w8s4 model is
+/// 2.1e7 units per prompt; issue 47 measured `eval --samples 40000` (9.6e5 prompts, 2.0e13
+/// units) at an estimated 1.75-2.8 h, about 2.5e9 units/s, so the largest accepted evaluation
+/// takes about an hour there: 17 600 prompts per group on that model (the pre-registered 240
+/// are 1.2e11 units). A load of 13 (2026-12-03) made 960 prompts take 14.9 s in the test
+/// profile, start included.
+pub const MAX_LAB_WORK: u64 = 1 << 43;
 /// Same-layout reference prompts per knocked-out prompt (`analyze knockout --reference`).
 pub const MAX_KNOCKOUT_REFERENCE: usize = 1024;
 /// Window `W` of a preset run through the invariant harness (`kernel check --preset`).
@@ -77,6 +85,10 @@ pub const MAX_BENCH_SECONDS: f64 = 3600.0;
 /// test profile: 2^28 units (W = S = 4096, T = 8192, d = 4) took 73 s, so the largest
 /// accepted dump takes about 5 minutes there, with progress shown.
 pub const MAX_VALIDATION_WORK: u64 = 1 << 30;
+/// Bytes `kernel validate` may hold for a dump, estimated before any work
+/// (`conformance::validate::memory_estimate`: the dump and, per run compared, the f64 reference
+/// and its low-precision twin in f64): 8 GiB, a third of the build box.
+pub const MAX_VALIDATION_BYTES: u64 = 8 << 30;
 /// A JSON file read whole: configs, `metadata.json`, `metrics.json`, results.
 pub const MAX_JSON_BYTES: u64 = 64 << 20;
 /// A JSONL file of per-sample results (`audit analyze`).
@@ -137,6 +149,11 @@ pub const TABLE: &[Limit] = &[
     ),
     limit!("eval, analyze, audit export --samples", "100000", "prompts per residue group (MAX_SAMPLES_PER_GROUP)"),
     limit!("analyze knockout --reference", "1024", "reference prompts per prompt (MAX_KNOCKOUT_REFERENCE)"),
+    limit!(
+        "eval, analyze knockout (work of the prompts)",
+        "8796093022208",
+        "2^43 units: forward passes x multiply-adds each, about 1 h (MAX_LAB_WORK)"
+    ),
     limit!("kernel check --preset wWsS", "512", "window W in the invariant harness (MAX_CHECK_WINDOW)"),
     limit!(
         "kernel check (work of --cases on the preset)",
@@ -150,6 +167,11 @@ pub const TABLE: &[Limit] = &[
         "kernel validate (work of a dump)",
         "1073741824",
         "2^30 units of (2S+2) B n W d, about 5 min (MAX_VALIDATION_WORK)"
+    ),
+    limit!(
+        "kernel validate (memory of a dump)",
+        "8589934592",
+        "bytes: the dump and two references in f64, estimated (MAX_VALIDATION_BYTES)"
     ),
     limit!(
         "JSON files (configs, metadata.json, metrics.json)",
@@ -293,12 +315,14 @@ mod tests {
             ("tokens held", MAX_HELD_TOKENS),
             ("eval, analyze", MAX_SAMPLES_PER_GROUP as u64),
             ("analyze knockout", MAX_KNOCKOUT_REFERENCE as u64),
+            ("eval, analyze knockout (work", MAX_LAB_WORK),
             ("kernel check --preset", MAX_CHECK_WINDOW as u64),
             ("kernel check (work", MAX_CHECK_WORK),
             ("kernel bench --tokens", MAX_BENCH_TOKENS as u64),
             ("kernel bench --d-model", MAX_BENCH_WIDTH as u64),
             ("kernel bench --seconds", MAX_BENCH_SECONDS as u64),
             ("kernel validate", MAX_VALIDATION_WORK),
+            ("kernel validate (memory", MAX_VALIDATION_BYTES),
             ("JSON files", MAX_JSON_BYTES),
             ("audit analyze results", MAX_JSONL_BYTES),
             ("kernel dumps", MAX_DUMP_BYTES),

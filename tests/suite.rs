@@ -25,6 +25,8 @@ mod cli_theory;
 mod dump_format_doc;
 #[path = "hf_deepseek_v4.rs"]
 mod hf_deepseek_v4;
+#[path = "hostile_bounds.rs"]
+mod hostile_bounds;
 #[path = "hostile_disk.rs"]
 mod hostile_disk;
 #[path = "hostile_external.rs"]

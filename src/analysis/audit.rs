@@ -247,21 +247,32 @@ pub fn own_records(outcomes: &[Outcome]) -> Option<Vec<crate::analysis::phase_te
         .collect()
 }
 
+/// Lines of results read between two polls of the stop check (well under a second).
+pub const STOP_LINES: usize = 4096;
+
 /// Reads per-sample results (see the module docs); `m` is the residue modulus. Errors name
 /// the line (1-based) and the field.
 pub fn parse_results(text: &str, m: usize) -> Result<Vec<Outcome>> {
-    parse_results_checked(text, m, None)
+    parse_results_checked(text, m, None, &crate::stop::Stop::never())
 }
 
 /// [`parse_results`], refusing what would fabricate or distort significance: a repeated `id`
 /// (the same results counted twice), `correct` contradicting `prob`, a `group` that is not
 /// `target_pos mod M` when the line carries `target_pos`, and, given the export's
 /// `manifest`, a missing `id`, an id that was never exported, or a group other than the
-/// exported one.
-pub fn parse_results_checked(text: &str, m: usize, manifest: Option<&Manifest>) -> Result<Vec<Outcome>> {
+/// exported one. `stop` is polled every [`STOP_LINES`] lines.
+pub fn parse_results_checked(
+    text: &str,
+    m: usize,
+    manifest: Option<&Manifest>,
+    stop: &crate::stop::Stop,
+) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
     let mut seen: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
     for (i, line) in text.lines().enumerate() {
+        if i % STOP_LINES == 0 {
+            stop.check("audit analyze (reading results)")?;
+        }
         let n = i + 1;
         if line.trim().is_empty() {
             continue;

@@ -7,7 +7,9 @@ use super::*;
 /// (`profile.json`, `groups.csv`, `phase.svg`/`.png`), which must not exist yet (results are
 /// never overwritten). `m` is checked against [`crate::limits::MAX_MODULUS`]; a `stride` must
 /// be at least 2 and divide `m` (else folding would be silently skipped); `export`, the JSONL
-/// that `audit export` wrote, makes every result's id and group checked against it.
+/// that `audit export` wrote, makes every result's id and group checked against it. `stop` is
+/// polled between stages; a requested stop ends it with [`Error::Interrupted`] before `out` is
+/// made.
 pub fn audit_analyze(
     results: &Path,
     m: usize,
@@ -15,6 +17,7 @@ pub fn audit_analyze(
     seed: u64,
     out: &Path,
     export: Option<&Path>,
+    stop: &Stop,
 ) -> Result<AuditAnalysis> {
     crate::limits::check_range("--modulus", m, 2, crate::limits::MAX_MODULUS)?;
     if let Some(s) = stride {
@@ -41,10 +44,16 @@ pub fn audit_analyze(
         }
         None => None,
     };
+    stop.check("audit analyze")?;
     let text = crate::limits::read_text(results, crate::limits::MAX_JSONL_BYTES)?;
-    let outcomes = crate::analysis::audit::parse_results_checked(&text, m, manifest.as_ref())
-        .map_err(|e| Error::File { path: results.to_path_buf(), reason: e.to_string() })?;
+    stop.check("audit analyze")?;
+    let outcomes =
+        crate::analysis::audit::parse_results_checked(&text, m, manifest.as_ref(), stop).map_err(|e| match e {
+            Error::Interrupted { .. } => e,
+            e => Error::File { path: results.to_path_buf(), reason: e.to_string() },
+        })?;
     let profile = phase::profile(&outcomes, m, stride, seed)?;
+    stop.check("audit analyze")?;
     // The pre-registered statistics need each prompt's depth: positions from the export, else
     // from the results themselves where every line carries them (the suite's outcome files).
     let records = match manifest.as_ref() {
@@ -55,6 +64,7 @@ pub fn audit_analyze(
         Some(r) => Some(phase::statistics(&r, m, stride, seed)?),
         None => None,
     };
+    stop.check("audit analyze")?;
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }

@@ -113,6 +113,10 @@ pub trait Progress {
     fn trainer(&mut self) -> &mut dyn Observer;
     /// Progress of an analysis step.
     fn step(&mut self, stage: &str, done: usize, total: usize);
+    /// The stop check the analyses poll (the CLI's signals); never, by default.
+    fn stop(&self) -> crate::stop::Stop {
+        crate::stop::Stop::never()
+    }
 }
 
 /// Writes `plan.json` into `out`, or checks that the one there is the same plan. Idempotent, so
@@ -296,9 +300,10 @@ fn run_model(
     }
     let t0 = Instant::now();
     let s = lab_settings;
+    let stop = progress.stop();
     for protocol in crate::analysis::protocol::Protocol::ALL {
         let stage = format!("{preset} eval {}", protocol.name());
-        lab::eval_run(&dir, protocol, s.eval_per_group, s.seed, &mut |d, t| progress.step(&stage, d, t))?;
+        lab::eval_run(&dir, protocol, s.eval_per_group, s.seed, &mut |d, t| progress.step(&stage, d, t), &stop)?;
     }
     // §8.9: under the v2 rules each arm gets its own intervention; v1 knocked out KV heads.
     let intervention = match rules {
@@ -308,10 +313,11 @@ fn run_model(
     for protocol in crate::analysis::protocol::Protocol::ALL {
         let stage = format!("{preset} knockout {}", protocol.name());
         let (n, r) = (s.knockout_per_group, s.knockout_reference);
-        lab::knockout_run(&dir, protocol, n, r, s.seed, intervention, &mut |d, t| progress.step(&stage, d, t))?;
+        let bar = &mut |d, t| progress.step(&stage, d, t);
+        lab::knockout_run(&dir, protocol, n, r, s.seed, intervention, bar, &stop)?;
     }
     let stage = format!("{preset} gates");
-    lab::gates_run(&dir, s.gate_samples, s.seed, &mut |d, t| progress.step(&stage, d, t))?;
+    lab::gates_run(&dir, s.gate_samples, s.seed, &mut |d, t| progress.step(&stage, d, t), &stop)?;
     write_json(
         &unit_file,
         &ModelUnitResult { preset: unit.preset().to_string(), analysis_seconds: t0.elapsed().as_secs_f64() },

@@ -107,7 +107,7 @@ fn bar(label: &str) -> impl FnMut(usize, usize) {
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let protocol = Protocol::from(args.protocol);
-    let r = lab::eval_run(&args.run, protocol, args.samples, args.seed, &mut bar("eval"))?;
+    let r = lab::eval_run(&args.run, protocol, args.samples, args.seed, &mut bar("eval"), &super::stop())?;
     print_profile(
         &format!("{} ({}), {} padding, {} prompts", r.preset, args.run.display(), protocol.name(), r.profile.n),
         Some(&r.balance),
@@ -131,7 +131,8 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
         AnalyzeCmd::Knockout { run, samples, protocol, reference, seed, intervention } => {
             let protocol = Protocol::from(protocol);
             let intervention = Intervention::parse(&intervention)?;
-            let r = lab::knockout_run(&run, protocol, samples, reference, seed, intervention, &mut bar("knockout"))?;
+            let (bar, stop) = (&mut bar("knockout"), &super::stop());
+            let r = lab::knockout_run(&run, protocol, samples, reference, seed, intervention, bar, stop)?;
             println!(
                 "{}: {} knockouts, {} prompts per group, {} references each",
                 r.preset,
@@ -166,17 +167,30 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        AnalyzeCmd::Gates { run, samples, seed } => match lab::gates_run(&run, samples, seed, &mut bar("gates"))? {
-            None => println!("{}: full attention has no gates", run.display()),
-            Some(r) => {
-                println!("{}: gate preferences over {} checkpoints (W = {})", r.preset, r.snapshots.len(), r.window);
-                if let (Some(first), Some(last)) = (r.snapshots.first(), r.snapshots.last()) {
-                    for g in &last.gates {
-                        let g0 =
-                            first.gates.iter().find(|x| x.layer == g.layer && x.head == g.head && x.branch == g.branch);
-                        let peak =
-                            g.profile.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|p| p.0).unwrap_or(0);
-                        println!(
+        AnalyzeCmd::Gates { run, samples, seed } => {
+            match lab::gates_run(&run, samples, seed, &mut bar("gates"), &super::stop())? {
+                None => println!("{}: full attention has no gates", run.display()),
+                Some(r) => {
+                    println!(
+                        "{}: gate preferences over {} checkpoints (W = {})",
+                        r.preset,
+                        r.snapshots.len(),
+                        r.window
+                    );
+                    if let (Some(first), Some(last)) = (r.snapshots.first(), r.snapshots.last()) {
+                        for g in &last.gates {
+                            let g0 = first
+                                .gates
+                                .iter()
+                                .find(|x| x.layer == g.layer && x.head == g.head && x.branch == g.branch);
+                            let peak = g
+                                .profile
+                                .iter()
+                                .enumerate()
+                                .max_by(|a, b| a.1.total_cmp(b.1))
+                                .map(|p| p.0)
+                                .unwrap_or(0);
+                            println!(
                             "  L{}.H{} {:?}: static {:.2} (step {}: {:.2}), input-dependent {:.2}, peak offset {peak}",
                             g.layer,
                             g.head,
@@ -186,14 +200,15 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
                             g0.map(|x| x.static_concentration).unwrap_or(f64::NAN),
                             g.input_concentration
                         );
+                        }
                     }
+                    println!(
+                        "  written: {}/gates.{{json,csv}}, gates-{{scatter,trajectory,profile}}.{{svg,png}}",
+                        run.display()
+                    );
                 }
-                println!(
-                    "  written: {}/gates.{{json,csv}}, gates-{{scatter,trajectory,profile}}.{{svg,png}}",
-                    run.display()
-                );
             }
-        },
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
