@@ -29,7 +29,7 @@ pub use banner::{banner, BannerEntry, Ledger, FAILED_ACCURACY, SUCCESS_ACCURACY}
 pub use claims::{
     claims, ArmVerdict, Claim, Interval, LedgerClaim, Measure, SeedLine, SeedTest, TestRecord, Verdict, ALPHA, LEDGER,
 };
-pub use collect::{arm_of, arms, collect, Arm, Collected, RunData};
+pub use collect::{arm_of, arms, collect, verify_provenance, Arm, Collected, RunData};
 pub use markdown::{render_ledger, symbol};
 
 use crate::run_dir::{atomic_write, write_json_atomic};
@@ -56,6 +56,8 @@ fn write_json(out: &Path, rel: &str, value: &impl Serialize) -> Result<()> {
 
 /// Rebuilds the report in `out` from the outputs `from`; returns the claims.
 pub fn build_report(from: &[PathBuf], out: &Path) -> Result<Vec<Claim>> {
+    // Provenance first (issue 44): every run directory as its writers left it.
+    collect::verify_provenance(from)?;
     let c = collect(from)?;
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     // Theory and kernel data travel with the report.
