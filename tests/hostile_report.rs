@@ -99,9 +99,19 @@ type Corrupt = fn(&Path);
 /// names, the field the loader names after the manifest is rewritten over the corruption).
 fn table() -> Vec<(&'static str, Corrupt, &'static str, &'static str)> {
     vec![
-        ("every outcome row written twice", |o| edit_lines(&run(o, 0).join(IN_SEQ), |v| v.extend(v.clone())), IN_SEQ, "id"),
+        (
+            "every outcome row written twice",
+            |o| edit_lines(&run(o, 0).join(IN_SEQ), |v| v.extend(v.clone())),
+            IN_SEQ,
+            "id",
+        ),
         ("one repeated outcome row", |o| edit_lines(&run(o, 0).join(IN_SEQ), |v| v.push(v[3].clone())), IN_SEQ, "id"),
-        ("half the lines removed", |o| edit_lines(&run(o, 0).join(IN_SEQ), |v| v.truncate(v.len() / 2)), IN_SEQ, "lines"),
+        (
+            "half the lines removed",
+            |o| edit_lines(&run(o, 0).join(IN_SEQ), |v| v.truncate(v.len() / 2)),
+            IN_SEQ,
+            "lines",
+        ),
         ("prob 2.0", |o| edit_lines(&run(o, 0).join(IN_SEQ), |v| v[1]["prob"] = 2.0.into()), IN_SEQ, "prob"),
         ("prob negative", |o| edit_lines(&run(o, 0).join(PREFIX), |v| v[2]["prob"] = (-0.25).into()), PREFIX, "prob"),
         (
@@ -155,7 +165,12 @@ fn table() -> Vec<(&'static str, Corrupt, &'static str, &'static str)> {
             "manifest.json",
             "train.seed",
         ),
-        ("config says seed 5", |o| edit_json(&run(o, 0).join("config.json"), |v| v["train"]["seed"] = 5.into()), "config.json", "train.seed"),
+        (
+            "config says seed 5",
+            |o| edit_json(&run(o, 0).join("config.json"), |v| v["train"]["seed"] = 5.into()),
+            "config.json",
+            "train.seed",
+        ),
         (
             "config is full attention",
             |o| edit_json(&run(o, 0).join("config.json"), |v| v["model"]["preset"] = "full".into()),
@@ -228,8 +243,12 @@ fn report_refuses_every_corruption_of_the_issue_table_naming_file_and_field() {
     let dir = scratch("hostile-report-cases");
     // The seeds are excluded by the training-success rule (the rows on excluded seeds).
     for seed in [0, 1] {
-        let m: Value = serde_json::from_str(&std::fs::read_to_string(run(src, seed).join("metrics.json")).unwrap()).unwrap();
-        assert!(m["final_eval"]["accuracy"].as_f64().unwrap() < 0.9, "seed {seed} trained: no excluded seed to corrupt");
+        let m: Value =
+            serde_json::from_str(&std::fs::read_to_string(run(src, seed).join("metrics.json")).unwrap()).unwrap();
+        assert!(
+            m["final_eval"]["accuracy"].as_f64().unwrap() < 0.9,
+            "seed {seed} trained: no excluded seed to corrupt"
+        );
     }
     // The clean copy, its manifests rewritten by the migration's writer, is accepted.
     let clean = dir.join("clean");
@@ -378,7 +397,8 @@ fn upgrade_checks_every_file_first_refuses_unknown_fields_busy_runs_and_special_
     drop(lock);
     assert_eq!(files(&r1), before1);
     // Special files where results should be.
-    let special = dir.join("special");
+    // (a copy under the run's own name: the arm is the directory's)
+    let special = dir.join("special").join(format!("{ARM}-seed1"));
     copy_dir(&r1, &special);
     std::fs::remove_file(special.join("manifest.json")).unwrap();
     std::fs::remove_file(special.join(PREFIX)).unwrap();

@@ -124,7 +124,11 @@ fn check_metrics(dir: &Path, m: &Metrics, config: &RunConfig) -> Result<()> {
     }
     for (i, x) in m.extensions.iter().enumerate() {
         if x.schedule.index != i + 1 {
-            return Err(bad(&path, &format!("extensions[{i}].index"), format!("{}, expected {}", x.schedule.index, i + 1)));
+            return Err(bad(
+                &path,
+                &format!("extensions[{i}].index"),
+                format!("{}, expected {}", x.schedule.index, i + 1),
+            ));
         }
         unit_interval(&path, &format!("extensions[{i}].accuracy_before"), x.accuracy_before)?;
         unit_interval(&path, &format!("extensions[{i}].accuracy_after"), x.accuracy_after)?;
@@ -158,7 +162,11 @@ fn check_eval(path: &Path, e: &EvalResult, p: Protocol, config: &RunConfig, arm:
     }
     let m = config.task.residue_modulus;
     if e.profile.modulus != m {
-        return Err(bad(path, "profile.modulus", format!("{}, config.json's residue_modulus is {m}", e.profile.modulus)));
+        return Err(bad(
+            path,
+            "profile.modulus",
+            format!("{}, config.json's residue_modulus is {m}", e.profile.modulus),
+        ));
     }
     check_groups(path, "profile.groups", &e.profile.groups, m)?;
     if e.profile.n > 0 {
@@ -184,7 +192,11 @@ fn read_outcomes(path: &Path, columns: &RunColumns, m: usize) -> Result<Vec<Outc
     }
     for (i, o) in outcomes.iter().enumerate() {
         if o.id >= want {
-            return Err(bad(path, &format!("line {}: id", i + 1), format!("{} is not below per_group x groups = {want}", o.id)));
+            return Err(bad(
+                path,
+                &format!("line {}: id", i + 1),
+                format!("{} is not below per_group x groups = {want}", o.id),
+            ));
         }
         columns
             .fill(&mut o.clone())
@@ -273,7 +285,11 @@ pub fn load_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunFil
         }
         if present(&file) {
             let Some(e) = &eval else {
-                return Err(bad(&file, "eval", format!("{} is missing: outcomes without their evaluation", json.display())));
+                return Err(bad(
+                    &file,
+                    "eval",
+                    format!("{} is missing: outcomes without their evaluation", json.display()),
+                ));
             };
             let columns = RunColumns::new(dir, &config, p, e.per_group, e.stride);
             outcomes.insert(p, read_outcomes(&file, &columns, m)?);
@@ -294,10 +310,18 @@ pub fn load_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunFil
     let gates: Option<GatesResult> = opt_json(&gates_path)?;
     if let Some(g) = &gates {
         if g.preset != config.model.preset {
-            return Err(bad(&gates_path, "preset", format!("{:?}, config.json says {:?}", g.preset, config.model.preset)));
+            return Err(bad(
+                &gates_path,
+                "preset",
+                format!("{:?}, config.json says {:?}", g.preset, config.model.preset),
+            ));
         }
         if g.window == 0 || g.samples == 0 {
-            return Err(bad(&gates_path, "window", format!("window {} and samples {} must be positive", g.window, g.samples)));
+            return Err(bad(
+                &gates_path,
+                "window",
+                format!("window {} and samples {} must be positive", g.window, g.samples),
+            ));
         }
     }
     if metrics.is_none() && (!evals.is_empty() || !knockouts.is_empty() || gates.is_some()) {
@@ -310,4 +334,3 @@ pub fn load_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunFil
     let environment = opt_json(&dir.join(crate::run_dir::ENVIRONMENT_FILE))?;
     Ok(Some(RunFiles { config, metrics, evals, outcomes, knockouts, gates, environment }))
 }
-

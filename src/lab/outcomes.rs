@@ -12,9 +12,9 @@ use crate::analysis::phase::Outcome;
 use crate::analysis::protocol::Protocol;
 use crate::model::RunConfig;
 use crate::run_dir::{arm_of, atomic_write};
-use serde_json::Value;
 use crate::task::QueryPlacement;
 use crate::{Error, Result};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// What every outcome line of one evaluation shares, and how its per-prompt columns follow.
@@ -280,10 +280,7 @@ pub fn upgrade_runs(runs: &[PathBuf], stop: &dyn Fn() -> bool) -> Result<Upgrade
             return Ok(report);
         }
         if !run.join(crate::run_dir::CONFIG_FILE).is_file() {
-            return Err(Error::File {
-                path: run.to_path_buf(),
-                reason: "not a run directory (no config.json)".into(),
-            });
+            return Err(Error::File { path: run.to_path_buf(), reason: "not a run directory (no config.json)".into() });
         }
         locks.push(crate::run_dir::DirLock::shared(run)?);
         report.stale_removed += remove_stale_temps(run)?;

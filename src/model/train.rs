@@ -300,8 +300,7 @@ pub(super) fn write_metrics(run: &RunDir, metrics: &Metrics) -> Result<()> {
     // kept from before each extension), as they are now (the run's lock is held).
     use crate::run_dir::{manifest, CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE};
     let mut names: Vec<String> = [CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE].map(String::from).to_vec();
-    names.extend(
-        manifest::result_files(run.path())?.into_iter().filter(|n| n.starts_with("metrics.before-extension-")),
-    );
+    names
+        .extend(manifest::result_files(run.path())?.into_iter().filter(|n| n.starts_with("metrics.before-extension-")));
     manifest::record(run.path(), &names)
 }

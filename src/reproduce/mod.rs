@@ -394,10 +394,10 @@ pub fn write_manifest(run: &Path) -> Result<Option<usize>> {
     let expected = match plan_file.map(|o| o.join(PLAN_FILE)).filter(|p| p.exists()) {
         Some(p) => {
             let plan: Plan = lab::read_json(&p)?;
-            plan.models()?.iter().find(|m| m.key() == name).map(|m| lab::load::Expected {
-                preset: m.config.model.preset.clone(),
-                seed: m.config.train.seed,
-            })
+            plan.models()?
+                .iter()
+                .find(|m| m.key() == name)
+                .map(|m| lab::load::Expected { preset: m.config.model.preset.clone(), seed: m.config.train.seed })
         }
         None => None,
     };

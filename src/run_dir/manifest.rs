@@ -1,6 +1,7 @@
 //! `manifest.json`: the provenance of a run directory's result files (issue 44). It lists every
 //! result file of the directory (every `*.json` and `*.jsonl` at its top level except itself,
-//! the training log `log.jsonl` and hidden temporaries) with its content hash
+//! the training log `log.jsonl`, the checkpoint index `checkpoint.json` and hidden
+//! temporaries) with its content hash
 //! ([`crate::limits::content_hash`]), its size and, for JSONL, its line count, and the name of
 //! the directory it was written in. The writers record each result file as they write it,
 //! under the run's lock (`phasekv train`, `eval`, `analyze`, `reproduce`, `analyze upgrade`);
@@ -48,12 +49,18 @@ pub struct FileEntry {
     pub lines: Option<u64>,
 }
 
+/// The checkpoint index of a training run (`model::checkpoint::CHECKPOINT_INDEX`): training
+/// state, checksummed by itself, rewritten while a run trains, not a result.
+const CHECKPOINT_INDEX: &str = "checkpoint.json";
+
 /// Whether `name` is a result file the manifest covers: a `*.json` or `*.jsonl` that is not
-/// the manifest, the training log or a hidden file (temporaries, the lock).
+/// the manifest, the training log, the checkpoint index or a hidden file (temporaries, the
+/// lock).
 pub fn is_result_file(name: &str) -> bool {
     !name.starts_with('.')
         && name != MANIFEST_FILE
         && name != super::LOG_FILE
+        && name != CHECKPOINT_INDEX
         && (name.ends_with(".json") || name.ends_with(".jsonl"))
 }
 
@@ -131,11 +138,8 @@ fn write(dir: &Path, m: &Manifest) -> Result<()> {
 /// removed from the manifest), keeping the other entries: called by each writer right after it
 /// wrote them, holding the run's lock. Creates the manifest where there is none.
 pub fn record(dir: &Path, names: &[String]) -> Result<()> {
-    let mut m = read(dir)?.unwrap_or_else(|| Manifest {
-        format: MANIFEST_FORMAT,
-        run: dir_name(dir),
-        files: BTreeMap::new(),
-    });
+    let mut m =
+        read(dir)?.unwrap_or_else(|| Manifest { format: MANIFEST_FORMAT, run: dir_name(dir), files: BTreeMap::new() });
     for name in names.iter().filter(|n| is_result_file(n)) {
         let path = dir.join(name);
         if std::fs::symlink_metadata(&path).is_err() {
