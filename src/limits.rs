@@ -93,6 +93,10 @@ pub const MAX_VALIDATION_BYTES: u64 = 8 << 30;
 pub const MAX_JSON_BYTES: u64 = 64 << 20;
 /// A JSONL file of per-sample results (`audit analyze`).
 pub const MAX_JSONL_BYTES: u64 = 1 << 30;
+/// Result lines `audit analyze` reads: its permutation test and resamplings cost
+/// [`crate::analysis::phase::PERMUTATION_ROUNDS`] passes over them (2^20 lines: about 2^31
+/// steps, under a minute), and each line read is held as an outcome (about 200 bytes).
+pub const MAX_RESULT_LINES: u64 = 1 << 20;
 /// A kernel dump (`.safetensors` or one `.npy`).
 pub const MAX_DUMP_BYTES: u64 = 2 << 30;
 /// A weights or checkpoint file of a run.
@@ -179,6 +183,11 @@ pub const TABLE: &[Limit] = &[
         "bytes, regular files only (MAX_JSON_BYTES)"
     ),
     limit!("audit analyze results JSONL", "1073741824", "bytes, regular files only (MAX_JSONL_BYTES)"),
+    limit!(
+        "audit analyze results lines",
+        "1048576",
+        "lines, counted before any is parsed: the permutation test's work (MAX_RESULT_LINES)"
+    ),
     limit!("kernel dumps (.safetensors, each .npy)", "2147483648", "bytes, regular files only (MAX_DUMP_BYTES)"),
     limit!("weights and checkpoints", "8589934592", "bytes, regular files only (MAX_WEIGHTS_BYTES)"),
 ];
@@ -240,10 +249,10 @@ fn kind(meta: &std::fs::Metadata) -> &'static str {
     "not a regular file"
 }
 
-/// Reads `path` whole when it is a regular file (symlinks followed) of at most `cap` bytes;
-/// a FIFO, a device, a directory or a larger file is an error naming the path, before
-/// anything is read. The one bounded read of the crate.
-pub fn read_file(path: &Path, cap: u64) -> Result<Vec<u8>> {
+/// Opens `path` for reading when it is a regular file (symlinks followed) of at most `cap`
+/// bytes; a FIFO, a device, a directory or a larger file is an error naming the path, before
+/// anything is read. Returns the file and its size; read it through `take(cap + 1)`.
+pub fn open_regular(path: &Path, cap: u64) -> Result<(std::fs::File, u64)> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     let check = |meta: &std::fs::Metadata| -> Result<()> {
         if !meta.is_file() {
@@ -264,7 +273,15 @@ pub fn read_file(path: &Path, cap: u64) -> Result<Vec<u8>> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     // The object opened may not be the one examined (a rename in between): check it again.
     check(&file.metadata().map_err(|e| Error::io(path, e))?)?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    Ok((file, meta.len()))
+}
+
+/// Reads `path` whole when it is a regular file (symlinks followed) of at most `cap` bytes;
+/// a FIFO, a device, a directory or a larger file is an error naming the path, before
+/// anything is read. The one bounded read of the crate.
+pub fn read_file(path: &Path, cap: u64) -> Result<Vec<u8>> {
+    let (file, len) = open_regular(path, cap)?;
+    let mut bytes = Vec::with_capacity(len as usize);
     file.take(cap + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
     if bytes.len() as u64 > cap {
         return Err(Error::File { path: path.to_path_buf(), reason: format!("grew above the limit of {cap} bytes") });
@@ -281,12 +298,40 @@ pub fn read_text(path: &Path, cap: u64) -> Result<String> {
 /// A stable 64-bit content hash (FNV-1a), as `fnv1a64:<16 hex digits>`: the identity of a
 /// run's config, its weights, and the checksum of its checkpoints.
 pub fn content_hash(bytes: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    let mut h = ContentHasher::new();
+    h.update(bytes);
+    h.finish()
+}
+
+/// [`content_hash`] of bytes that arrive in pieces (a file streamed), equal to the hash of
+/// their concatenation.
+#[derive(Clone, Debug)]
+pub struct ContentHasher(u64);
+
+impl Default for ContentHasher {
+    fn default() -> Self {
+        ContentHasher(0xcbf2_9ce4_8422_2325)
     }
-    format!("fnv1a64:{h:016x}")
+}
+
+impl ContentHasher {
+    /// The hash of no bytes yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Hashes `bytes` after what came before.
+    pub fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= b as u64;
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    /// The hash, as `fnv1a64:<16 hex digits>`.
+    pub fn finish(&self) -> String {
+        format!("fnv1a64:{:016x}", self.0)
+    }
 }
 
 #[cfg(test)]

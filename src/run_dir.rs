@@ -5,6 +5,8 @@
 //! leaves a half-written file. A finished run is never overwritten: opening it again returns
 //! [`Error::FinishedRun`]. Tables are written with [`write_csv_atomic`].
 
+pub mod manifest;
+
 use crate::{Error, Result};
 use serde::Serialize;
 use std::io::Write;

@@ -35,6 +35,8 @@ mod hostile_external;
 mod hostile_input;
 #[path = "hostile_plans.rs"]
 mod hostile_plans;
+#[path = "hostile_report.rs"]
+mod hostile_report;
 #[path = "hostile_runs.rs"]
 mod hostile_runs;
 #[path = "kernel_external.rs"]

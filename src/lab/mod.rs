@@ -10,8 +10,13 @@
 //! | `eval-<protocol>.json`, `.csv`, `-outcomes.jsonl`, `.svg`, `.png` | [`eval_run`] (older results: [`outcomes::upgrade_run`] adds the issue-31 columns) |
 //! | `knockout-<protocol>.json`, `.csv`, `.svg`, `.png` | [`knockout_run`] |
 //! | `gates.json`, `gates.csv`, `gates-{scatter,trajectory,profile}.{svg,png}` | [`gates_run`] |
+//!
+//! Each writer records what it wrote in the run's provenance manifest
+//! ([`crate::run_dir::manifest`]); [`load`] is the one loader that reads a run's files back,
+//! each checked against the others.
 
 mod audit;
+pub mod load;
 pub mod outcomes;
 mod rows;
 
@@ -26,7 +31,7 @@ use crate::analysis::stats::GroupAccuracy;
 use crate::figures::lab as figures;
 use crate::kernel::spec::KernelSpec;
 use crate::model::{list_snapshots, load_run, verify_run, EVAL_STREAM};
-use crate::run_dir::{atomic_write, write_csv_atomic, write_json_atomic, DirLock};
+use crate::run_dir::{atomic_write, manifest, write_csv_atomic, write_json_atomic, DirLock};
 use crate::stop::Stop;
 use crate::task::{layout, Sample};
 use crate::{Error, Result};
@@ -308,6 +313,8 @@ pub fn eval_run(
         result.stride,
     )?;
     write_json_atomic(&json, &result)?;
+    let jsonl = format!("eval-{}-outcomes.jsonl", protocol.name());
+    manifest::record(run, &[format!("eval-{}.json", protocol.name()), jsonl])?;
     Ok(result)
 }
 
@@ -403,6 +410,7 @@ pub fn knockout_run(
         &result.map,
     )?;
     write_json_atomic(&json, &result)?;
+    manifest::record(run, &[format!("{}.json", knockout_stem(protocol))])?;
     Ok(result)
 }
 
@@ -459,5 +467,6 @@ pub fn gates_run(
     figures::gate_figures(&run.join("gates"), &result.preset, &result.snapshots, window)?;
     write_csv_atomic(&run.join("gates.csv"), &gates_rows(&result))?;
     write_json_atomic(&json, &result)?;
+    manifest::record(run, &["gates.json".to_string()])?;
     Ok(Some(result))
 }

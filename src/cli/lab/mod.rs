@@ -91,6 +91,15 @@ pub enum AnalyzeCmd {
         #[arg(required = true)]
         runs: Vec<PathBuf>,
     },
+    /// Write the provenance manifest (`manifest.json`: every result file's hash, size and line
+    /// count) of run directories that have none (hand-made, or written before manifests), after
+    /// checking their data as `report` does; a run whose data or manifest is inconsistent is
+    /// refused and nothing is written.
+    Manifest {
+        /// Run directories.
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+    },
 }
 
 fn bar(label: &str) -> impl FnMut(usize, usize) {
@@ -153,8 +162,8 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
             println!("  written: {}/{}.{{json,csv,svg,png}}", run.display(), lab::knockout_stem(protocol));
         }
         AnalyzeCmd::Upgrade { runs } => {
-            for run in &runs {
-                let u = lab::outcomes::upgrade_run(run)?;
+            let report = lab::outcomes::upgrade_runs(&runs, &crate::cli::interrupted)?;
+            for (run, u) in &report.runs {
                 if u.files.is_empty() {
                     println!("{}: already upgraded", run.display());
                 } else {
@@ -164,6 +173,22 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
                         u.lines,
                         u.files.join(", ")
                     );
+                }
+            }
+            if report.stale_removed > 0 {
+                println!("removed {} stale temporary file(s) of killed writers", report.stale_removed);
+            }
+            if report.stopped {
+                let (name, _) = crate::cli::interrupted_by();
+                eprintln!("stopped by {name}: every file is old or new; run the same command again to finish");
+                return Ok(crate::cli::interrupted_exit_code());
+            }
+        }
+        AnalyzeCmd::Manifest { runs } => {
+            for run in &runs {
+                match phasekv::reproduce::write_manifest(run)? {
+                    None => println!("{}: manifest.json already there and verified", run.display()),
+                    Some(n) => println!("{}: manifest.json written ({n} result files)", run.display()),
                 }
             }
         }

@@ -31,7 +31,7 @@ pub use banner::{banner, BannerEntry, Ledger, FAILED_ACCURACY, SUCCESS_ACCURACY}
 pub use claims::{
     claims, ArmVerdict, Claim, Interval, LedgerClaim, Measure, SeedLine, SeedTest, TestRecord, Verdict, ALPHA, LEDGER,
 };
-pub use collect::{arm_of, arms, collect, Arm, Collected, RunData};
+pub use collect::{arm_of, arms, collect, verify_provenance, Arm, Collected, RunData};
 pub use markdown::{render_ledger, symbol};
 pub use publish::OUTPUTS;
 
@@ -106,6 +106,8 @@ pub fn build_report(from: &[PathBuf], out: &Path) -> Result<Vec<Claim>> {
 pub fn build_report_with(from: &[PathBuf], out: &Path, opts: &ReportOptions) -> Result<ReportOutcome> {
     let _held = publish::lock(from, out)?;
     let unfinished = publish::check_runs(from, opts.partial)?;
+    // Provenance first (issue 44): every run directory as its writers left it.
+    collect::verify_provenance(from)?;
     publish::recover(out)?;
     let staged = publish::stage(out)?;
     let stage = staged.path();
