@@ -11,7 +11,7 @@
 //! |---|---|
 //! | the directory's name | a `-seed<k>` suffix equals `config.json`'s `train.seed`; the plan's unit of that name has the config's preset and seed |
 //! | `config.json` | a valid config ([`RunConfig::validate`]: positive moduli, strides, counts) |
-//! | `metrics.json` | preset and seed the config's; accuracies in [0, 1]; at most [`MAX_EXTENSIONS`] extensions, numbered in order, each one's kept metrics present; present wherever evaluations are |
+//! | `metrics.json` | preset and seed the config's; accuracies in [0, 1]; at most [`MAX_EXTENSIONS`] extensions, numbered in order; present wherever evaluations are |
 //! | `eval-<protocol>.json` | protocol the file's, preset the config's, arm the directory's, `per_group` positive, stride the preset's, a profile of `M` groups with accuracies in [0, 1] |
 //! | `eval-<protocol>-outcomes.jsonl` | its evaluation JSON present; `per_group x M` lines, ids below that; every line as above |
 //! | `knockout[-<protocol>].json` | protocol, preset, positive `per_group`; clean accuracies and every row of the map's length `M`, accuracies in [0, 1] |
@@ -132,13 +132,6 @@ fn check_metrics(dir: &Path, m: &Metrics, config: &RunConfig) -> Result<()> {
         }
         unit_interval(&path, &format!("extensions[{i}].accuracy_before"), x.accuracy_before)?;
         unit_interval(&path, &format!("extensions[{i}].accuracy_after"), x.accuracy_after)?;
-        if !present(&dir.join(&x.metrics_before)) {
-            return Err(bad(
-                &path,
-                &format!("extensions[{i}].metrics_before"),
-                format!("{:?} is missing from the run directory", x.metrics_before),
-            ));
-        }
     }
     Ok(())
 }
