@@ -369,7 +369,8 @@ mod tests {
             ("kernel validate", MAX_VALIDATION_WORK),
             ("kernel validate (memory", MAX_VALIDATION_BYTES),
             ("JSON files", MAX_JSON_BYTES),
-            ("audit analyze results", MAX_JSONL_BYTES),
+            ("audit analyze results JSONL", MAX_JSONL_BYTES),
+            ("audit analyze results lines", MAX_RESULT_LINES),
             ("kernel dumps", MAX_DUMP_BYTES),
             ("weights and checkpoints", MAX_WEIGHTS_BYTES),
         ];
