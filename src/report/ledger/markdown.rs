@@ -95,6 +95,8 @@ pub fn symbol(v: Verdict) -> &'static str {
         Verdict::NotReproduced => "✗",
         Verdict::NotTestableCeiling => "⊤",
         Verdict::NotRun => "·",
+        Verdict::NotApplicable => "∅",
+        Verdict::PerPart => "per part",
     }
 }
 
@@ -117,7 +119,13 @@ fn section(md: &mut String, c: &Claim) {
     let _ = writeln!(md, "<a id=\"{}\"></a>\n\n### {}: {}\n", anchor(&c.id), c.id, c.short);
     let _ = writeln!(md, "**Verdict: {}.** Ours: {}. Paper: {}.\n", c.verdict.word(), c.ours, c.paper);
     let _ = writeln!(md, "- **Claim** (the paper's): {}", c.claim);
-    let _ = writeln!(md, "- **Criterion** (pre-registered, `theory/phase-lab.md` §7.5): {}", c.criterion);
+    let judged_by = match c.section.as_str() {
+        // A ledger written before claims named their section: its own words.
+        "" => "pre-registered, `theory/phase-lab.md` §7.5".to_string(),
+        "§6" => "the ledger's criterion, `theory/phase-lab.md` §6".to_string(),
+        s => format!("pre-registered, judged by `theory/phase-lab.md` {s}"),
+    };
+    let _ = writeln!(md, "- **Criterion** ({judged_by}): {}", c.criterion);
     for f in &c.flags {
         let _ = writeln!(md, "- **Flag**: {f}");
     }
@@ -195,7 +203,7 @@ fn section(md: &mut String, c: &Claim) {
             let meets = match s.meets {
                 Some(true) => "yes",
                 Some(false) => "no",
-                None => "not testable",
+                None => "not judged (see the text)",
             };
             let _ = writeln!(md, "| {} | {} | {meets} | {} |", s.arm, s.seed, s.text.replace('|', "/"));
         }

@@ -13,21 +13,25 @@
 //! | `claims` | one module per claim, registered in [`LEDGER`] ([`LedgerClaim`]) |
 //! | `figures` | the figures of the whole report and their data |
 //! | `banner` | what a reader must know before any number ([`Ledger::banner`]) |
+//! | `changes` | every change made after seeing data, with its time ([`CHANGES`]) |
 //! | `markdown` | `README.md` |
 //! | `runs_doc` | `runs/README.md`: every run, file and column of the data |
 
 mod banner;
+mod changes;
 mod claims;
 mod collect;
 mod figures;
 mod markdown;
 mod runs_doc;
 
+pub use changes::{changes_for, Change, Touches, CHANGES};
 pub use runs_doc::OUTCOME_COLUMNS;
 
 pub use banner::{banner, BannerEntry, Ledger, FAILED_ACCURACY, SUCCESS_ACCURACY};
 pub use claims::{
-    claims, ArmVerdict, Claim, Interval, LedgerClaim, Measure, SeedLine, SeedTest, TestRecord, Verdict, ALPHA, LEDGER,
+    claims, section_of, ArmVerdict, Claim, Interval, LedgerClaim, Measure, SeedLine, SeedTest, TestRecord, Verdict,
+    ALPHA, LEDGER,
 };
 pub use collect::{arm_of, arms, collect, Arm, Collected, RunData};
 pub use markdown::{render_ledger, symbol};

@@ -101,7 +101,8 @@ impl LedgerClaim for E4 {
             "E4",
             claim,
             format!(
-                "in-sequence, seeds pooled: the phase effect of w8s8 at S = 8 holds (pooled p < {ALPHA} and required_seeds(n) seeds; v2: either test at {ALPHA}/2, §8.4); reproduced when its depth-adjusted phase spread over the phases whose key-value pair shares a window (per seed, then averaged) is at least {MAGNITUDE_FRACTION} of the paper's {PAPER_WITHIN_WINDOW_PP} pp, else reproduced qualitatively (smaller); v1: at the ceiling not testable; v2: an absent effect at the ceiling not testable (§8.5)"
+                "in-sequence, seeds pooled: the phase effect of w8s8 at S = 8 holds ({}); reproduced when its depth-adjusted phase spread over the phases whose key-value pair shares a window (per seed, then averaged) is at least {MAGNITUDE_FRACTION} of the paper's {PAPER_WITHIN_WINDOW_PP} pp, else reproduced qualitatively (smaller); v1: at the ceiling not testable; v2: an absent effect at the ceiling not testable (§8.5)",
+                level_words(a.rules, 1)
             ),
             vec![part],
             also,

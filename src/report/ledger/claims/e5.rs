@@ -177,8 +177,11 @@ impl LedgerClaim for E5 {
             "E5",
             claim,
             format!(
-                "prefix protocol, seeds pooled: the compressed model with the largest folded-by-S gap has a phase effect that holds (pooled p < {ALPHA} and required_seeds(n) seeds), reproduced when that gap is at least {} of {PAPER_COMPRESSED_GAP_PP} pp, else reproduced qualitatively (smaller); full attention: the effect is absent at each of S = 4, 6, 8 (each at {ALPHA}/3) and the lower end of each folded gap's interval is at most {PAPER_BASELINE_GAP_PP} pp; a model at the ceiling is not testable",
-                verdict::MAGNITUDE_FRACTION
+                "prefix protocol, seeds pooled: the compressed model with the largest folded-by-S gap has a phase effect that holds ({}), reproduced when that gap is at least {} of {PAPER_COMPRESSED_GAP_PP} pp, else reproduced qualitatively (smaller); full attention: the effect is absent at each of S = 4, 6, 8 ({}) and the lower end of each folded gap's interval is at most {PAPER_BASELINE_GAP_PP} pp; {}",
+                level_words(super::super::collect::rules(c_data), 1),
+                verdict::MAGNITUDE_FRACTION,
+                level_words(super::super::collect::rules(c_data), 3),
+                ceiling_words(super::super::collect::rules(c_data))
             ),
             parts,
             rep,

@@ -97,8 +97,9 @@ impl LedgerClaim for Variant {
             self.id,
             self.claim,
             format!(
-                "in-sequence, seeds pooled: {}'s phase effect at S = 4 holds (v2: either test at {ALPHA}/2 with required_seeds(n) seeds, §8.4); its spread beside w8s4's with their difference is reported, not judged",
-                self.arm
+                "in-sequence, seeds pooled: {}'s phase effect at S = 4 holds ({}); its spread beside w8s4's with their difference is reported, not judged",
+                self.arm,
+                level_words(a.rules, 1)
             ),
             vec![part],
             also,
@@ -135,7 +136,8 @@ impl LedgerClaim for E10 {
             "E10",
             claim,
             format!(
-                "in-sequence, seeds pooled: dsv4-csa's phase effect at S = 4 holds (v2: either test at {ALPHA}/2, §8.4) and the corrected period scan declares 4"
+                "in-sequence, seeds pooled: dsv4-csa's phase effect at S = 4 holds ({}) and the corrected period scan declares 4",
+                level_words(a.rules, 1)
             ),
             vec![part],
             also,

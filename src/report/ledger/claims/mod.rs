@@ -59,6 +59,10 @@ pub struct Claim {
     pub measured: String,
     /// The criterion the verdict applies.
     pub criterion: String,
+    /// The section of `theory/phase-lab.md` the criterion is judged by ([`section_of`]; empty
+    /// in a ledger written before this field).
+    #[serde(default)]
+    pub section: String,
     /// The verdict.
     pub verdict: Verdict,
     /// The verdict of every arm the claim rests on.
@@ -210,7 +214,8 @@ pub struct SeedLine {
     pub arm: String,
     /// The training seed.
     pub seed: u64,
-    /// Whether the seed meets the claim's rule (`None`: not testable).
+    /// Whether the seed meets the claim's rule (`None`: not judged, because it is not testable
+    /// or the rule does not apply to it; the text says which).
     pub meets: Option<bool>,
     /// What was measured, in words.
     pub text: String,
@@ -254,9 +259,16 @@ pub const LEDGER: &[&dyn LedgerClaim] = &[
 /// method after the v1 run, so it is flagged there; under v2 it is the pre-registered fit.
 pub const FIT_FLAG: &str = "flagged: fit corrected after the run (issue 32, theory/phase-lab.md §8.6, §8.11): the depth-controlled test's likelihood ratio is now the exact supremum under separation (Konis's LP on the all-correct or all-wrong cells, Newton's method on the rest) for the observed statistic and every bootstrap replicate, with ties within LR_PRECISION counted; v1's fit stopped at its 200-iteration cap where a cell was separated, which overstated G and understated the bootstrap p. The v1 criteria are applied to the corrected statistics";
 
-/// The flag on every v2 claim judged on trained models: the v2 task was chosen by §8.1's rule as
-/// amended after seeing the probes' accuracies (`theory/phase-lab.md` §8.1, §8.11).
-pub const TASK_FLAG: &str = "flagged: task rule amended after seeing the probes (theory/phase-lab.md §8.1, §8.11): no candidate task met the pre-registered rule, because w8s4-norope never had a group below 95 % in-sequence in 16 probes; condition 2 was changed to require w8s4 only, after seeing every probe's accuracies (never a phase statistic), and the first candidate in the pre-registered order that meets the amended rule, V1 (records packed, max_gap 0, with recipe R2), is the v2 task";
+/// The section of `theory/phase-lab.md` whose criterion judges claim `id` under `rules`: the
+/// pre-registrations' criteria for the phase claims (§7.5 for v1, §8.8 for v2), §6 for the
+/// theorems and the kernels' invariants (criteria of the ledger, not pre-registered).
+pub fn section_of(id: &str, rules: crate::analysis::verdict::Rules) -> &'static str {
+    match (id, rules) {
+        ("T1" | "T2" | "K", _) => "§6",
+        (_, crate::analysis::verdict::Rules::V1) => "§7.5",
+        (_, crate::analysis::verdict::Rules::V2) => "§8.8",
+    }
+}
 
 /// The claims, verdicts from data.
 pub fn claims(c: &Collected) -> Vec<Claim> {
@@ -265,17 +277,19 @@ pub fn claims(c: &Collected) -> Vec<Claim> {
         .iter()
         .map(|l| {
             let mut claim = l.check(c);
+            claim.section = section_of(&claim.id, rules).into();
             let judged_on_models = claim.verdict != Verdict::NotRun && (!claim.tests.is_empty() || claim.id == "E6");
-            match rules {
-                crate::analysis::verdict::Rules::V1 if judged_on_models => claim.flags.push(FIT_FLAG.into()),
-                // A v2 claim that is not run because one arm trained in no seed still rests on
-                // the other arms' models: flagged alike.
-                crate::analysis::verdict::Rules::V2
-                    if !claim.tests.is_empty() || ["E6", "E7"].contains(&claim.id.as_str()) =>
-                {
-                    claim.flags.push(TASK_FLAG.into())
+            if rules == crate::analysis::verdict::Rules::V1 && judged_on_models {
+                claim.flags.push(FIT_FLAG.into());
+            }
+            // The changes made after seeing data (§8.11), from their one list. A v2 claim that
+            // is not run because one arm trained in no seed still rests on the other arms'
+            // models: flagged alike.
+            let on_models = !claim.tests.is_empty() || ["E6", "E7"].contains(&claim.id.as_str());
+            for ch in super::changes::changes_for(rules) {
+                if ch.touches(&claim.id, on_models) {
+                    claim.flags.push(ch.flag());
                 }
-                _ => {}
             }
             claim
         })
@@ -337,6 +351,7 @@ fn not_run(id: &str, claim: &str, data: Vec<String>) -> Claim {
         ours: "-".into(),
         measured: "the data this claim needs are not in the run set".into(),
         criterion: "-".into(),
+        section: String::new(),
         verdict: Verdict::NotRun,
         arms: vec![],
         tests: vec![],

@@ -9,6 +9,7 @@ use crate::analysis::phase_test::{
 };
 use crate::analysis::stats::{GapSummary, Magnitude, PeriodScan, ResampleConfig};
 use crate::analysis::training::enough_seeds;
+pub(super) use crate::analysis::verdict::Combination;
 use crate::analysis::verdict::{
     at_ceiling, at_prob_ceiling, verdict, verdict_v2, Effect, Rules, CEILING_ACCURACY, PROB_CEILING,
 };
@@ -71,13 +72,25 @@ impl Claim {
     /// The claim `id` with its parts' verdicts, tests, magnitudes and seeds, and the reported
     /// tests; `measured` is the parts' texts, then `||` and the reported texts.
     pub(super) fn from_parts(id: &str, claim: &str, criterion: String, parts: Vec<Part>, rep: Reported) -> Claim {
+        Claim::from_parts_by(Combination::EveryPart, id, claim, criterion, parts, rep)
+    }
+
+    /// As [`Claim::from_parts`], the parts combined by `rule`.
+    pub(super) fn from_parts_by(
+        rule: Combination,
+        id: &str,
+        claim: &str,
+        criterion: String,
+        parts: Vec<Part>,
+        rep: Reported,
+    ) -> Claim {
         let measured = if rep.texts.is_empty() {
             texts(&parts)
         } else {
             format!("{} || {}", texts(&parts), rep.texts.join(" | "))
         };
         let mut c = not_run(id, claim, vec![]);
-        c.verdict = combine(&parts);
+        c.verdict = combine_by(rule, &parts);
         c.measured = measured;
         c.criterion = criterion;
         for p in parts {
@@ -145,18 +158,19 @@ pub(super) fn gap_measure(
     })
 }
 
-/// A claim's verdict from its parts: not reproduced if any part is; otherwise not run (data
-/// missing) if any part is; otherwise not testable (ceiling) if any part is; otherwise the
-/// weakest of reproduced qualitatively (smaller) and reproduced. No parts: not run.
+/// A claim's verdict from its parts by §7.6's rule ([`crate::analysis::verdict::combine`], the
+/// rule's one place): not reproduced if any part is; otherwise not run (data missing) if any
+/// part is; otherwise not testable (ceiling) if any part is; otherwise the weakest of
+/// reproduced qualitatively (smaller) and reproduced; a part the rule does not apply to is left
+/// out. No parts: not run.
 pub(super) fn combine(parts: &[Part]) -> Verdict {
-    let rank = |v: Verdict| match v {
-        Verdict::NotReproduced => 0,
-        Verdict::NotRun => 1,
-        Verdict::NotTestableCeiling => 2,
-        Verdict::ReproducedSmaller => 3,
-        Verdict::Reproduced => 4,
-    };
-    parts.iter().map(|p| p.verdict).min_by_key(|&v| rank(v)).unwrap_or(Verdict::NotRun)
+    combine_by(Combination::EveryPart, parts)
+}
+
+/// A claim's verdict from its parts by `rule`.
+pub(super) fn combine_by(rule: Combination, parts: &[Part]) -> Verdict {
+    let verdicts: Vec<Verdict> = parts.iter().map(|p| p.verdict).collect();
+    crate::analysis::verdict::combine(rule, &verdicts)
 }
 
 /// The joined texts of parts.
@@ -650,6 +664,7 @@ pub(super) fn count_ours(c: &Claim) -> String {
         (Verdict::NotReproduced, "not reproduced"),
         (Verdict::NotTestableCeiling, "at the ceiling"),
         (Verdict::NotRun, "not run"),
+        (Verdict::NotApplicable, "not applicable"),
     ];
     let bits: Vec<String> = states
         .iter()
@@ -664,10 +679,11 @@ pub(super) fn count_ours(c: &Claim) -> String {
 pub(super) fn seeds_ours(c: &Claim) -> String {
     // Arms with the same count share one entry; more than two of them are counted, not named
     // (the top table's cells stay short; the claim's section names every arm).
-    let mut groups: Vec<((usize, usize), Vec<&str>)> = Vec::new();
+    // An arm the rule does not apply to reads `n/a`, never a count of seeds that "meet" it.
+    let mut groups: Vec<((usize, usize, bool), Vec<&str>)> = Vec::new();
     for a in &c.arms {
         let of: Vec<&SeedLine> = c.seeds.iter().filter(|s| s.arm == a.arm).collect();
-        let key = (of.iter().filter(|s| s.meets == Some(true)).count(), of.len());
+        let key = (of.iter().filter(|s| s.meets == Some(true)).count(), of.len(), a.verdict == Verdict::NotApplicable);
         match groups.iter_mut().find(|g| g.0 == key) {
             Some(g) => g.1.push(&a.arm),
             None => groups.push((key, vec![&a.arm])),
@@ -675,13 +691,45 @@ pub(super) fn seeds_ours(c: &Claim) -> String {
     }
     let bits: Vec<String> = groups
         .iter()
-        .map(|((ok, n), arms)| {
+        .map(|((ok, n, na), arms)| {
+            let count = if *na { "n/a".to_string() } else { format!("{ok}/{n}") };
             if arms.len() > 2 {
-                format!("{} arms {ok}/{n}", arms.len())
+                format!("{} arms {count}", arms.len())
             } else {
-                format!("{} {ok}/{n}", arms.join(", "))
+                format!("{} {count}", arms.join(", "))
             }
         })
         .collect();
     format!("seeds meeting the rule: {}", bits.join("; "))
+}
+
+/// A level as the criteria print it (`0.005`, `0.00167`).
+pub(super) fn fmt_level(x: f64) -> String {
+    let s = format!("{x:.5}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The level a phase effect of one model is judged at under `rules`, each of `strides` strides
+/// Bonferroni-corrected, in the criteria's words: v1 one test at `ALPHA / strides` (§7.3); v2
+/// either of two tests at `ALPHA / strides / 2` (§8.3-8.4).
+pub(super) fn level_words(rules: Rules, strides: usize) -> String {
+    let per = ALPHA / strides as f64;
+    let over = if strides > 1 { format!(" (ALPHA / {strides})") } else { String::new() };
+    match rules {
+        Rules::V1 => format!("pooled p < {}{over} and in at least required_seeds(n) seeds (§7.3)", fmt_level(per)),
+        Rules::V2 => format!(
+            "the binary or the continuous test, each at p < {} (ALPHA{} / 2), pooled and in at least required_seeds(n) successful seeds (§8.3-8.4)",
+            fmt_level(per / 2.0),
+            if strides > 1 { format!(" / {strides}") } else { String::new() }
+        ),
+    }
+}
+
+/// The ceiling rule in the criteria's words: v1 a model at the ceiling is not tested (§7.5);
+/// v2 only an absent effect at both ceilings is not testable (§8.5).
+pub(super) fn ceiling_words(rules: Rules) -> &'static str {
+    match rules {
+        Rules::V1 => "a model at the ceiling is not testable (§7.5)",
+        Rules::V2 => "an effect that holds counts at the ceiling; an absent one is not testable when every group is at both the accuracy and the probability ceiling (§8.5)",
+    }
 }

@@ -59,6 +59,24 @@ fn ratio(a: &Arm, twin: &Arm, s: usize) -> std::result::Result<(f64, (f64, f64),
     Ok((ca / cb, (lo, hi), [ia, ib]))
 }
 
+/// Our value of X1: each grid's answer (§8.8 states the claim per grid).
+fn per_grid(c: &Claim) -> String {
+    let bits: Vec<String> = PAIRS
+        .iter()
+        .filter_map(|&(stag, twin, grid)| {
+            let label = format!("{stag} vs {twin}");
+            let a = c.arms.iter().find(|a| a.arm == label)?;
+            let word = match a.verdict {
+                Verdict::Reproduced => "holds",
+                Verdict::NotReproduced => "does not hold",
+                v => v.word(),
+            };
+            Some(format!("{grid}: {word}"))
+        })
+        .collect();
+    format!("per grid: {}", bits.join("; "))
+}
+
 /// `(correct, n)` per seed of an arm under `p` (its per-prompt records), or of its held-out set
 /// (`None`: the final evaluation's accuracy of `queries` prompts).
 fn counts(a: &Arm, p: Option<Protocol>) -> Option<Vec<(usize, usize)>> {
@@ -190,16 +208,20 @@ impl LedgerClaim for X1 {
             n.measured = format!("no data yet: {}", texts(&parts));
             return n;
         }
-        let mut claim = Claim::from_parts(
+        // §8.8: "the claim is stated per grid (heads, layers, one-KV-head layers), never pooled
+        // across pairs": each pair's verdict is the claim's answer for its grid.
+        let mut claim = Claim::from_parts_by(
+            Combination::PerPart,
             "X1",
             CLAIM,
             format!(
-                "per pair, in-sequence, seeds pooled (§8.8): the staggered arm's effect at S and S/2 (§8.3-8.4), the ratio R of mean depth-adjusted spreads at S (staggered over twin, basic bootstrap interval), the first verdict that applies of removes (absent at S and S/2, R's upper end <= {X1_HALF}), moves the period, reduces (R <= {X1_HALF}, upper end < 1), no effect (interval contains 1), worse, reduces (less than half); X1 holds for a pair when it removes or reduces and no accuracy difference's lower end is below -{X1_ACCURACY_MARGIN_PP} pp; never pooled across pairs"
+                "per pair, in-sequence, seeds pooled (§8.8): the staggered arm's effect at S and S/2 ({}), the ratio R of mean depth-adjusted spreads at S (staggered over twin, basic bootstrap interval), the first verdict that applies of removes (absent at S and S/2, R's upper end <= {X1_HALF}), moves the period, reduces (R <= {X1_HALF}, upper end < 1), no effect (interval contains 1), worse, reduces (less than half); X1 holds for a pair when it removes or reduces and no accuracy difference's lower end is below -{X1_ACCURACY_MARGIN_PP} pp; never pooled across pairs; the claim is stated per grid (KV heads, layers, one-KV-head layers), each pair's verdict its answer",
+                level_words(crate::analysis::verdict::Rules::V2, 1)
             ),
             parts,
             Reported::default(),
         );
-        claim.ours = count_ours(&claim);
+        claim.ours = per_grid(&claim);
         claim.figures = vec![FIGURE.into()];
         claim.data = vec![DATA.into()];
         claim
