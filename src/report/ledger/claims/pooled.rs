@@ -675,12 +675,15 @@ pub(super) fn count_ours(c: &Claim) -> String {
     format!("arms: {}", bits.join(", "))
 }
 
+/// Arms sharing one count: (seeds meeting the rule, seeds, not applicable) and their names.
+type SeedCountGroup<'a> = ((usize, usize, bool), Vec<&'a str>);
+
 /// Our value of a claim judged seed by seed: per arm, the seeds that meet its rule.
 pub(super) fn seeds_ours(c: &Claim) -> String {
     // Arms with the same count share one entry; more than two of them are counted, not named
     // (the top table's cells stay short; the claim's section names every arm).
     // An arm the rule does not apply to reads `n/a`, never a count of seeds that "meet" it.
-    let mut groups: Vec<((usize, usize, bool), Vec<&str>)> = Vec::new();
+    let mut groups: Vec<SeedCountGroup> = Vec::new();
     for a in &c.arms {
         let of: Vec<&SeedLine> = c.seeds.iter().filter(|s| s.arm == a.arm).collect();
         let key = (of.iter().filter(|s| s.meets == Some(true)).count(), of.len(), a.verdict == Verdict::NotApplicable);
