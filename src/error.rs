@@ -64,6 +64,13 @@ pub enum Error {
         /// The run directory.
         path: PathBuf,
     },
+    /// Work stopped on request ([`crate::stop::Stop`], a signal the CLI caught) before it wrote
+    /// anything; the CLI exits with the signal's status.
+    #[error("stopped during {what}; nothing was written")]
+    Interrupted {
+        /// What was running.
+        what: String,
+    },
     /// A numerical procedure that did not produce a usable result (NaN, divergence).
     #[error("numerical failure in {what}: {reason}")]
     Numerical {

@@ -5,7 +5,7 @@
 //! Crate map (data flows one way: geometry <- kernel <- model <- analysis and theory <- figures <-
 //! lab <- reproduce <- report; the `phasekv` binary sits on top, only parses, calls and prints,
 //! and is the only place that prints). The floors, drawn from the code's own imports, are checked
-//! by `tests/architecture.rs`: error, numeric, limits, geometry <- run_dir, task <- kernel <-
+//! by `tests/architecture.rs`: error, numeric, limits, geometry, stop <- run_dir, task <- kernel <-
 //! conformance, model <- analysis <- theory <- figures <- lab <- reproduce <- report <- cli.
 //!
 //! | module | owns |
@@ -22,6 +22,7 @@
 //! | [`reproduce`] | the reproduction: plan files and sweeps, units (kernels, theory, one per model), shards, resume, Slurm array scripts |
 //! | [`theory`] | the idealized induction task, Theorem 1 (oracle, argmin, critical-point classification) and Theorem 2 (gradient flow) |
 //! | [`report`] | the claims ledger: collected from run data, one module per claim, rendered as Markdown, JSON and figures |
+//! | [`stop`] | a stop request (a signal the CLI caught) passed down to long work, which ends with `Error::Interrupted` before writing |
 //! | [`run_dir`] | run directories: config, results, environment; a finished run is never overwritten |
 //! | [`task`] | the synthetic retrieval task: seeded generator, per-sample records with positions |
 //! | [`model`] | the small decoder with compressed attention, training, checkpoints, run directories |
@@ -41,6 +42,7 @@ pub mod numeric;
 pub mod report;
 pub mod reproduce;
 pub mod run_dir;
+pub mod stop;
 pub mod task;
 pub mod theory;
 

@@ -53,6 +53,14 @@ pub const MAX_EVAL_SAMPLES: usize = 1 << 20;
 pub const MAX_HELD_TOKENS: u64 = 1 << 27;
 /// Prompts per residue group (`eval`, `analyze knockout|gates`, `audit export` `--samples`).
 pub const MAX_SAMPLES_PER_GROUP: usize = 100_000;
+/// Work of `eval` and `analyze knockout` (forward passes times the multiply-adds of one,
+/// `lab::forward_work`), checked before any work. The committed reproduction's w8s4 model is
+/// 2.1e7 units per prompt; issue 47 measured `eval --samples 40000` (9.6e5 prompts, 2.0e13
+/// units) at an estimated 1.75-2.8 h, about 2.5e9 units/s, so the largest accepted evaluation
+/// takes about an hour there: 17 600 prompts per group on that model (the pre-registered 240
+/// are 1.2e11 units). A load of 13 (2026-12-03) made 960 prompts take 14.9 s in the test
+/// profile, start included.
+pub const MAX_LAB_WORK: u64 = 1 << 43;
 /// Same-layout reference prompts per knocked-out prompt (`analyze knockout --reference`).
 pub const MAX_KNOCKOUT_REFERENCE: usize = 1024;
 /// Window `W` of a preset run through the invariant harness (`kernel check --preset`).
@@ -77,10 +85,18 @@ pub const MAX_BENCH_SECONDS: f64 = 3600.0;
 /// test profile: 2^28 units (W = S = 4096, T = 8192, d = 4) took 73 s, so the largest
 /// accepted dump takes about 5 minutes there, with progress shown.
 pub const MAX_VALIDATION_WORK: u64 = 1 << 30;
+/// Bytes `kernel validate` may hold for a dump, estimated before any work
+/// (`conformance::validate::memory_estimate`: the dump and, per run compared, the f64 reference
+/// and its low-precision twin in f64): 8 GiB, a third of the build box.
+pub const MAX_VALIDATION_BYTES: u64 = 8 << 30;
 /// A JSON file read whole: configs, `metadata.json`, `metrics.json`, results.
 pub const MAX_JSON_BYTES: u64 = 64 << 20;
 /// A JSONL file of per-sample results (`audit analyze`).
 pub const MAX_JSONL_BYTES: u64 = 1 << 30;
+/// Result lines `audit analyze` reads: its permutation test and resamplings cost
+/// [`crate::analysis::phase::PERMUTATION_ROUNDS`] passes over them (2^20 lines: about 2^31
+/// steps, under a minute), and each line read is held as an outcome (about 200 bytes).
+pub const MAX_RESULT_LINES: u64 = 1 << 20;
 /// A kernel dump (`.safetensors` or one `.npy`).
 pub const MAX_DUMP_BYTES: u64 = 2 << 30;
 /// A weights or checkpoint file of a run.
@@ -137,6 +153,11 @@ pub const TABLE: &[Limit] = &[
     ),
     limit!("eval, analyze, audit export --samples", "100000", "prompts per residue group (MAX_SAMPLES_PER_GROUP)"),
     limit!("analyze knockout --reference", "1024", "reference prompts per prompt (MAX_KNOCKOUT_REFERENCE)"),
+    limit!(
+        "eval, analyze knockout (work of the prompts)",
+        "8796093022208",
+        "2^43 units: forward passes x multiply-adds each, about 1 h (MAX_LAB_WORK)"
+    ),
     limit!("kernel check --preset wWsS", "512", "window W in the invariant harness (MAX_CHECK_WINDOW)"),
     limit!(
         "kernel check (work of --cases on the preset)",
@@ -152,11 +173,21 @@ pub const TABLE: &[Limit] = &[
         "2^30 units of (2S+2) B n W d, about 5 min (MAX_VALIDATION_WORK)"
     ),
     limit!(
+        "kernel validate (memory of a dump)",
+        "8589934592",
+        "bytes: the dump and two references in f64, estimated (MAX_VALIDATION_BYTES)"
+    ),
+    limit!(
         "JSON files (configs, metadata.json, metrics.json)",
         "67108864",
         "bytes, regular files only (MAX_JSON_BYTES)"
     ),
     limit!("audit analyze results JSONL", "1073741824", "bytes, regular files only (MAX_JSONL_BYTES)"),
+    limit!(
+        "audit analyze results lines",
+        "1048576",
+        "lines, counted before any is parsed: the permutation test's work (MAX_RESULT_LINES)"
+    ),
     limit!("kernel dumps (.safetensors, each .npy)", "2147483648", "bytes, regular files only (MAX_DUMP_BYTES)"),
     limit!("weights and checkpoints", "8589934592", "bytes, regular files only (MAX_WEIGHTS_BYTES)"),
 ];
@@ -218,10 +249,10 @@ fn kind(meta: &std::fs::Metadata) -> &'static str {
     "not a regular file"
 }
 
-/// Reads `path` whole when it is a regular file (symlinks followed) of at most `cap` bytes;
-/// a FIFO, a device, a directory or a larger file is an error naming the path, before
-/// anything is read. The one bounded read of the crate.
-pub fn read_file(path: &Path, cap: u64) -> Result<Vec<u8>> {
+/// Opens `path` for reading when it is a regular file (symlinks followed) of at most `cap`
+/// bytes; a FIFO, a device, a directory or a larger file is an error naming the path, before
+/// anything is read. Returns the file and its size; read it through `take(cap + 1)`.
+pub fn open_regular(path: &Path, cap: u64) -> Result<(std::fs::File, u64)> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     let check = |meta: &std::fs::Metadata| -> Result<()> {
         if !meta.is_file() {
@@ -242,7 +273,15 @@ pub fn read_file(path: &Path, cap: u64) -> Result<Vec<u8>> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     // The object opened may not be the one examined (a rename in between): check it again.
     check(&file.metadata().map_err(|e| Error::io(path, e))?)?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    Ok((file, meta.len()))
+}
+
+/// Reads `path` whole when it is a regular file (symlinks followed) of at most `cap` bytes;
+/// a FIFO, a device, a directory or a larger file is an error naming the path, before
+/// anything is read. The one bounded read of the crate.
+pub fn read_file(path: &Path, cap: u64) -> Result<Vec<u8>> {
+    let (file, len) = open_regular(path, cap)?;
+    let mut bytes = Vec::with_capacity(len as usize);
     file.take(cap + 1).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
     if bytes.len() as u64 > cap {
         return Err(Error::File { path: path.to_path_buf(), reason: format!("grew above the limit of {cap} bytes") });
@@ -259,12 +298,40 @@ pub fn read_text(path: &Path, cap: u64) -> Result<String> {
 /// A stable 64-bit content hash (FNV-1a), as `fnv1a64:<16 hex digits>`: the identity of a
 /// run's config, its weights, and the checksum of its checkpoints.
 pub fn content_hash(bytes: &[u8]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    let mut h = ContentHasher::new();
+    h.update(bytes);
+    h.finish()
+}
+
+/// [`content_hash`] of bytes that arrive in pieces (a file streamed), equal to the hash of
+/// their concatenation.
+#[derive(Clone, Debug)]
+pub struct ContentHasher(u64);
+
+impl Default for ContentHasher {
+    fn default() -> Self {
+        ContentHasher(0xcbf2_9ce4_8422_2325)
     }
-    format!("fnv1a64:{h:016x}")
+}
+
+impl ContentHasher {
+    /// The hash of no bytes yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Hashes `bytes` after what came before.
+    pub fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= b as u64;
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    /// The hash, as `fnv1a64:<16 hex digits>`.
+    pub fn finish(&self) -> String {
+        format!("fnv1a64:{:016x}", self.0)
+    }
 }
 
 #[cfg(test)]
@@ -293,12 +360,14 @@ mod tests {
             ("tokens held", MAX_HELD_TOKENS),
             ("eval, analyze", MAX_SAMPLES_PER_GROUP as u64),
             ("analyze knockout", MAX_KNOCKOUT_REFERENCE as u64),
+            ("eval, analyze knockout (work", MAX_LAB_WORK),
             ("kernel check --preset", MAX_CHECK_WINDOW as u64),
             ("kernel check (work", MAX_CHECK_WORK),
             ("kernel bench --tokens", MAX_BENCH_TOKENS as u64),
             ("kernel bench --d-model", MAX_BENCH_WIDTH as u64),
             ("kernel bench --seconds", MAX_BENCH_SECONDS as u64),
             ("kernel validate", MAX_VALIDATION_WORK),
+            ("kernel validate (memory", MAX_VALIDATION_BYTES),
             ("JSON files", MAX_JSON_BYTES),
             ("audit analyze results", MAX_JSONL_BYTES),
             ("kernel dumps", MAX_DUMP_BYTES),

@@ -5,6 +5,8 @@
 //! leaves a half-written file. A finished run is never overwritten: opening it again returns
 //! [`Error::FinishedRun`]. Tables are written with [`write_csv_atomic`].
 
+pub mod manifest;
+
 use crate::{Error, Result};
 use serde::Serialize;
 use std::io::Write;
@@ -459,6 +461,132 @@ impl DirLock {
         held.retain(|_, w| w.strong_count() > 0);
         held.insert(key, Arc::downgrade(&lock));
         Ok(lock)
+    }
+}
+
+/// Name of the lock file of a reproduction output ([`OutputLock`]).
+pub const OUTPUT_LOCK_FILE: &str = ".reproduce.lock";
+
+/// The lock of a reproduction output (`flock` on its [`OUTPUT_LOCK_FILE`]): shared by every
+/// `reproduce` writing into the output (shards and array tasks may share one), taken whole by
+/// a report that reads or writes it, so a report never reads an output a live reproduce is
+/// still writing, and no reproduce starts writing one a report is reading. The file lists its
+/// holders, one `<kind> <pid>` line each (a shared taker appends its line; a whole taker,
+/// which knows every earlier holder is gone, truncates first), so a refusal names them.
+/// Released when dropped or when the process ends, even by `kill -9`.
+#[derive(Debug)]
+pub struct OutputLock {
+    file: std::fs::File,
+}
+
+impl OutputLock {
+    /// Takes `dir`'s lock shared, for a `reproduce` writing into it (created if needed); a
+    /// report holding it is [`Error::Busy`] naming its pid.
+    pub fn writer(dir: &Path) -> Result<OutputLock> {
+        OutputLock::take(dir, false)
+    }
+
+    /// Takes `dir`'s lock whole, for a report (created if needed); a live reproduce or
+    /// another report holding it is [`Error::Busy`] naming their pids. An input the report may
+    /// not write (read-only) is locked through the existing file, and not at all when it has
+    /// none: no reproduce could have taken it there either.
+    pub fn reader(dir: &Path) -> Result<Option<OutputLock>> {
+        match OutputLock::take(dir, true) {
+            Err(Error::Io { error, .. })
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+                ) =>
+            {
+                let path = dir.join(OUTPUT_LOCK_FILE);
+                let file = match std::fs::File::open(&path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(Error::io(&path, e)),
+                };
+                OutputLock::hold(dir, &path, file, true).map(Some)
+            }
+            other => other.map(Some),
+        }
+    }
+
+    fn take(dir: &Path, whole: bool) -> Result<OutputLock> {
+        use std::io::Write;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let path = dir.join(OUTPUT_LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        let mut lock = OutputLock::hold(dir, &path, file, whole)?;
+        let me = if whole { "report" } else { "reproduce" };
+        if whole {
+            lock.file.set_len(0).map_err(|e| Error::io(&path, e))?;
+        }
+        writeln!(lock.file, "{me} {}", std::process::id()).map_err(|e| Error::io(&path, e))?;
+        Ok(lock)
+    }
+
+    fn hold(dir: &Path, path: &Path, file: std::fs::File, whole: bool) -> Result<OutputLock> {
+        let taken = if whole { file.try_lock() } else { file.try_lock_shared() };
+        match taken {
+            Ok(()) => Ok(OutputLock { file }),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                Err(Error::Busy { path: dir.to_path_buf(), holder: live_holders(&text) })
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(Error::io(path, e)),
+        }
+    }
+}
+
+/// The holders an [`OutputLock`] file lists that are still alive (where `/proc` tells; every
+/// one listed elsewhere), as `a reproduce (pid 1, pid 2)`, or `another process`.
+fn live_holders(text: &str) -> String {
+    let proc = Path::new("/proc");
+    let alive = |pid: u32| !proc.join("self").exists() || proc.join(pid.to_string()).exists();
+    let mut kinds: Vec<(&str, Vec<String>)> = Vec::new();
+    for line in text.lines() {
+        let Some((kind, pid)) = line.split_once(' ') else { continue };
+        let Ok(pid) = pid.trim().parse::<u32>() else { continue };
+        if !alive(pid) {
+            continue;
+        }
+        match kinds.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, pids)) if !pids.contains(&format!("pid {pid}")) => pids.push(format!("pid {pid}")),
+            Some(_) => {}
+            None => kinds.push((kind, vec![format!("pid {pid}")])),
+        }
+    }
+    if kinds.is_empty() {
+        return "another process".into();
+    }
+    kinds.iter().map(|(k, pids)| format!("a {k} ({})", pids.join(", "))).collect::<Vec<_>>().join(" and ")
+}
+
+/// Who holds the [`DirLock`] of `dir` right now, without taking or creating anything:
+/// `Some("pid N")` (or `another process`) while a writer holds it, `None` when nobody does
+/// (or it has no lock file). Taking the lock shared for an instant is how it looks, so a
+/// writer starting in that instant may be refused once.
+pub fn lock_holder(dir: &Path) -> Result<Option<String>> {
+    let path = dir.join(LOCK_FILE);
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(&path, e)),
+    };
+    match file.try_lock_shared() {
+        Ok(()) => Ok(None),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let pid = std::fs::read_to_string(&path).unwrap_or_default();
+            Ok(Some(match pid.trim().parse::<u32>() {
+                Ok(pid) => format!("pid {pid}"),
+                Err(_) => "another process".to_string(),
+            }))
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io(&path, e)),
     }
 }
 

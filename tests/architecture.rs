@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// Floors from the bottom: a module may import only modules on floors below its own.
 const FLOORS: &[&[&str]] = &[
-    &["error", "numeric", "limits", "geometry"],
+    &["error", "numeric", "limits", "geometry", "stop"],
     &["run_dir", "task"],
     &["kernel"],
     &["conformance", "model"],

@@ -10,6 +10,7 @@ use phasekv::lab;
 use phasekv::model::train::{train, Outcome, Silent};
 use phasekv::model::Model;
 use phasekv::model::RunConfig;
+use phasekv::stop::Stop;
 use phasekv::task::TaskConfig;
 use proptest::prelude::*;
 use std::path::PathBuf;
@@ -167,7 +168,7 @@ fn knockouts_lower_accuracy_where_a_head_matters_and_change_nothing_at_zero_weig
     let cfg = trained_tiny(&dir);
     let (_, model) = phasekv::model::load_run(&dir, None).unwrap();
     let prompts = protocol::generate(&cfg.task, Protocol::InSequence, 16, 0).unwrap();
-    let clean = evaluate(&model.decoder, &prompts, &mut |_, _| {}).unwrap();
+    let clean = evaluate(&model.decoder, &prompts, &mut |_, _| {}, &Stop::never()).unwrap();
     let acc = clean.iter().filter(|o| o.correct).count() as f64 / clean.len() as f64;
     assert!(acc > 2.0 * cfg.task.chance_in_context(), "tiny model did not learn: {acc}");
     let map = knockout(&model.decoder, &cfg.task, &prompts, 4, 0, &mut |_, _| {}).unwrap();
@@ -190,7 +191,7 @@ fn knockouts_lower_accuracy_where_a_head_matters_and_change_nothing_at_zero_weig
         }
     }
     let prompts = protocol::generate(&rcfg.task, Protocol::Prefix, 4, 3).unwrap();
-    let base = evaluate(&m.decoder, &prompts, &mut |_, _| {}).unwrap();
+    let base = evaluate(&m.decoder, &prompts, &mut |_, _| {}, &Stop::never()).unwrap();
     let map = knockout(&m.decoder, &rcfg.task, &prompts, 2, 0, &mut |_, _| {}).unwrap();
     for row in map.rows.iter().filter(|r| r.layer == 1) {
         assert!(row.drop_pp.iter().all(|&d| d == 0.0), "zero-weight head L1.H{} changed accuracy", row.head);
@@ -215,7 +216,7 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
     cfg.train.eval_samples = 8;
     cfg.train.checkpoint_every = 8;
     let Outcome::Finished(_) = train(&cfg, &dir, serde_json::json!({}), &mut Silent).unwrap() else { panic!() };
-    let e = lab::eval_run(&dir, Protocol::Prefix, 6, 0, &mut |_, _| {}).unwrap();
+    let e = lab::eval_run(&dir, Protocol::Prefix, 6, 0, &mut |_, _| {}, &Stop::never()).unwrap();
     assert_eq!(e.profile.n, 24);
     assert_eq!(e.stride, Some(4));
     for f in ["eval-prefix.json", "eval-prefix.csv", "eval-prefix.svg", "eval-prefix.png", "eval-prefix-outcomes.jsonl"]
@@ -240,10 +241,10 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
         assert_eq!(o.phase, Some(o.position.expect("a position") % 4), "phase = position mod S: {line}");
     }
     // Same settings: reused, identical. Other settings: an error naming the file.
-    assert_eq!(lab::eval_run(&dir, Protocol::Prefix, 6, 0, &mut |_, _| {}).unwrap(), e);
-    let err = lab::eval_run(&dir, Protocol::Prefix, 7, 0, &mut |_, _| {}).unwrap_err().to_string();
+    assert_eq!(lab::eval_run(&dir, Protocol::Prefix, 6, 0, &mut |_, _| {}, &Stop::never()).unwrap(), e);
+    let err = lab::eval_run(&dir, Protocol::Prefix, 7, 0, &mut |_, _| {}, &Stop::never()).unwrap_err().to_string();
     assert!(err.contains("eval-prefix.json") && err.contains("never overwritten"), "{err}");
-    let g = lab::gates_run(&dir, 4, 0, &mut |_, _| {}).unwrap().expect("w4s4 has gates");
+    let g = lab::gates_run(&dir, 4, 0, &mut |_, _| {}, &Stop::never()).unwrap().expect("w4s4 has gates");
     assert_eq!(g.snapshots.iter().map(|s| s.step).collect::<Vec<_>>(), vec![0, 8, 16, 24], "snapshots from step 0 on");
     for s in &g.snapshots {
         assert_eq!(s.gates.len(), 2 * 2, "key and value gate of one head in each of 2 layers");
@@ -253,14 +254,27 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
             assert!((x.profile.iter().sum::<f64>() - 1.0).abs() < 1e-5);
         }
     }
-    let k = lab::knockout_run(&dir, Protocol::InSequence, 2, 2, 0, Intervention::KvHead, &mut |_, _| {}).unwrap();
+    let k =
+        lab::knockout_run(&dir, Protocol::InSequence, 2, 2, 0, Intervention::KvHead, &mut |_, _| {}, &Stop::never())
+            .unwrap();
     assert_eq!(k.map.rows.len(), 2);
     // §8.9's window-slot knockout: layers x W rows, each with its per-prompt outcomes, the
     // prompts' ids and groups once; asking the same file for another intervention is refused.
-    let err = lab::knockout_run(&dir, Protocol::InSequence, 2, 2, 0, Intervention::WindowSlot, &mut |_, _| {});
+    let err = lab::knockout_run(
+        &dir,
+        Protocol::InSequence,
+        2,
+        2,
+        0,
+        Intervention::WindowSlot,
+        &mut |_, _| {},
+        &Stop::never(),
+    );
     let err = err.unwrap_err().to_string();
     assert!(err.contains("knockout-in-sequence.json") && err.contains("never overwritten"), "{err}");
-    let ks = lab::knockout_run(&dir, Protocol::Prefix, 2, 2, 0, Intervention::WindowSlot, &mut |_, _| {}).unwrap();
+    let ks =
+        lab::knockout_run(&dir, Protocol::Prefix, 2, 2, 0, Intervention::WindowSlot, &mut |_, _| {}, &Stop::never())
+            .unwrap();
     assert_eq!(ks.map.intervention, Intervention::WindowSlot);
     let prompts = ks.map.ids.len();
     assert_eq!(prompts, 2 * tiny("w4s4").task.residue_modulus, "every prompt once");

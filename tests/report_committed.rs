@@ -172,7 +172,8 @@ fn audit_analyze_reads_a_committed_outcome_file_and_reproduces_the_ledgers_test(
         .count();
     assert!(greedy_low > 0, "the file should hold correct lines with prob < 0.5, the case the audit refused");
     let dir = tmp_dir("audit-own");
-    let a = phasekv::lab::audit_analyze(&file, M, Some(8), 0, &dir.join("out"), None).expect("audit reads it");
+    let a = phasekv::lab::audit_analyze(&file, M, Some(8), 0, &dir.join("out"), None, &phasekv::stop::Stop::never())
+        .expect("audit reads it");
     let t = a.statistics.expect("positions and depths give the statistics").phase_test.expect("a stride was given");
     let ledger: Ledger = serde_json::from_str(&std::fs::read_to_string(root.join("ledger.json")).unwrap()).unwrap();
     let e4 = ledger.claims.iter().find(|c| c.id == "E4").unwrap();
@@ -203,8 +204,9 @@ fn the_separation_fit_decides_full_attention_at_strides_6_and_8() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1-runs/full-seed1-eval-prefix-outcomes.jsonl");
     for s in [6, 8] {
         let dir = tmp_dir(&format!("audit-sep-{s}"));
-        let a = phasekv::lab::audit_analyze(&file, M, Some(s), 0, &dir.join("out"), None)
-            .unwrap_or_else(|e| panic!("S = {s}: {e}"));
+        let a =
+            phasekv::lab::audit_analyze(&file, M, Some(s), 0, &dir.join("out"), None, &phasekv::stop::Stop::never())
+                .unwrap_or_else(|e| panic!("S = {s}: {e}"));
         let t = a.statistics.expect("statistics").phase_test.expect("a stride was given");
         assert!(t.p.value > 0.1, "S = {s}: full attention has no phase effect here, p {}", t.p.value);
         std::fs::remove_dir_all(&dir).unwrap();

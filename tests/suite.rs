@@ -29,6 +29,8 @@ mod dump_format_doc;
 mod fit_supremum;
 #[path = "hf_deepseek_v4.rs"]
 mod hf_deepseek_v4;
+#[path = "hostile_bounds.rs"]
+mod hostile_bounds;
 #[path = "hostile_disk.rs"]
 mod hostile_disk;
 #[path = "hostile_external.rs"]
@@ -37,6 +39,8 @@ mod hostile_external;
 mod hostile_input;
 #[path = "hostile_plans.rs"]
 mod hostile_plans;
+#[path = "hostile_report.rs"]
+mod hostile_report;
 #[path = "hostile_runs.rs"]
 mod hostile_runs;
 #[path = "kernel_external.rs"]
@@ -77,6 +81,8 @@ mod report_committed;
 mod report_figures;
 #[path = "report_ledger.rs"]
 mod report_ledger;
+#[path = "report_writers.rs"]
+mod report_writers;
 #[path = "reproduce_plans.rs"]
 mod reproduce_plans;
 #[path = "reproduce_sweep.rs"]

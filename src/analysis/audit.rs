@@ -247,26 +247,67 @@ pub fn own_records(outcomes: &[Outcome]) -> Option<Vec<crate::analysis::phase_te
         .collect()
 }
 
+/// Lines of results read between two polls of the stop check (well under a second).
+pub const STOP_LINES: usize = 4096;
+
 /// Reads per-sample results (see the module docs); `m` is the residue modulus. Errors name
 /// the line (1-based) and the field.
 pub fn parse_results(text: &str, m: usize) -> Result<Vec<Outcome>> {
-    parse_results_checked(text, m, None)
+    parse_results_checked(text, m, None, &crate::stop::Stop::never())
 }
 
 /// [`parse_results`], refusing what would fabricate or distort significance: a repeated `id`
 /// (the same results counted twice), `correct` contradicting `prob`, a `group` that is not
 /// `target_pos mod M` when the line carries `target_pos`, and, given the export's
 /// `manifest`, a missing `id`, an id that was never exported, or a group other than the
-/// exported one.
-pub fn parse_results_checked(text: &str, m: usize, manifest: Option<&Manifest>) -> Result<Vec<Outcome>> {
+/// exported one. `stop` is polled every [`STOP_LINES`] lines.
+pub fn parse_results_checked(
+    text: &str,
+    m: usize,
+    manifest: Option<&Manifest>,
+    stop: &crate::stop::Stop,
+) -> Result<Vec<Outcome>> {
+    read_results(text.as_bytes(), m, manifest, u64::MAX, stop)
+}
+
+/// [`parse_results_checked`] streamed from `reader` (memory: the outcomes read, never the
+/// whole text), with at most `max_lines` result lines (the work bound of `audit analyze`, an
+/// error naming it beyond). The one reader of per-sample results: `audit analyze` and the
+/// report's loader of outcome files (`lab::load`) both read through it. The suite's optional
+/// columns (`arm`, `preset`, `seed`, `protocol`, `family`, `phase`) are read where present,
+/// each of its type.
+pub fn read_results(
+    mut reader: impl std::io::BufRead,
+    m: usize,
+    manifest: Option<&Manifest>,
+    max_lines: u64,
+    stop: &crate::stop::Stop,
+) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
     let mut seen: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
-    for (i, line) in text.lines().enumerate() {
-        let n = i + 1;
+    let mut buf = Vec::new();
+    let mut n = 0;
+    loop {
+        buf.clear();
+        let read = reader.read_until(b'\n', &mut buf).map_err(|e| Error::invalid("results", e.to_string()))?;
+        if read == 0 {
+            break;
+        }
+        if n % STOP_LINES == 0 {
+            stop.check("audit analyze (reading results)")?;
+        }
+        n += 1;
+        let at = |field: &str| format!("line {n}: {field}");
+        let line = std::str::from_utf8(&buf).map_err(|e| Error::invalid(at("text"), format!("not UTF-8: {e}")))?;
         if line.trim().is_empty() {
             continue;
         }
-        let at = |field: &str| format!("line {n}: {field}");
+        if out.len() as u64 >= max_lines {
+            return Err(Error::invalid(
+                at("results"),
+                format!("more than {max_lines} result lines, above the limit (MAX_RESULT_LINES); split the results"),
+            ));
+        }
         let v: Value = serde_json::from_str(line).map_err(|e| Error::invalid(at("JSON"), e.to_string()))?;
         let obj = v.as_object().ok_or_else(|| Error::invalid(at("line"), "must be a JSON object"))?;
         let group = match obj.get("group") {
@@ -354,7 +395,27 @@ pub fn parse_results_checked(text: &str, m: usize, manifest: Option<&Manifest>) 
             (None, Some(p)) => p >= 0.5,
             (None, None) => return Err(Error::invalid(at("correct"), "missing (give `correct` or `prob`)")),
         };
-        out.push(Outcome { id, group: group as usize, correct, prob, position, depth, ..Outcome::default() });
+        let text = |field: &str| -> Result<Option<String>> {
+            match obj.get(field) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(x)) => Ok(Some(x.clone())),
+                Some(x) => Err(Error::invalid(at(field), format!("must be a string, got {x}"))),
+            }
+        };
+        out.push(Outcome {
+            id,
+            group: group as usize,
+            correct,
+            prob,
+            position,
+            depth,
+            arm: text("arm")?,
+            preset: text("preset")?,
+            seed: uint("seed")?,
+            protocol: text("protocol")?,
+            family: uint("family")?.map(|f| f as usize),
+            phase: uint("phase")?.map(|f| f as usize),
+        });
     }
     if out.is_empty() {
         return Err(Error::invalid("results", "no result lines"));

@@ -19,6 +19,7 @@ use super::stats::{self, GroupAccuracy};
 use crate::kernel::tensor::SlotKnock;
 use crate::model::decoder::{Probe, Replacement};
 use crate::model::Decoder;
+use crate::stop::Stop;
 use crate::task::{Sample, TaskConfig};
 use crate::{Error, Result};
 use candle_core::{Device, Tensor, D};
@@ -74,11 +75,18 @@ fn score(model: &Decoder, prompts: &[&Prompt], probe: &Probe, device: &Device) -
         .collect())
 }
 
-/// Outcomes of `model` on `prompts`; `progress(done, total)` after every chunk.
-pub fn evaluate(model: &Decoder, prompts: &[Prompt], progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<Outcome>> {
+/// Outcomes of `model` on `prompts`; `progress(done, total)` after every chunk; `stop` polled
+/// before every chunk ([`Error::Interrupted`] when requested).
+pub fn evaluate(
+    model: &Decoder,
+    prompts: &[Prompt],
+    progress: &mut dyn FnMut(usize, usize),
+    stop: &Stop,
+) -> Result<Vec<Outcome>> {
     let device = Device::Cpu;
     let mut out = Vec::with_capacity(prompts.len());
     for chunk in prompts.chunks(CHUNK) {
+        stop.check("eval")?;
         let refs: Vec<&Prompt> = chunk.iter().collect();
         out.extend(score(model, &refs, &Probe::default(), &device)?);
         progress(out.len(), prompts.len());
@@ -220,12 +228,15 @@ pub fn knockout(
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<KnockoutMap> {
-    knockout_by(model, task, prompts, reference, seed, Intervention::KvHead, progress)
+    knockout_by(model, task, prompts, reference, seed, Intervention::KvHead, progress, &Stop::never())
 }
 
 /// Knockouts by `intervention` (its rows: every (layer, KV head), or every (layer, window
 /// slot)) of `model` on `prompts` with `reference` same-layout prompts each (seeded by
-/// `seed`); `progress(done, total)` after every chunk.
+/// `seed`); `progress(done, total)` after every chunk; `stop` polled before every forward pass.
+/// The references go through the model [`CHUNK`] sequences at a time whatever `reference` is,
+/// so memory does not grow with it (the mean is their sum over the chunks, divided once).
+#[allow(clippy::too_many_arguments)]
 pub fn knockout_by(
     model: &Decoder,
     task: &TaskConfig,
@@ -234,6 +245,7 @@ pub fn knockout_by(
     seed: u64,
     intervention: Intervention,
     progress: &mut dyn FnMut(usize, usize),
+    stop: &Stop,
 ) -> Result<KnockoutMap> {
     if reference == 0 {
         return Err(Error::invalid("reference", "must be at least 1 prompt, got 0"));
@@ -251,27 +263,12 @@ pub fn knockout_by(
     let mut knocked: Vec<Vec<Outcome>> = vec![Vec::new(); n_layer * per_layer];
     let chunk_size = (CHUNK / reference.min(CHUNK)).max(1);
     for chunk in prompts.chunks(chunk_size) {
+        stop.check("knockout")?;
         let refs: Vec<&Prompt> = chunk.iter().collect();
         clean.extend(score(model, &refs, &Probe::default(), &device)?);
-        let mut ref_samples = Vec::with_capacity(chunk.len() * reference);
-        for p in chunk {
-            ref_samples.extend(protocol::same_layout(task, p, reference, seed)?);
-        }
-        let ref_refs: Vec<&Sample> = ref_samples.iter().collect();
-        let capture = Probe { capture: true, capture_slots: slots, ..Probe::default() };
-        let cap = model.forward_probe(&tokens(&ref_refs, &device)?, &capture)?;
-        let c = chunk.len();
-        for (l, layer) in cap.captures.iter().enumerate() {
+        let means = reference_means(model, task, chunk, reference, seed, slots, stop)?;
+        for (l, (mk, mv)) in means.iter().enumerate() {
             if slots {
-                let Some(contrib) = &layer.slots else {
-                    return Err(Error::invalid("intervention", format!("layer {l} has no window slots to knock out")));
-                };
-                // `[W, c*reference, n, H*dh]` -> the mean over each prompt's references.
-                let mean = |u: &Tensor| -> Result<Tensor> {
-                    let (w, _, n, hd) = u.dims4()?;
-                    Ok(u.reshape((w, c, reference, n, hd))?.mean(2)?)
-                };
-                let (mk, mv) = (mean(&contrib.keys)?, mean(&contrib.values)?);
                 for i in 0..per_layer {
                     let knock = SlotKnock {
                         slot: i,
@@ -283,15 +280,10 @@ pub fn knockout_by(
                 }
                 continue;
             }
-            let mean = |u: &Tensor| -> Result<Tensor> {
-                let (_, h, n, dh) = u.dims4()?;
-                Ok(u.reshape((c, reference, h, n, dh))?.mean(1)?)
-            };
-            let (mk, mv) = (mean(&layer.keys)?, mean(&layer.values)?);
             for h in 0..per_layer {
                 let m = haystack_entries(model, task, l, h);
                 let pick = |u: &Tensor| -> Result<Tensor> { Ok(u.narrow(1, h, 1)?.squeeze(1)?.narrow(1, 0, m)?) };
-                let replace = Replacement { layer: l, head: h, keys: pick(&mk)?, values: pick(&mv)? };
+                let replace = Replacement { layer: l, head: h, keys: pick(mk)?, values: pick(mv)? };
                 let probe = Probe { replace: Some(replace), ..Probe::default() };
                 knocked[l * per_layer + h].extend(score(model, &refs, &probe, &device)?);
             }
@@ -337,6 +329,74 @@ pub fn knockout_by(
         prompt_groups: clean.iter().map(|o| o.group).collect(),
         clean_correct: bits(&clean),
     })
+}
+
+/// Per layer, the mean over each prompt's `reference` same-layout references of what a
+/// knockout replaces: the captured keys and values `[c, H, n, dh]` (or, with `slots`, each
+/// window slot's contribution `[W, c, n, H*dh]`), for the `c` prompts of `chunk`. The references
+/// run at most [`CHUNK`] sequences per forward pass, one prompt's at a time when they are more
+/// (`chunk` then holds one prompt), summed and divided once.
+fn reference_means(
+    model: &Decoder,
+    task: &TaskConfig,
+    chunk: &[Prompt],
+    reference: usize,
+    seed: u64,
+    slots: bool,
+    stop: &Stop,
+) -> Result<Vec<(Tensor, Tensor)>> {
+    let device = Device::Cpu;
+    let c = chunk.len();
+    let mut ref_samples = Vec::with_capacity(c * reference);
+    for p in chunk {
+        ref_samples.extend(protocol::same_layout(task, p, reference, seed)?);
+    }
+    let capture = Probe { capture: true, capture_slots: slots, ..Probe::default() };
+    // Either every prompt's references in one pass (c * reference <= CHUNK, as before), or
+    // one prompt (c = 1) whose references are split into passes of CHUNK.
+    let per_pass = if c * reference <= CHUNK { c * reference } else { CHUNK };
+    let mut sums: Vec<(Tensor, Tensor)> = Vec::new();
+    for (pass, part) in ref_samples.chunks(per_pass).enumerate() {
+        if pass > 0 {
+            stop.check("knockout")?;
+        }
+        let part: Vec<&Sample> = part.iter().collect();
+        // Rows of this pass: `g` prompts with `per` references each.
+        let (g, per) = if c * reference <= CHUNK { (c, reference) } else { (1, part.len()) };
+        let cap = model.forward_probe(&tokens(&part, &device)?, &capture)?;
+        for (l, layer) in cap.captures.iter().enumerate() {
+            let (k, v) = if slots {
+                let Some(contrib) = &layer.slots else {
+                    return Err(Error::invalid("intervention", format!("layer {l} has no window slots to knock out")));
+                };
+                // `[W, g*per, n, H*dh]` -> summed over each prompt's references: `[W, g, n, H*dh]`.
+                let sum = |u: &Tensor| -> Result<Tensor> {
+                    let (w, _, n, hd) = u.dims4()?;
+                    Ok(u.reshape((w, g, per, n, hd))?.sum(2)?)
+                };
+                (sum(&contrib.keys)?, sum(&contrib.values)?)
+            } else {
+                // `[g*per, H, n, dh]` -> `[g, H, n, dh]`.
+                let sum = |u: &Tensor| -> Result<Tensor> {
+                    let (_, h, n, dh) = u.dims4()?;
+                    Ok(u.reshape((g, per, h, n, dh))?.sum(1)?)
+                };
+                (sum(&layer.keys)?, sum(&layer.values)?)
+            };
+            // Detached: a sum that kept its operands' graphs would hold every pass's forward.
+            let (k, v) = (k.detach(), v.detach());
+            match sums.get_mut(l) {
+                None => sums.push((k, v)),
+                Some((sk, sv)) => {
+                    *sk = (&*sk + &k)?;
+                    *sv = (&*sv + &v)?;
+                }
+            }
+        }
+    }
+    // Times 1/n, as candle's `mean` does: the same bits as the one-pass mean of before.
+    let scale = 1f64 / reference as f64;
+    sums.into_iter().map(|(k, v)| Ok(((k * scale)?, (v * scale)?))).collect()
 }
 
 /// The dead heads of a model (`theory/phase-lab.md` §7.5, E7): those whose knockout changes

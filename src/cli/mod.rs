@@ -38,6 +38,13 @@ pub fn interrupted_by() -> (&'static str, u8) {
     (STOP_SIGNALS[i].1, STOP_SIGNALS[i].2)
 }
 
+/// The stop check long library work polls ([`phasekv::stop::Stop`]): requested once a first
+/// SIGINT, SIGTERM or SIGHUP came. The work then ends with `Error::Interrupted`, which [`run`]
+/// turns into the signal's exit status.
+pub fn stop() -> phasekv::stop::Stop {
+    phasekv::stop::Stop::when(interrupted)
+}
+
 /// Exit status of a run stopped by a signal ([`interrupted_by`]).
 pub fn interrupted_exit_code() -> ExitCode {
     ExitCode::from(interrupted_by().1)
@@ -133,6 +140,14 @@ fn run() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(err)
+            if err
+                .chain()
+                .any(|e| matches!(e.downcast_ref::<phasekv::Error>(), Some(phasekv::Error::Interrupted { .. }))) =>
+        {
+            eprintln!("interrupted by {}: {err:#}", interrupted_by().0);
+            interrupted_exit_code()
+        }
         Err(err) => {
             eprintln!("error: {err:#}");
             // A run that diverged is a failed run (exit 1), not bad input (exit 2), whichever

@@ -20,13 +20,17 @@ pub fn run(dump: &Path, dtype: Option<&str>, report: Option<&PathBuf>) -> anyhow
     };
     let d = Dump::load(dump, dtype)?;
     let mut bar: Option<super::progress::Progress> = None;
-    let v = validate_with_progress(&d, &mut |done, total| {
-        let b = bar.get_or_insert_with(|| super::progress::Progress::new(total as u64, "validating"));
-        b.set_position(done as u64);
-        if done >= total {
-            b.finish();
-        }
-    })?;
+    let v = validate_with_progress(
+        &d,
+        &mut |done, total| {
+            let b = bar.get_or_insert_with(|| super::progress::Progress::new(total as u64, "validating"));
+            b.set_position(done as u64);
+            if done >= total {
+                b.finish();
+            }
+        },
+        &super::stop(),
+    )?;
     print(&v, dump);
     if let Some(dir) = report {
         phasekv::figures::validation::write_report(&v, dir)?;

@@ -7,7 +7,9 @@ use super::*;
 /// (`profile.json`, `groups.csv`, `phase.svg`/`.png`), which must not exist yet (results are
 /// never overwritten). `m` is checked against [`crate::limits::MAX_MODULUS`]; a `stride` must
 /// be at least 2 and divide `m` (else folding would be silently skipped); `export`, the JSONL
-/// that `audit export` wrote, makes every result's id and group checked against it.
+/// that `audit export` wrote, makes every result's id and group checked against it. `stop` is
+/// polled between stages; a requested stop ends it with [`Error::Interrupted`] before `out` is
+/// made.
 pub fn audit_analyze(
     results: &Path,
     m: usize,
@@ -15,6 +17,7 @@ pub fn audit_analyze(
     seed: u64,
     out: &Path,
     export: Option<&Path>,
+    stop: &Stop,
 ) -> Result<AuditAnalysis> {
     crate::limits::check_range("--modulus", m, 2, crate::limits::MAX_MODULUS)?;
     if let Some(s) = stride {
@@ -41,10 +44,10 @@ pub fn audit_analyze(
         }
         None => None,
     };
-    let text = crate::limits::read_text(results, crate::limits::MAX_JSONL_BYTES)?;
-    let outcomes = crate::analysis::audit::parse_results_checked(&text, m, manifest.as_ref())
-        .map_err(|e| Error::File { path: results.to_path_buf(), reason: e.to_string() })?;
+    stop.check("audit analyze")?;
+    let outcomes = read_results_file(results, m, manifest.as_ref(), stop)?;
     let profile = phase::profile(&outcomes, m, stride, seed)?;
+    stop.check("audit analyze")?;
     // The pre-registered statistics need each prompt's depth: positions from the export, else
     // from the results themselves where every line carries them (the suite's outcome files).
     let records = match manifest.as_ref() {
@@ -55,6 +58,7 @@ pub fn audit_analyze(
         Some(r) => Some(phase::statistics(&r, m, stride, seed)?),
         None => None,
     };
+    stop.check("audit analyze")?;
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
@@ -70,6 +74,49 @@ pub fn audit_analyze(
     figures::phase_profile(&out.join("phase"), &format!("audit of {name}"), &profile, stride)?;
     dir.keep();
     Ok(AuditAnalysis { profile, statistics })
+}
+
+/// The results in `path`, streamed (memory: the outcomes, never the text): its lines are
+/// counted first and more than [`crate::limits::MAX_RESULT_LINES`] is refused before any is
+/// parsed (the work bound); then every line is read through
+/// [`crate::analysis::audit::read_results`].
+fn read_results_file(
+    path: &Path,
+    m: usize,
+    manifest: Option<&crate::analysis::audit::Manifest>,
+    stop: &crate::stop::Stop,
+) -> Result<Vec<crate::analysis::phase::Outcome>> {
+    use std::io::{BufRead, Read, Seek};
+    let max = crate::limits::MAX_RESULT_LINES;
+    let cap = crate::limits::MAX_JSONL_BYTES;
+    let (mut file, _) = crate::limits::open_regular(path, cap)?;
+    let mut lines = 0u64;
+    {
+        let mut reader = std::io::BufReader::with_capacity(1 << 16, (&mut file).take(cap + 1));
+        loop {
+            let buf = reader.fill_buf().map_err(|e| Error::io(path, e))?;
+            if buf.is_empty() {
+                break;
+            }
+            lines += buf.iter().filter(|&&b| b == b'\n').count() as u64;
+            let n = buf.len();
+            reader.consume(n);
+        }
+    }
+    if lines > max {
+        return Err(Error::File {
+            path: path.to_path_buf(),
+            reason: format!(
+                "lines: about {lines} result lines, above the limit of {max} (MAX_RESULT_LINES: the permutation test's work); analyse a sample or split the results"
+            ),
+        });
+    }
+    file.rewind().map_err(|e| Error::io(path, e))?;
+    let reader = std::io::BufReader::with_capacity(1 << 16, file.take(cap + 1));
+    crate::analysis::audit::read_results(reader, m, manifest, max + 1, stop).map_err(|e| match e {
+        Error::Interrupted { .. } => e,
+        e => Error::File { path: path.to_path_buf(), reason: e.to_string() },
+    })
 }
 
 /// What `audit analyze` found: the per-group profile, and with an export that carries

@@ -10,8 +10,13 @@
 //! | `eval-<protocol>.json`, `.csv`, `-outcomes.jsonl`, `.svg`, `.png` | [`eval_run`] (older results: [`outcomes::upgrade_run`] adds the issue-31 columns) |
 //! | `knockout-<protocol>.json`, `.csv`, `.svg`, `.png` | [`knockout_run`] |
 //! | `gates.json`, `gates.csv`, `gates-{scatter,trajectory,profile}.{svg,png}` | [`gates_run`] |
+//!
+//! Each writer records what it wrote in the run's provenance manifest
+//! ([`crate::run_dir::manifest`]); [`load`] is the one loader that reads a run's files back,
+//! each checked against the others.
 
 mod audit;
+pub mod load;
 pub mod outcomes;
 mod rows;
 
@@ -26,7 +31,8 @@ use crate::analysis::stats::GroupAccuracy;
 use crate::figures::lab as figures;
 use crate::kernel::spec::KernelSpec;
 use crate::model::{list_snapshots, load_run, verify_run, EVAL_STREAM};
-use crate::run_dir::{atomic_write, write_csv_atomic, write_json_atomic, DirLock};
+use crate::run_dir::{atomic_write, manifest, write_csv_atomic, write_json_atomic, DirLock};
+use crate::stop::Stop;
 use crate::task::{layout, Sample};
 use crate::{Error, Result};
 use serde::de::DeserializeOwned;
@@ -193,18 +199,65 @@ pub fn check_samples(field: &str, per_group: usize, groups: usize, seq_len: usiz
     Ok(())
 }
 
+/// Work of one forward pass of the decoder over one sequence of `config`, in units of one
+/// multiply-add, estimated: every token meets every parameter (`RunConfig::parameter_estimate`)
+/// and, per layer and query head, the `T` keys of its sequence (`T d_h` scores and as many
+/// value terms). `None` on overflow.
+pub fn forward_work(config: &crate::model::RunConfig) -> Option<u64> {
+    let m = &config.model;
+    let t = config.task.checked_seq_len()?;
+    let attention = crate::limits::product(&[m.n_layer, m.n_head, 2 * m.d_head, t])?;
+    config.parameter_estimate()?.checked_add(attention)?.checked_mul(t as u64)
+}
+
+/// `sequences` forward passes of `config`'s decoder ([`forward_work`]) within
+/// [`crate::limits::MAX_LAB_WORK`], checked before any work; above it, an error naming
+/// `field`, the estimate, the limit and how many `unit`s fit (`per_unit` sequences each).
+pub fn check_lab_work(
+    field: &str,
+    config: &crate::model::RunConfig,
+    sequences: Option<u64>,
+    per_unit: u64,
+    unit: &str,
+) -> Result<()> {
+    let max = crate::limits::MAX_LAB_WORK;
+    let one = forward_work(config);
+    let work = sequences.zip(one).and_then(|(n, w)| n.checked_mul(w));
+    if work.is_some_and(|w| w <= max) {
+        return Ok(());
+    }
+    let fit = one.and_then(|w| w.checked_mul(per_unit.max(1))).map_or(0, |u| max / u.max(1));
+    Err(Error::invalid(
+        field,
+        format!(
+            "{} units of work (forward passes x multiply-adds each) are above the limit of {max} (MAX_LAB_WORK); {}",
+            work.map_or("more than 2^64".to_string(), |w| w.to_string()),
+            match fit {
+                0 => "not even one fits on this model".to_string(),
+                k => format!("at most {k} {unit} fit"),
+            }
+        ),
+    ))
+}
+
 /// Evaluates the finished run in `run` under `protocol` with `per_group` prompts per group.
+/// `stop` is polled between batches of prompts: a requested stop ends it with
+/// [`Error::Interrupted`] before anything is written.
 pub fn eval_run(
     run: &Path,
     protocol: Protocol,
     per_group: usize,
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
+    stop: &Stop,
 ) -> Result<EvalResult> {
     check_run(run)?;
     let verified = verify_run(run)?;
     let task = &verified.config.task;
     check_samples("--samples", per_group, task.residue_modulus, task.seq_len())?;
+    let groups = task.residue_modulus as u64;
+    let sequences = (per_group as u64).checked_mul(groups);
+    check_lab_work("--samples", &verified.config, sequences, groups, "prompts per group")?;
     let json = run.join(format!("eval-{}.json", protocol.name()));
     let id = verified.identity;
     let same = |r: &EvalResult| r.per_group == per_group && r.eval_seed == seed && r.run_id == id;
@@ -221,7 +274,7 @@ pub fn eval_run(
     let task = &config.task;
     let prompts = protocol::generate(task, protocol, per_group, seed)?;
     let balance = protocol::balance(&prompts, task.residue_modulus);
-    let mut outcomes = eval::evaluate(&model.decoder, &prompts, progress)?;
+    let mut outcomes = eval::evaluate(&model.decoder, &prompts, progress, stop)?;
     let stride = stride_of(&config.model.preset)?;
     let columns = outcomes::RunColumns::new(run, &config, protocol, per_group, stride);
     for o in &mut outcomes {
@@ -230,6 +283,7 @@ pub fn eval_run(
     let profile = phase::profile(&outcomes, task.residue_modulus, stride, seed)?;
     let records = phase::records(&prompts, &outcomes)?;
     let statistics = Some(phase::statistics(&records, task.residue_modulus, stride, seed)?);
+    stop.check("eval")?;
     let samples: Vec<Sample> = prompts.iter().map(|p| p.sample.clone()).collect();
     let result = EvalResult {
         preset: config.model.preset.clone(),
@@ -259,6 +313,8 @@ pub fn eval_run(
         result.stride,
     )?;
     write_json_atomic(&json, &result)?;
+    let jsonl = format!("eval-{}-outcomes.jsonl", protocol.name());
+    manifest::record(run, &[format!("eval-{}.json", protocol.name()), jsonl])?;
     Ok(result)
 }
 
@@ -283,7 +339,8 @@ pub fn knockout_file(run: &Path, protocol: Protocol) -> Option<PathBuf> {
     }
 }
 
-/// Knockout map of the finished run in `run` under `protocol`.
+/// Knockout map of the finished run in `run` under `protocol`; `stop` as in [`eval_run`].
+#[allow(clippy::too_many_arguments)]
 pub fn knockout_run(
     run: &Path,
     protocol: Protocol,
@@ -292,12 +349,30 @@ pub fn knockout_run(
     seed: u64,
     intervention: Intervention,
     progress: &mut dyn FnMut(usize, usize),
+    stop: &Stop,
 ) -> Result<KnockoutResult> {
     check_run(run)?;
     let verified = verify_run(run)?;
     let task = &verified.config.task;
     check_samples("--samples", per_group, task.residue_modulus, task.seq_len())?;
     crate::limits::check_range("--reference", reference, 1, crate::limits::MAX_KNOCKOUT_REFERENCE)?;
+    // Per prompt: its clean pass, its references, and one pass per knocked row (the larger of
+    // the KV heads and the window slots of every layer).
+    let m = &verified.config.model;
+    let window = if m.is_full() { 0 } else { KernelSpec::preset(&m.preset)?.geometry.window() };
+    let rows = m.n_layer.saturating_mul(m.n_kv_head.max(window)) as u64;
+    let per_prompt = (reference as u64).saturating_add(1).saturating_add(rows);
+    let groups = task.residue_modulus as u64;
+    let prompts = (per_group as u64).checked_mul(groups);
+    let sequences = prompts.and_then(|p| p.checked_mul(per_prompt));
+    let per_unit = groups.saturating_mul(per_prompt);
+    check_lab_work(
+        "--samples x --reference",
+        &verified.config,
+        sequences,
+        per_unit,
+        "prompts per group at this --reference",
+    )?;
     let stem = run.join(knockout_stem(protocol));
     let json = stem.with_extension("json");
     let id = verified.identity;
@@ -317,7 +392,8 @@ pub fn knockout_run(
     }
     let (config, model) = load_run(run, None)?;
     let prompts = protocol::generate(&config.task, protocol, per_group, seed)?;
-    let map = eval::knockout_by(&model.decoder, &config.task, &prompts, reference, seed, intervention, progress)?;
+    let map = eval::knockout_by(&model.decoder, &config.task, &prompts, reference, seed, intervention, progress, stop)?;
+    stop.check("knockout")?;
     let result = KnockoutResult { preset: config.model.preset.clone(), protocol, per_group, seed, map, run_id: id };
     write_csv_atomic(&stem.with_extension("csv"), &knockout_rows(&result))?;
     figures::knockout_map(
@@ -334,16 +410,18 @@ pub fn knockout_run(
         &result.map,
     )?;
     write_json_atomic(&json, &result)?;
+    manifest::record(run, &[format!("{}.json", knockout_stem(protocol))])?;
     Ok(result)
 }
 
 /// Gate preferences of the finished run in `run` at every saved snapshot and the final model
-/// (`None` for `full`, which has no gates).
+/// (`None` for `full`, which has no gates); `stop` as in [`eval_run`], polled per snapshot.
 pub fn gates_run(
     run: &Path,
     samples: usize,
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
+    stop: &Stop,
 ) -> Result<Option<GatesResult>> {
     check_run(run)?;
     let verified = verify_run(run)?;
@@ -379,13 +457,16 @@ pub fn gates_run(
     let models = weights.iter().map(|(_, path)| Ok(load_run(run, path.as_deref())?.1)).collect::<Result<Vec<_>>>()?;
     let mut snapshots = Vec::with_capacity(weights.len());
     for (i, ((step, _), model)) in weights.iter().zip(&models).enumerate() {
+        stop.check("gates")?;
         snapshots.push(GateSnapshot { step: *step, gates: gates::gate_stats(&model.decoder, &seqs)? });
         progress(i + 1, weights.len());
     }
+    stop.check("gates")?;
     let window = KernelSpec::preset(&config.model.preset)?.geometry.window();
     let result = GatesResult { preset: config.model.preset.clone(), window, samples, seed, snapshots, run_id: id };
     figures::gate_figures(&run.join("gates"), &result.preset, &result.snapshots, window)?;
     write_csv_atomic(&run.join("gates.csv"), &gates_rows(&result))?;
     write_json_atomic(&json, &result)?;
+    manifest::record(run, &["gates.json".to_string()])?;
     Ok(Some(result))
 }

@@ -113,6 +113,7 @@ fn keep_record_before(
     };
     copy(FINAL_WEIGHTS, weights_before)?;
     copy(METRICS_FILE, metrics_before)?;
+    crate::run_dir::manifest::record(run.path(), &[metrics_before.to_string()])?;
     Ok((verified.config, verified.metrics))
 }
 

@@ -295,5 +295,12 @@ impl End {
 /// Writes `metrics.json` and the learning curve (`curve.csv`, for plots) of a finished run.
 pub(super) fn write_metrics(run: &RunDir, metrics: &Metrics) -> Result<()> {
     crate::run_dir::write_csv_atomic(&run.file("curve.csv"), &metrics.curve_rows())?;
-    run.finish_with_metrics(metrics)
+    run.finish_with_metrics(metrics)?;
+    // The training record's provenance: the config, environment and metrics (and the metrics
+    // kept from before each extension), as they are now (the run's lock is held).
+    use crate::run_dir::{manifest, CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE};
+    let mut names: Vec<String> = [CONFIG_FILE, ENVIRONMENT_FILE, METRICS_FILE].map(String::from).to_vec();
+    names
+        .extend(manifest::result_files(run.path())?.into_iter().filter(|n| n.starts_with("metrics.before-extension-")));
+    manifest::record(run.path(), &names)
 }

@@ -13,6 +13,15 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Smallest accepted `global_scale`: the smallest normal f32 (`2^-126`), as engines store it.
+pub const MIN_GLOBAL_SCALE: f64 = f32::MIN_POSITIVE as f64;
+/// Largest accepted `global_scale`: the largest f32.
+pub const MAX_GLOBAL_SCALE: f64 = f32::MAX as f64;
+/// Largest accepted `amax_min`: ten times the largest floor an engine is known to use (vLLM's
+/// FP8 paths, `1e-4`). A floor `m` sets the scale of every block whose largest magnitude is
+/// below it, so a larger one erases small data (every element rounds to 0).
+pub const MAX_AMAX_MIN: f64 = 1e-3;
+
 /// An element format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -182,10 +191,18 @@ impl CacheFormat {
         if f.block == 0 || f.block > 1 << 20 {
             return Err(format!("block must be in 1..={}, got {}", 1 << 20, f.block));
         }
-        for (name, v) in [("global_scale", f.global_scale), ("amax_min", f.amax_min)] {
+        // Degenerate labels are refused whatever the data: a global scale outside the normal
+        // f32 range (how engines store it) overflows or underflows `x / g`, and a floor above
+        // MAX_AMAX_MIN sets the scale of every small block, so elements round to 0 and an
+        // all-zero output matches an all-zero encoded reference.
+        let ranges = [
+            ("global_scale", f.global_scale, MIN_GLOBAL_SCALE, MAX_GLOBAL_SCALE),
+            ("amax_min", f.amax_min, f64::MIN_POSITIVE, MAX_AMAX_MIN),
+        ];
+        for (name, v, lo, hi) in ranges {
             if let Some(g) = v {
-                if !(g > 0.0 && g.is_finite()) {
-                    return Err(format!("{name} must be positive and finite, got {g}"));
+                if !(g.is_finite() && (lo..=hi).contains(&g)) {
+                    return Err(format!("{name} must be in {lo:e}..={hi:e}, got {g:e}"));
                 }
             }
         }

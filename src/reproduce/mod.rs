@@ -113,6 +113,10 @@ pub trait Progress {
     fn trainer(&mut self) -> &mut dyn Observer;
     /// Progress of an analysis step.
     fn step(&mut self, stage: &str, done: usize, total: usize);
+    /// The stop check the analyses poll (the CLI's signals); never, by default.
+    fn stop(&self) -> crate::stop::Stop {
+        crate::stop::Stop::never()
+    }
 }
 
 /// Writes `plan.json` into `out`, or checks that the one there is the same plan. Idempotent, so
@@ -296,9 +300,10 @@ fn run_model(
     }
     let t0 = Instant::now();
     let s = lab_settings;
+    let stop = progress.stop();
     for protocol in crate::analysis::protocol::Protocol::ALL {
         let stage = format!("{preset} eval {}", protocol.name());
-        lab::eval_run(&dir, protocol, s.eval_per_group, s.seed, &mut |d, t| progress.step(&stage, d, t))?;
+        lab::eval_run(&dir, protocol, s.eval_per_group, s.seed, &mut |d, t| progress.step(&stage, d, t), &stop)?;
     }
     // §8.9: under the v2 rules each arm gets its own intervention; v1 knocked out KV heads.
     let intervention = match rules {
@@ -308,14 +313,17 @@ fn run_model(
     for protocol in crate::analysis::protocol::Protocol::ALL {
         let stage = format!("{preset} knockout {}", protocol.name());
         let (n, r) = (s.knockout_per_group, s.knockout_reference);
-        lab::knockout_run(&dir, protocol, n, r, s.seed, intervention, &mut |d, t| progress.step(&stage, d, t))?;
+        let bar = &mut |d, t| progress.step(&stage, d, t);
+        lab::knockout_run(&dir, protocol, n, r, s.seed, intervention, bar, &stop)?;
     }
     let stage = format!("{preset} gates");
-    lab::gates_run(&dir, s.gate_samples, s.seed, &mut |d, t| progress.step(&stage, d, t))?;
+    lab::gates_run(&dir, s.gate_samples, s.seed, &mut |d, t| progress.step(&stage, d, t), &stop)?;
+    let _lock = crate::run_dir::DirLock::shared(&dir)?;
     write_json(
         &unit_file,
         &ModelUnitResult { preset: unit.preset().to_string(), analysis_seconds: t0.elapsed().as_secs_f64() },
     )?;
+    crate::run_dir::manifest::record(&dir, &["unit.json".to_string()])?;
     progress.message(&format!("{preset}: analyses done"));
     Ok(true)
 }
@@ -368,6 +376,39 @@ fn apply_training_rule(dir: &Path, preset: &str, config: &RunConfig, progress: &
             }
         }
     }
+}
+
+/// The migration of `phasekv analyze manifest`: writes the provenance manifest
+/// ([`crate::run_dir::manifest`]) of the run in `run` after checking its data with the
+/// report's loader ([`lab::load::load_run`], against the plan's unit when `run` sits in a
+/// reproduction output `OUT/runs/<name>` with `OUT/plan.json`), under the run's lock. A run
+/// that already has a manifest is verified and left as it is (`None`); one whose manifest does
+/// not verify, or whose data the loader refuses, is an error and nothing is written. Returns
+/// the number of result files recorded.
+pub fn write_manifest(run: &Path) -> Result<Option<usize>> {
+    use crate::run_dir::manifest;
+    if !run.join(crate::run_dir::CONFIG_FILE).is_file() {
+        return Err(Error::File { path: run.to_path_buf(), reason: "not a run directory (no config.json)".into() });
+    }
+    let _lock = crate::run_dir::DirLock::shared(run)?;
+    if manifest::read(run)?.is_some() {
+        manifest::verify(run)?;
+        return Ok(None);
+    }
+    let name = run.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let plan_file = run.parent().filter(|p| p.file_name().is_some_and(|n| n == "runs")).and_then(Path::parent);
+    let expected = match plan_file.map(|o| o.join(PLAN_FILE)).filter(|p| p.exists()) {
+        Some(p) => {
+            let plan: Plan = lab::read_json(&p)?;
+            plan.models()?
+                .iter()
+                .find(|m| m.key() == name)
+                .map(|m| lab::load::Expected { preset: m.config.model.preset.clone(), seed: m.config.train.seed })
+        }
+        None => None,
+    };
+    lab::load::load_run(run, expected.as_ref())?;
+    Ok(Some(manifest::write_all(run)?.files.len()))
 }
 
 /// A Theorem 1 verdict serialized as its map symbol (`"+"`, `"k"`, `"g"`), as `theory.json`

@@ -91,6 +91,15 @@ pub enum AnalyzeCmd {
         #[arg(required = true)]
         runs: Vec<PathBuf>,
     },
+    /// Write the provenance manifest (`manifest.json`: every result file's hash, size and line
+    /// count) of run directories that have none (hand-made, or written before manifests), after
+    /// checking their data as `report` does; a run whose data or manifest is inconsistent is
+    /// refused and nothing is written.
+    Manifest {
+        /// Run directories.
+        #[arg(required = true)]
+        runs: Vec<PathBuf>,
+    },
 }
 
 fn bar(label: &str) -> impl FnMut(usize, usize) {
@@ -107,7 +116,7 @@ fn bar(label: &str) -> impl FnMut(usize, usize) {
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let protocol = Protocol::from(args.protocol);
-    let r = lab::eval_run(&args.run, protocol, args.samples, args.seed, &mut bar("eval"))?;
+    let r = lab::eval_run(&args.run, protocol, args.samples, args.seed, &mut bar("eval"), &super::stop())?;
     print_profile(
         &format!("{} ({}), {} padding, {} prompts", r.preset, args.run.display(), protocol.name(), r.profile.n),
         Some(&r.balance),
@@ -131,7 +140,8 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
         AnalyzeCmd::Knockout { run, samples, protocol, reference, seed, intervention } => {
             let protocol = Protocol::from(protocol);
             let intervention = Intervention::parse(&intervention)?;
-            let r = lab::knockout_run(&run, protocol, samples, reference, seed, intervention, &mut bar("knockout"))?;
+            let (bar, stop) = (&mut bar("knockout"), &super::stop());
+            let r = lab::knockout_run(&run, protocol, samples, reference, seed, intervention, bar, stop)?;
             println!(
                 "{}: {} knockouts, {} prompts per group, {} references each",
                 r.preset,
@@ -152,8 +162,8 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
             println!("  written: {}/{}.{{json,csv,svg,png}}", run.display(), lab::knockout_stem(protocol));
         }
         AnalyzeCmd::Upgrade { runs } => {
-            for run in &runs {
-                let u = lab::outcomes::upgrade_run(run)?;
+            let report = lab::outcomes::upgrade_runs(&runs, &crate::cli::interrupted)?;
+            for (run, u) in &report.runs {
                 if u.files.is_empty() {
                     println!("{}: already upgraded", run.display());
                 } else {
@@ -165,18 +175,47 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
                     );
                 }
             }
+            if report.stale_removed > 0 {
+                println!("removed {} stale temporary file(s) of killed writers", report.stale_removed);
+            }
+            if report.stopped {
+                let (name, _) = crate::cli::interrupted_by();
+                eprintln!("stopped by {name}: every file is old or new; run the same command again to finish");
+                return Ok(crate::cli::interrupted_exit_code());
+            }
         }
-        AnalyzeCmd::Gates { run, samples, seed } => match lab::gates_run(&run, samples, seed, &mut bar("gates"))? {
-            None => println!("{}: full attention has no gates", run.display()),
-            Some(r) => {
-                println!("{}: gate preferences over {} checkpoints (W = {})", r.preset, r.snapshots.len(), r.window);
-                if let (Some(first), Some(last)) = (r.snapshots.first(), r.snapshots.last()) {
-                    for g in &last.gates {
-                        let g0 =
-                            first.gates.iter().find(|x| x.layer == g.layer && x.head == g.head && x.branch == g.branch);
-                        let peak =
-                            g.profile.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map(|p| p.0).unwrap_or(0);
-                        println!(
+        AnalyzeCmd::Manifest { runs } => {
+            for run in &runs {
+                match phasekv::reproduce::write_manifest(run)? {
+                    None => println!("{}: manifest.json already there and verified", run.display()),
+                    Some(n) => println!("{}: manifest.json written ({n} result files)", run.display()),
+                }
+            }
+        }
+        AnalyzeCmd::Gates { run, samples, seed } => {
+            match lab::gates_run(&run, samples, seed, &mut bar("gates"), &super::stop())? {
+                None => println!("{}: full attention has no gates", run.display()),
+                Some(r) => {
+                    println!(
+                        "{}: gate preferences over {} checkpoints (W = {})",
+                        r.preset,
+                        r.snapshots.len(),
+                        r.window
+                    );
+                    if let (Some(first), Some(last)) = (r.snapshots.first(), r.snapshots.last()) {
+                        for g in &last.gates {
+                            let g0 = first
+                                .gates
+                                .iter()
+                                .find(|x| x.layer == g.layer && x.head == g.head && x.branch == g.branch);
+                            let peak = g
+                                .profile
+                                .iter()
+                                .enumerate()
+                                .max_by(|a, b| a.1.total_cmp(b.1))
+                                .map(|p| p.0)
+                                .unwrap_or(0);
+                            println!(
                             "  L{}.H{} {:?}: static {:.2} (step {}: {:.2}), input-dependent {:.2}, peak offset {peak}",
                             g.layer,
                             g.head,
@@ -186,14 +225,15 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
                             g0.map(|x| x.static_concentration).unwrap_or(f64::NAN),
                             g.input_concentration
                         );
+                        }
                     }
+                    println!(
+                        "  written: {}/gates.{{json,csv}}, gates-{{scatter,trajectory,profile}}.{{svg,png}}",
+                        run.display()
+                    );
                 }
-                println!(
-                    "  written: {}/gates.{{json,csv}}, gates-{{scatter,trajectory,profile}}.{{svg,png}}",
-                    run.display()
-                );
             }
-        },
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

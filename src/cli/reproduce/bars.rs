@@ -55,6 +55,10 @@ impl Progress for Bars {
     fn trainer(&mut self) -> &mut dyn Observer {
         self
     }
+    fn stop(&self) -> phasekv::stop::Stop {
+        crate::cli::stop()
+    }
+
     fn step(&mut self, stage: &str, done: usize, total: usize) {
         self.bar(stage, total).set_position(done as u64);
     }

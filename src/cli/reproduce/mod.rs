@@ -6,7 +6,6 @@ mod report;
 mod slurm;
 
 use bars::Bars;
-use report::print_claims;
 pub use report::{report, ReportArgs};
 use slurm::emit_slurm;
 
@@ -114,7 +113,14 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
     let units = if args.unit.is_empty() { reproduce::shard(&all, i, n)? } else { plan.select(&args.unit)? };
     let whole = units.len() == all.len();
     let part = if args.unit.is_empty() { format!("shard {i}/{n}") } else { format!("{} selected units", units.len()) };
-    std::fs::create_dir_all(&out).map_err(|e| phasekv::Error::io(&out, e))?;
+    // Every reproduce writing into `out` holds its lock shared, until its report (a report
+    // refuses an output a live reproduce holds, issue 46).
+    let held = phasekv::run_dir::OutputLock::writer(&out).map_err(|e| match e {
+        phasekv::Error::Busy { holder, .. } => {
+            phasekv::Error::invalid("--out", format!("{} is in use by {holder}; wait for it to finish", out.display()))
+        }
+        e => e,
+    })?;
     reproduce::write_plan(&out, &plan)?;
     let names: Vec<String> = units.iter().map(|u| u.name()).collect();
     eprintln!("reproduce ({:?}, {part}) into {}: {}", plan.scale, out.display(), names.join(", "));
@@ -158,8 +164,6 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let claims = ledger::build_report(std::slice::from_ref(&out), &out)?;
-    print_claims(&claims);
-    println!("report: {}", out.join("README.md").display());
-    Ok(ExitCode::SUCCESS)
+    drop(held);
+    report::write_report(std::slice::from_ref(&out), &out, false)
 }

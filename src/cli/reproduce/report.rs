@@ -10,6 +10,10 @@ pub struct ReportArgs {
     /// Where to write README.md, ledger.json and figures/.
     #[arg(long, default_value = "reports")]
     out: PathBuf,
+    /// Accept unfinished runs (no metrics.json), refused otherwise; the report is marked
+    /// partial in its banner and in ledger.json.
+    #[arg(long)]
+    partial: bool,
 }
 
 pub(super) fn print_claims(claims: &[ledger::Claim]) {
@@ -18,10 +22,24 @@ pub(super) fn print_claims(claims: &[ledger::Claim]) {
     }
 }
 
+/// Builds the report (the library's one way), stopping at the first SIGINT, SIGTERM or SIGHUP
+/// with the old report left as it was; prints the claims.
+pub(super) fn write_report(from: &[PathBuf], out: &Path, partial: bool) -> anyhow::Result<ExitCode> {
+    let stop = crate::cli::interrupted;
+    match ledger::build_report_with(from, out, &ledger::ReportOptions { partial, stop: &stop })? {
+        ledger::ReportOutcome::Written(claims) => {
+            print_claims(&claims);
+            println!("report: {}", out.join("README.md").display());
+            Ok(ExitCode::SUCCESS)
+        }
+        ledger::ReportOutcome::Stopped => {
+            eprintln!("{}: report stopped; {} is as it was", crate::cli::interrupted_by().0, out.display());
+            Ok(crate::cli::interrupted_exit_code())
+        }
+    }
+}
+
 pub fn report(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let from = if args.from.is_empty() { vec![args.out.clone()] } else { args.from.clone() };
-    let claims = ledger::build_report(&from, &args.out)?;
-    print_claims(&claims);
-    println!("report: {}", args.out.join("README.md").display());
-    Ok(ExitCode::SUCCESS)
+    write_report(&from, &args.out, args.partial)
 }

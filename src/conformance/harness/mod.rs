@@ -399,6 +399,9 @@ pub fn check_work(spec: &KernelSpec, cases: u32, min_d_head: usize) -> Option<u6
 /// most cases that fit otherwise.
 pub fn checkable_with(spec: &KernelSpec, cases: u32, min_d_head: usize) -> Result<()> {
     checkable(spec)?;
+    // The spec check `kernel validate` makes at the dump's width, over the widths cases draw:
+    // a spec no width holds is bad input (exit 2), not a kernel failing every invariant.
+    spec.head_widths(min_d_head, 1)?;
     let max = crate::limits::MAX_CHECK_WORK;
     match check_work(spec, cases, min_d_head) {
         Some(work) if work <= max => Ok(()),

@@ -87,13 +87,7 @@ const HEAD_WIDTHS: usize = 4;
 /// documented 24-channel example needs `d_h >= 24`); `[min_d_head]` when none fits below
 /// `min_d_head + 4096` (the checks then report the spec's own error).
 pub fn head_widths(spec: &KernelSpec, min_d_head: usize) -> Vec<usize> {
-    let lo = min_d_head.max(1);
-    let fits: Vec<usize> = (lo..lo + 4096).filter(|&dh| spec.validate_for(dh).is_ok()).take(HEAD_WIDTHS).collect();
-    if fits.is_empty() {
-        vec![lo]
-    } else {
-        fits
-    }
+    spec.head_widths(min_d_head, HEAD_WIDTHS).unwrap_or_else(|_| vec![min_d_head.max(1)])
 }
 
 /// [`case_strategy`] with head widths `d_h` from [`head_widths`] (the first four from

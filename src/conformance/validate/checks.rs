@@ -57,6 +57,45 @@ pub(super) fn finite_outputs(d: &Dump) -> CheckRow {
     }
 }
 
+/// An output that is zero everywhere while the f64 reference is not fails, whatever else
+/// passes: with a `cache_format` whose scales round every element to 0 (a floor far above the
+/// data), the reference encoded the same way is zero too, and the tolerance rows would compare
+/// zero with zero (issue 47). A correct kernel's output is zero only where the reference is.
+pub(super) fn signal(d: &Dump, ref64: &[Compressed<f64>], n: usize) -> CheckRow {
+    let run = &d.main;
+    let mut outputs = vec![("keys", &run.keys)];
+    if !d.spec.shared_kv {
+        outputs.push(("values", run.values_or_keys()));
+    }
+    let mut problem = None;
+    let mut worst = 0.0f64;
+    for (name, got) in outputs {
+        let got_max = max_abs(&got.slice(s![.., ..n.min(got.shape()[1]), ..]));
+        let ref_max = ref64
+            .iter()
+            .map(|r| {
+                let a = if name == "keys" { &r.keys } else { &r.values };
+                max_abs(&a.slice(s![..n.min(a.shape()[0]), ..]))
+            })
+            .fold(0.0f64, f64::max);
+        if got_max == 0.0 && ref_max > 0.0 && problem.is_none() {
+            worst = ref_max;
+            problem = Some(format!(
+                "every {name} entry is 0 while the f64 reference reaches {ref_max:.3e}{}",
+                if d.cache_format.is_some() { " (and its cache format may encode the reference as 0 too)" } else { "" }
+            ));
+        }
+    }
+    CheckRow {
+        id: "K13",
+        name: "outputs not all zero where the reference is not".into(),
+        status: if problem.is_some() { Status::Fail } else { Status::Pass },
+        error: worst,
+        bound: 0.0,
+        note: problem.unwrap_or_else(|| "every output carries a non-zero entry, or its reference is zero".into()),
+    }
+}
+
 /// Where a reference is not finite, by stage (`None`: finite everywhere).
 fn non_finite_stage(c: &Compressed<f64>) -> Option<&'static str> {
     if c.gate_k.iter().chain(c.gate_v.iter()).any(|v| !v.is_finite()) {
@@ -191,7 +230,14 @@ fn entry_outputs(r: &Run, k: usize, j: usize) -> Vec<f64> {
 /// K2: entries whose window excludes the perturbed token are unchanged (bit for bit for a
 /// deterministic kernel, within the reassociation bound otherwise); entries the reference
 /// changes must change in the kernel too (the support is exact, K4 (a)).
-pub(super) fn k2(d: &Dump, ref_main: &[Compressed<f64>], p: &Run, t: usize, terms: usize) -> Result<CheckRow> {
+pub(super) fn k2(
+    d: &Dump,
+    ref_main: &[Compressed<f64>],
+    p: &Run,
+    t: usize,
+    terms: usize,
+    stop: &crate::stop::Stop,
+) -> Result<CheckRow> {
     let g = d.spec.geometry;
     let main = &d.main;
     let n = main.entries().min(p.entries());
@@ -199,7 +245,7 @@ pub(super) fn k2(d: &Dump, ref_main: &[Compressed<f64>], p: &Run, t: usize, term
     let closed = inside.iter().any(|&j| j < n);
     let mag = max_abs(&main.keys).max(1.0);
     let tol = if d.deterministic { 0.0 } else { reassociation(d.dtype, terms, mag) };
-    let ref_p = references(d, p)?;
+    let ref_p = references(d, p, stop)?;
     let (mut worst, mut problem) = (0.0f64, None);
     for k in 0..main.batch() {
         for j in 0..n {

@@ -40,6 +40,7 @@ use super::harness::checks::low_reference;
 use super::harness::tolerance::accumulator;
 use crate::kernel::reference;
 use crate::kernel::Compressed;
+use crate::stop::Stop;
 use crate::Result;
 use ndarray::Axis;
 use serde::Serialize;
@@ -139,11 +140,58 @@ impl Validation {
     }
 }
 
-/// Per-sequence f64 reference of a run.
-fn references(d: &Dump, run: &Run) -> Result<Vec<Compressed<f64>>> {
+/// Per-sequence f64 reference of a run, without the gate weights when the dump has none to
+/// compare (`[n, W, c]` per sequence: `W` times the entries, most of the memory otherwise).
+fn references(d: &Dump, run: &Run, stop: &Stop) -> Result<Vec<Compressed<f64>>> {
     (0..run.batch())
-        .map(|b| reference::compress(&d.spec, d.dims, &d.params, run.input.index_axis(Axis(0), b)))
+        .map(|b| {
+            stop.check("kernel validate (references)")?;
+            let mut r = reference::compress(&d.spec, d.dims, &d.params, run.input.index_axis(Axis(0), b))?;
+            if !has_gates(d) {
+                drop_gates(&mut r);
+            }
+            Ok(r)
+        })
         .collect()
+}
+
+/// Whether the dump's main run carries gate weights.
+fn has_gates(d: &Dump) -> bool {
+    d.main.gate_k.is_some() || d.main.gate_v.is_some()
+}
+
+/// Frees the gate weights of a reference nothing compares them with.
+fn drop_gates(c: &mut Compressed<f64>) {
+    c.gate_k = ndarray::Array3::zeros((0, 0, 0));
+    c.gate_v = ndarray::Array3::zeros((0, 0, 0));
+}
+
+/// Bytes `kernel validate` holds for `d`, estimated: the dump's tensors in f64, and per run
+/// compared with a reference (the main and the perturbed one) the f64 reference and its
+/// low-precision twin, each `B * n * (4 d_h + 2 W c)` values (`c` the gate width; the gate
+/// weights only when the dump has them), and one sequence's references while they are made
+/// (with their gates, `2 n (4 d_h + 2 W c)`). The phase profile adds one sequence's
+/// projections of `W + 2S` tokens. Measured (issue 47, w8s4, d = 8, d_h = 512, 1024 tokens,
+/// no gates dumped): 93 / 128 / 191 MB peak RSS for 2 / 4 / 8 sequences, 24 MB of it the
+/// binary's own; before, the profile cached every token of every sequence: 390 / 748 /
+/// 1455 MB. `None` on overflow.
+pub fn memory_estimate(d: &Dump) -> Option<u64> {
+    let g = d.spec.geometry;
+    let (b, t) = (d.main.batch(), d.main.tokens());
+    let n = d.main.entries().max(g.num_windows(t)).max(1);
+    let dh = d.dims.d_head;
+    let c = d.spec.gate_width(dh).max(1);
+    let gates = if has_gates(d) { 2 * g.window() * c } else { 0 };
+    let per_entry = (4 * dh).checked_add(gates)?;
+    let runs = 1 + usize::from(d.shifted.is_some()) + usize::from(d.perturbed.is_some());
+    // The dump: input, and per entry keys, values, pooled entries (and gates), per run.
+    let dump = crate::limits::product(&[runs, b, t, d.dims.d_model])?
+        .checked_add(crate::limits::product(&[runs, b, n, per_entry])?)?;
+    let compared = 1 + usize::from(d.perturbed.is_some());
+    let refs = crate::limits::product(&[2 * compared, b, n, per_entry])?;
+    let making = crate::limits::product(&[2, n, 4 * dh + 2 * g.window() * c])?;
+    let profile = crate::limits::product(&[g.window() + 2 * g.stride(), d.spec.num_groups(), 2 * (c + dh)])?;
+    dump.checked_add(refs)?.checked_add(making)?.checked_add(profile)?.checked_mul(8)
 }
 
 /// Work of validating `d`, in units of one window-token-channel step, estimated: the f64 and
@@ -158,21 +206,67 @@ pub fn work_estimate(d: &Dump) -> Option<u64> {
         .checked_mul(passes)
 }
 
+/// The work and memory bounds of [`validate`], checked before any work: an error naming the
+/// estimate, the limit and what fits (how many sequences of this length).
+pub fn check_bounds(d: &Dump) -> Result<()> {
+    let (b, t) = (d.main.batch(), d.main.tokens());
+    bound_error(
+        "dump (work of validation: (2S + 2) x B x n x W x max(d, d_h))",
+        work_estimate(d),
+        crate::limits::MAX_VALIDATION_WORK,
+        b,
+        t,
+        "units, above the limit of {max} (MAX_VALIDATION_WORK)",
+    )?;
+    bound_error(
+        "dump (memory of validation: the dump and two references in f64)",
+        memory_estimate(d),
+        crate::limits::MAX_VALIDATION_BYTES,
+        b,
+        t,
+        "bytes, above the limit of {max} (MAX_VALIDATION_BYTES)",
+    )
+}
+
+/// `Ok` when `estimate` (for `b` sequences of `t` tokens; `None`: overflowed) is at most `max`,
+/// else an error naming `field`, the estimate, `limit` (its `{max}` replaced by `max`) and how
+/// many sequences of `t` tokens fit (the estimate grows with the sequences).
+pub fn bound_error(field: &str, estimate: Option<u64>, max: u64, b: usize, t: usize, limit: &str) -> Result<()> {
+    if estimate.is_some_and(|v| v <= max) {
+        return Ok(());
+    }
+    let one = estimate.map_or(u64::MAX, |v| v / b.max(1) as u64).max(1);
+    let fits = match max / one {
+        0 => format!("not even one sequence of {t} tokens fits: dump fewer tokens, or a narrower head"),
+        k => format!("at most {k} sequence(s) of {t} tokens fit"),
+    };
+    Err(crate::Error::invalid(
+        field,
+        format!(
+            "{} for {b} sequence(s) is {}; {fits}",
+            estimate.map_or("more than 2^64".into(), |v| v.to_string()),
+            limit.replace("{max}", &max.to_string())
+        ),
+    ))
+}
+
 /// Validates a dump. Errors only when the reference itself cannot run (never for a failing
 /// kernel), or when the dump would take more than [`crate::limits::MAX_VALIDATION_WORK`]
 /// units of work (refused before any work, naming the estimate).
 pub fn validate(d: &Dump) -> Result<Validation> {
-    validate_with_progress(d, &mut |_, _| {})
+    validate_with_progress(d, &mut |_, _| {}, &Stop::never())
 }
 
 /// [`validate`], reporting progress as `(done, total)` units: the reference runs, then one
-/// unit per displacement of the phase profile.
-pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) -> Result<Validation> {
-    crate::limits::check_product(
-        "dump (work of validation: (2S + 2) x B x n x W x max(d, d_h))",
-        work_estimate(d),
-        crate::limits::MAX_VALIDATION_WORK,
-    )?;
+/// unit per sequence of the phase profile; `stop` polled per sequence of the references and
+/// per window of the profile ([`crate::Error::Interrupted`] when requested). Refused before
+/// any work ([`check_bounds`]) above [`crate::limits::MAX_VALIDATION_WORK`] or
+/// [`crate::limits::MAX_VALIDATION_BYTES`].
+pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize), stop: &Stop) -> Result<Validation> {
+    // The spec check `kernel check --spec` shares (`KernelSpec::head_widths`), at the dump's
+    // width, before anything runs.
+    d.spec.validate_for(d.dims.d_head)?;
+    check_bounds(d)?;
     let spec = &d.spec;
     let g = spec.geometry;
     let run = &d.main;
@@ -193,23 +287,29 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) 
         checks::finite_outputs(d),
     ];
 
-    // One unit for the reference runs, one per displacement `-(S-1)..=S-1`.
-    let units = 2 * g.stride();
+    // One unit for the reference runs, one per sequence of the phase profile.
+    let units = 1 + b;
     progress(0, units);
-    let ref64 = references(d, run)?;
+    let ref64 = references(d, run, stop)?;
+    let max_position = ref64.iter().flat_map(|c| c.positions.iter().copied()).max().unwrap_or(0);
+    checks::reference_finite(d, &ref64, &[], max_position)?;
     let mut low = Vec::new();
     for k in 0..b {
+        stop.check("kernel validate (references)")?;
         let x = run.input.index_axis(Axis(0), k).to_owned();
-        low.push(low_reference(accumulator(d.dtype), spec, d.dims, &d.params, &x)?.expect("float dtype"));
+        let mut l = low_reference(accumulator(d.dtype), spec, d.dims, &d.params, &x)?.expect("float dtype");
+        checks::reference_finite(d, &[], std::slice::from_ref(&l), max_position)?;
+        if !has_gates(d) {
+            drop_gates(&mut l);
+        }
+        low.push(l);
     }
-    let max_position = ref64.iter().flat_map(|c| c.positions.iter().copied()).max().unwrap_or(0);
-    checks::reference_finite(d, &ref64, &low, max_position)?;
     let positions: Vec<usize> = ref64[0].positions[..n].to_vec();
     rows.extend(tolerance::rows(d, &ref64, &low, n, &positions, terms));
     rows.push(checks::k5(d, n));
     rows.push(match &d.perturbed {
         None => not_checkable("K2", "locality (perturbed token)", "the dump has no perturbed run"),
-        Some((p, t)) => checks::k2(d, &ref64, p, *t, terms)?,
+        Some((p, t)) => checks::k2(d, &ref64, p, *t, terms, stop)?,
     });
     rows.push(match &d.shifted {
         None => not_checkable("K3", "stride shift (S tokens prepended)", "the dump has no shifted run"),
@@ -226,7 +326,8 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize)) 
     });
 
     let window_bound = rows.iter().find(|r| r.name.starts_with("tolerance: keys")).map(|r| r.bound).unwrap_or(0.0);
-    let p = profile::profiles(d, &ref64, n, &mut |done| progress(done + 1, units));
+    rows.push(checks::signal(d, &ref64, n));
+    let p = profile::profiles(d, &ref64, n, &mut |done| progress(done + 1, units), stop)?;
     let (hints, rope_pair_errors) = hints(d, &rows, &ref64, n, &positions);
     let passed = rows.iter().all(|r| r.status != Status::Fail);
     Ok(Validation {

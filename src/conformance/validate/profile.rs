@@ -7,6 +7,8 @@ use crate::conformance::dump::Dump;
 use crate::conformance::harness::tolerance::max_abs_diff;
 use crate::kernel::reference::{project, window_from_projected, Projected};
 use crate::kernel::Compressed;
+use crate::stop::Stop;
+use crate::Result;
 use ndarray::{s, Axis};
 
 /// The profiles and the diagnosis.
@@ -18,8 +20,18 @@ pub(super) struct Profiles {
 }
 
 /// Computes the profiles of the main run's first `n` entries; `progress(k)` after the `k`-th
-/// displacement.
-pub(super) fn profiles(d: &Dump, ref64: &[Compressed<f64>], n: usize, progress: &mut dyn FnMut(usize)) -> Profiles {
+/// sequence; `stop` polled per window ([`crate::Error::Interrupted`] when requested).
+///
+/// Memory: one sequence at a time, and within it only the projections of the tokens a window
+/// from the current one on can reach (its tokens displaced by up to `S - 1` either way): the
+/// cache no longer grows with `B * T` (issue 47: 5.7 GB for a 34 MB dump).
+pub(super) fn profiles(
+    d: &Dump,
+    ref64: &[Compressed<f64>],
+    n: usize,
+    progress: &mut dyn FnMut(usize),
+    stop: &Stop,
+) -> Result<Profiles> {
     let spec = &d.spec;
     let g = spec.geometry;
     let run = &d.main;
@@ -34,51 +46,63 @@ pub(super) fn profiles(d: &Dump, ref64: &[Compressed<f64>], n: usize, progress: 
     }
     let sw = g.stride() as i64;
     let groups = spec.num_groups();
-    // Every displaced window reuses its tokens' projections: computed once per (sequence,
-    // token, group) on first use, a window costs its pooling and post-processing only, so the
-    // 2S - 1 displacements of an HCA dump (S = 128) are no longer 255 full references.
-    let mut cache: Vec<Vec<Option<Projected<f64>>>> = vec![vec![None; t_len * groups]; b];
-    let mut phase_profile = Vec::new();
-    for delta in -(sw - 1)..sw {
-        let mut err = 0.0f64;
-        let mut count = 0;
-        for (k, cache_k) in cache.iter_mut().enumerate() {
-            let x = run.input.index_axis(Axis(0), k);
-            for j in 0..n {
+    let deltas: Vec<i64> = (-(sw - 1)..sw).collect();
+    let (mut errors, mut counts) = (vec![0.0f64; deltas.len()], vec![0usize; deltas.len()]);
+    for k in 0..b {
+        let x = run.input.index_axis(Axis(0), k);
+        // Every displaced window reuses its tokens' projections: computed once per (token,
+        // group) on first use, a window costs its pooling and post-processing only, so the
+        // 2S - 1 displacements of an HCA dump (S = 128) are not 255 full references.
+        let mut cache: Vec<Option<Projected<f64>>> = vec![None; t_len * groups];
+        let mut freed = 0usize;
+        for j in 0..n {
+            stop.check("kernel validate (phase profile)")?;
+            // Window starts grow with j: tokens below this one are reached by no later window.
+            let reach = (g.start(j) - (sw - 1)).clamp(0, t_len as i64) as usize;
+            for slot in &mut cache[freed * groups..reach.max(freed) * groups] {
+                *slot = None;
+            }
+            freed = freed.max(reach);
+            for (di, &delta) in deltas.iter().enumerate() {
                 // Only windows whose every slot is real in both geometries (the spec's and the
                 // displaced one): a pad_left window 0, or a window displaced past either end,
                 // would compare a different set of slots and swamp the profile.
-                let tokens: Option<Vec<Option<usize>>> = (0..g.window())
+                let tokens: Option<Vec<usize>> = (0..g.window())
                     .map(|i| {
                         g.token_at(j, i)
                             .map(|t0| t0 as i64 + delta)
                             .filter(|&t| t >= 0 && (t as usize) < t_len)
-                            .map(|t| Some(t as usize))
+                            .map(|t| t as usize)
                     })
                     .collect();
                 let Some(tokens) = tokens else { continue };
-                for (i, t) in tokens.iter().enumerate() {
-                    let at = t.expect("every slot is real") * groups + spec.group_of(i);
-                    if cache_k[at].is_none() {
-                        let h = x.row(at / groups);
-                        cache_k[at] = Some(project(spec, d.dims, &d.params, spec.group_of(i), h));
+                for (i, &t) in tokens.iter().enumerate() {
+                    let at = t * groups + spec.group_of(i);
+                    if cache[at].is_none() {
+                        cache[at] = Some(project(spec, d.dims, &d.params, spec.group_of(i), x.row(t)));
                     }
                 }
-                let slots: Vec<Option<&Projected<f64>>> = tokens
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| cache_k[t.expect("real") * groups + spec.group_of(i)].as_ref())
-                    .collect();
+                let slots: Vec<Option<&Projected<f64>>> =
+                    tokens.iter().enumerate().map(|(i, &t)| cache[t * groups + spec.group_of(i)].as_ref()).collect();
                 let out = window_from_projected(spec, d.dims, &d.params, j, &slots);
-                err = err.max(max_abs_diff(&run.keys.slice(s![k, j, ..]), &out.key));
-                err = err.max(max_abs_diff(&run.values_or_keys().slice(s![k, j, ..]), &out.value));
-                count += 1;
+                let e = max_abs_diff(&run.keys.slice(s![k, j, ..]), &out.key)
+                    .max(max_abs_diff(&run.values_or_keys().slice(s![k, j, ..]), &out.value));
+                errors[di] = errors[di].max(e);
+                counts[di] += 1;
             }
         }
-        let start_phase = (g.start(0) + delta).rem_euclid(sw) as usize;
-        phase_profile.push(PhasePoint { delta, phase: start_phase, error: err, entries: count });
-        progress(phase_profile.len());
+        progress(k + 1);
     }
+    let phase_profile: Vec<PhasePoint> = deltas
+        .iter()
+        .zip(errors.iter().zip(&counts))
+        .map(|(&delta, (&error, &entries))| PhasePoint {
+            delta,
+            phase: (g.start(0) + delta).rem_euclid(sw) as usize,
+            error,
+            entries,
+        })
+        .collect();
     let best = phase_profile
         .iter()
         .filter(|p| p.entries > 0)
@@ -98,5 +122,5 @@ pub(super) fn profiles(d: &Dump, ref64: &[Compressed<f64>], n: usize, progress: 
         )),
         _ => None,
     };
-    Profiles { window_errors, phase_profile, best_delta, diagnosis }
+    Ok(Profiles { window_errors, phase_profile, best_delta, diagnosis })
 }

@@ -192,6 +192,44 @@ impl KernelSpec {
         Ok(())
     }
 
+    /// The narrowest head widths from `from` on (at most `count`, below `from + 4096`) that
+    /// this spec holds ([`Self::validate_for`]): the one spec check `kernel validate` (the
+    /// dump's width) and `kernel check --spec` (the widths it draws cases with) share. None
+    /// holding is the error [`Self::validate_for`] gives at the widest width tried, naming the
+    /// field (a RoPE channel count above every width, a frequency list no width matches).
+    /// Cheap whatever the spec's size: the width-independent checks run once, and the full
+    /// check only on widths whose channel count and list length already fit.
+    pub fn head_widths(&self, from: usize, count: usize) -> Result<Vec<usize>> {
+        const SPAN: usize = 4096;
+        self.validate()?;
+        let lo = from.max(1);
+        let fits_shape = |d: usize| match &self.rope {
+            None => true,
+            Some(rope) => {
+                let count_fits = !matches!(rope.channels, rope::RopeChannels::Count(c) if c > d);
+                let list_fits = match &rope.scaling {
+                    Some(rope::RopeScaling::Frequencies(f)) => rope.rotated_channels(d) / 2 == f.len(),
+                    _ => true,
+                };
+                count_fits && list_fits
+            }
+        };
+        let mut out = Vec::new();
+        for d in (lo..lo + SPAN).filter(|&d| fits_shape(d)) {
+            if self.validate_for(d).is_ok() {
+                out.push(d);
+                if out.len() == count {
+                    break;
+                }
+            }
+        }
+        if out.is_empty() {
+            self.validate_for(lo + SPAN - 1)?;
+            return Err(Error::invalid("spec", format!("no head width in {lo}..{} holds it", lo + SPAN)));
+        }
+        Ok(out)
+    }
+
     /// The position entry `j` carries (the RoPE position rule; a kernel without RoPE uses the
     /// window's first token): the one place this fallback lives.
     pub fn entry_position(&self, j: usize) -> usize {

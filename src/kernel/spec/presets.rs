@@ -228,7 +228,14 @@ impl KernelSpec {
     pub fn preset(name: &str) -> Result<Self> {
         // `NAME@o{k}`: that preset's kernel on the grid with offset k (one head of a staggered
         // model; what [`KernelSpec::grid_label`] writes and a dump's `preset` may name).
-        if let Some((base, offset)) = name.rsplit_once("@o") {
+        // Parsed strictly: one suffix, decimal digits only (`w8s8@o4@o2`, `w8s8@o+4` refused).
+        if let Some((base, offset)) = name.split_once("@o") {
+            if base.contains('@') || offset.is_empty() || !offset.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(Error::invalid(
+                    "preset",
+                    format!("'{name}': a grid takes one suffix @o{{k}}, k in decimal digits (e.g. w8s8@o4)"),
+                ));
+            }
             let offset: usize = offset.parse().map_err(|_| unknown(name))?;
             let spec = KernelSpec::preset(base)?;
             let geometry = spec.geometry.with_offset(offset)?;
@@ -411,8 +418,13 @@ mod tests {
             assert_eq!(KernelSpec::from_json(&json).unwrap(), staggered, "{json}");
         }
         assert!(!serde_json::to_string(&KernelSpec::preset("w8s8").unwrap()).unwrap().contains("stagger"));
-        for bad in ["w8s8-stagger", "w8s8-stagger-heads-tied", "w8s8-stagger-rows", "w8s8@oX", "w8s8@o"] {
+        for bad in ["w8s8-stagger", "w8s8-stagger-heads-tied", "w8s8-stagger-rows"] {
             assert!(KernelSpec::preset(bad).unwrap_err().to_string().contains("-stagger-heads"), "{bad}");
+        }
+        // One `@o{k}` per grid, digits only: nothing is silently re-read as another offset.
+        for bad in ["w8s8@oX", "w8s8@o", "w8s8@o4@o2", "w8s8@o+4", "w8s8@o-0", "w8s8@o 4", "w8s8@o4@o", "w8s8@@o4"] {
+            let e = KernelSpec::preset(bad).unwrap_err().to_string();
+            assert!(e.contains("invalid preset") && e.contains("one suffix @o{k}"), "{bad}: {e}");
         }
         let head = KernelSpec::preset("w8s8-stagger-heads@o4").unwrap();
         assert_eq!(

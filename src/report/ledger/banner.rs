@@ -26,6 +26,10 @@ pub struct Ledger {
     pub banner: Vec<BannerEntry>,
     /// The claims, in ledger order.
     pub claims: Vec<Claim>,
+    /// Built with `--partial` from data holding unfinished runs (the banner's first entry
+    /// names them); absent from the JSON when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
 }
 
 /// One entry of the banner.

@@ -8,6 +8,7 @@ use crate::analysis::phase_test::{NllRecord, PhaseRecord};
 use crate::analysis::protocol::Protocol;
 use crate::analysis::training::{run_outcome, SeedOutcome};
 use crate::analysis::verdict::Rules;
+use crate::lab::load::{load_run, Expected};
 use crate::lab::{read_json, EvalResult, GatesResult, KnockoutResult};
 use crate::model::{Metrics, RunConfig};
 use crate::reproduce::{KernelsResult, ModelUnitResult, Plan, TheoryResult, PLAN_FILE};
@@ -79,22 +80,12 @@ fn opt_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     }
 }
 
-/// The records of an outcomes file (read with the JSONL cap): the phase test's, or `None` when
-/// some line lacks a position or a depth; the continuous test's, or `None` when some line lacks
-/// a position or a probability or the groups are unequal. A line that is not an outcome is an
-/// error naming it.
+/// The records of a run's checked outcome lines ([`crate::lab::load`]): the phase test's, or
+/// `None` when some line lacks a position or a depth; the continuous test's, or `None` when
+/// some line lacks a position or a probability or the groups are unequal.
 type FileRecords = (Option<Vec<PhaseRecord>>, Option<Vec<NllRecord>>);
 
-fn read_records(path: &Path) -> Result<FileRecords> {
-    let text = crate::limits::read_text(path, crate::limits::MAX_JSONL_BYTES)?;
-    let mut outcomes = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let o: Outcome = serde_json::from_str(line).map_err(|e| Error::File {
-            path: path.to_path_buf(),
-            reason: format!("line {}: not an outcome: {e}", i + 1),
-        })?;
-        outcomes.push(o);
-    }
+fn records_of(outcomes: &[Outcome]) -> FileRecords {
     let records = outcomes
         .iter()
         .map(|o| match (o.position, o.depth) {
@@ -104,7 +95,7 @@ fn read_records(path: &Path) -> Result<FileRecords> {
         .collect();
     // Prompts per group: `id = group * n + family` (eval writes equal groups in order).
     let mut per_group: BTreeMap<usize, usize> = BTreeMap::new();
-    for o in &outcomes {
+    for o in outcomes {
         *per_group.entry(o.group).or_default() += 1;
     }
     let n = per_group.values().next().copied().unwrap_or(0);
@@ -119,51 +110,71 @@ fn read_records(path: &Path) -> Result<FileRecords> {
     } else {
         None
     };
-    Ok((records, nll))
+    (records, nll)
 }
 
 pub use crate::run_dir::arm_of;
 
-fn read_run(dir: &Path) -> Result<Option<RunData>> {
-    let Some(config) = opt_json::<RunConfig>(&dir.join(crate::run_dir::CONFIG_FILE))? else { return Ok(None) };
-    let mut evals = BTreeMap::new();
+/// The run in `dir` through the one loader ([`load_run`]), with the unit's timing.
+fn read_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunData>> {
+    let Some(f) = load_run(dir, expected)? else { return Ok(None) };
     let mut records = BTreeMap::new();
     let mut nll = BTreeMap::new();
-    for p in Protocol::ALL {
-        if let Some(e) = opt_json::<EvalResult>(&dir.join(format!("eval-{}.json", p.name())))? {
-            evals.insert(p, e);
+    for (p, outcomes) in &f.outcomes {
+        let (r, y) = records_of(outcomes);
+        if let Some(r) = r {
+            records.insert(*p, r);
         }
-        let file = dir.join(format!("eval-{}-outcomes.jsonl", p.name()));
-        if file.exists() {
-            let (r, y) = read_records(&file)?;
-            if let Some(r) = r {
-                records.insert(p, r);
-            }
-            if let Some(y) = y {
-                nll.insert(p, y);
-            }
+        if let Some(y) = y {
+            nll.insert(*p, y);
         }
     }
     let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     Ok(Some(RunData {
-        preset: config.model.preset.clone(),
-        label: config.model.preset.clone(),
+        preset: f.config.model.preset.clone(),
+        label: f.config.model.preset.clone(),
         arm: arm_of(&name).to_string(),
-        seed: config.train.seed,
+        seed: f.config.train.seed,
         dir: dir.to_path_buf(),
-        metrics: opt_json(&dir.join(crate::run_dir::METRICS_FILE))?,
-        evals,
+        metrics: f.metrics,
+        evals: f.evals,
         records,
         nll,
-        knockouts: Protocol::ALL
-            .into_iter()
-            .filter_map(|p| crate::lab::knockout_file(dir, p).map(|f| read_json(&f).map(|k| (p, k))))
-            .collect::<Result<_>>()?,
-        gates: opt_json(&dir.join("gates.json"))?,
+        knockouts: f.knockouts,
+        gates: f.gates,
         unit: opt_json(&dir.join("unit.json"))?,
-        environment: opt_json(&dir.join(crate::run_dir::ENVIRONMENT_FILE))?,
-        config,
+        environment: f.environment,
+        config: f.config,
     }))
+}
+
+/// Verifies the provenance of every run directory of the outputs `from` against its
+/// manifest ([`crate::run_dir::manifest::verify`]) before anything is read: `phasekv report`
+/// runs it first.
+pub fn verify_provenance(from: &[PathBuf]) -> Result<()> {
+    for src in from {
+        for d in run_dirs(src)? {
+            if d.join(crate::run_dir::CONFIG_FILE).exists() || crate::run_dir::manifest::read(&d)?.is_some() {
+                crate::run_dir::manifest::verify(&d)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The directories under `src/runs`, sorted.
+fn run_dirs(src: &Path) -> Result<Vec<PathBuf>> {
+    let runs = src.join("runs");
+    if !runs.is_dir() {
+        return Ok(vec![]);
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&runs)
+        .map_err(|e| Error::io(&runs, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    Ok(dirs)
 }
 
 /// Reads and merges reproduction outputs.
@@ -203,18 +214,44 @@ pub fn collect(from: &[PathBuf]) -> Result<Collected> {
                 c.timings.push(read_json(&f)?);
             }
         }
-        let runs = src.join("runs");
-        if runs.is_dir() {
-            let mut dirs: Vec<PathBuf> = std::fs::read_dir(&runs)
-                .map_err(|e| Error::io(&runs, e))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_dir())
-                .collect();
-            dirs.sort();
-            for d in dirs {
-                if let Some(r) = read_run(&d)? {
-                    if !c.runs.iter().any(|x| x.dir.file_name() == r.dir.file_name()) {
-                        c.runs.push(r);
+        // The plan's units by directory name: a run must be the unit its name says.
+        let units: BTreeMap<String, Expected> = match &c.plan {
+            Some(p) => p
+                .models()?
+                .iter()
+                .map(|m| (m.key(), Expected { preset: m.config.model.preset.clone(), seed: m.config.train.seed }))
+                .collect(),
+            None => BTreeMap::new(),
+        };
+        for d in run_dirs(src)? {
+            let name = d.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            if c.runs.iter().any(|x| x.dir.file_name() == d.file_name()) {
+                continue;
+            }
+            if let Some(r) = read_run(&d, units.get(&name))? {
+                c.runs.push(r);
+            }
+        }
+    }
+    // One model is one run: two directories whose evaluations carry the same run identity
+    // (config and weights hashes) hold the same model twice (a directory copied under
+    // another seed's name).
+    let mut seen: BTreeMap<&str, &Path> = BTreeMap::new();
+    for r in &c.runs {
+        for e in r.evals.values() {
+            if let Some(id) = e.run_id.as_deref() {
+                match seen.get(id) {
+                    Some(other) if *other != r.dir.as_path() => {
+                        return Err(Error::File {
+                            path: r.dir.clone(),
+                            reason: format!(
+                                "run_id: {id} is also {}'s: the same model twice (copied under another name?)",
+                                other.display()
+                            ),
+                        })
+                    }
+                    _ => {
+                        seen.insert(id, r.dir.as_path());
                     }
                 }
             }

@@ -129,12 +129,16 @@ fn arm_panels(c: &Collected, p: Protocol, panels: &mut Vec<Panel>, fpanels: &mut
     }
 }
 
-/// Figures and their data; returns `(figure, caption)` pairs.
-pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
+/// Figures and their data; returns `(figure, caption)` pairs, or `None` when `stop` said
+/// stop (asked before each figure).
+pub fn build_figures(c: &Collected, out: &Path, stop: &dyn Fn() -> bool) -> Result<Option<Vec<(String, String)>>> {
     let mut caps = Vec::new();
     let fig = out.join("figures");
     std::fs::create_dir_all(&fig).map_err(|e| Error::io(&fig, e))?;
     for p in Protocol::ALL {
+        if stop() {
+            return Ok(None);
+        }
         let runs: Vec<(&RunData, &EvalResult)> =
             c.runs.iter().filter_map(|r| r.evals.get(&p).map(|e| (r, e))).collect();
         if runs.is_empty() {
@@ -212,6 +216,9 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
     }
     for r in &c.runs {
         for (p, k) in &r.knockouts {
+            if stop() {
+                return Ok(None);
+            }
             let name = super::claims::knockout_figure(&r.label, *p);
             figures::knockout_map(
                 &fig.join(&name),
@@ -227,6 +234,9 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
                     p.name()
                 ),
             ));
+        }
+        if stop() {
+            return Ok(None);
         }
         if let Some(g) = &r.gates {
             let name = format!("gates-{}", r.label);
@@ -246,8 +256,11 @@ pub fn build_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>>
             ));
         }
     }
+    if stop() {
+        return Ok(None);
+    }
     learning_curves(c, out, &fig, &mut caps)?;
-    Ok(caps)
+    Ok(Some(caps))
 }
 
 /// Line patterns of the seeds of an arm, in seed order (solid, dashed, dotted, dash-dot-like).

@@ -296,13 +296,17 @@ pub fn claims(c: &Collected) -> Vec<Claim> {
         .collect()
 }
 
-/// The figures every claim draws for itself, with captions.
-pub fn draw_claim_figures(c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
+/// The figures every claim draws for itself, with captions; `None` when `stop` said stop
+/// (asked before each claim's).
+pub fn draw_claim_figures(c: &Collected, out: &Path, stop: &dyn Fn() -> bool) -> Result<Option<Vec<(String, String)>>> {
     let mut caps = Vec::new();
     for l in LEDGER {
+        if stop() {
+            return Ok(None);
+        }
         caps.extend(l.draw(c, out)?);
     }
-    Ok(caps)
+    Ok(Some(caps))
 }
 
 /// Whether a run is the full-attention baseline (the model config's one predicate).
