@@ -143,6 +143,14 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
             claims: ids,
         });
     }
+    // Issue 38: every claim that reads otherwise with the excluded seeds kept.
+    for cl in claims.iter().filter(|cl| !cl.with_excluded.is_empty()) {
+        out.push(BannerEntry {
+            kind: "reads otherwise with an excluded seed".into(),
+            text: format!("{}: {}", cl.id, cl.with_excluded.join(" | ")),
+            claims: vec![cl.id.clone()],
+        });
+    }
     // Flags: one entry per distinct flag, naming every claim that carries it.
     let mut flags: Vec<(&str, Vec<String>)> = Vec::new();
     for cl in claims {

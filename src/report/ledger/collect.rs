@@ -44,6 +44,10 @@ pub struct RunData {
     /// the same files, where every line carries `position` and `prob` and the prompts split into
     /// equal residue groups (`family = id mod n`, `n` prompts per group).
     pub nll: BTreeMap<Protocol, Vec<NllRecord>>,
+    /// The prompt family of each of [`RunData::records`]' records (the outcome's `family`, else
+    /// `id mod n` where the groups are equal), by protocol, where every record has one: the unit
+    /// the seed-level bootstrap redraws (issue 38).
+    pub families: BTreeMap<Protocol, Vec<usize>>,
     /// Knockout maps by protocol.
     pub knockouts: BTreeMap<Protocol, KnockoutResult>,
     /// Gate preferences.
@@ -69,6 +73,9 @@ pub struct Collected {
     pub timings: Vec<serde_json::Value>,
     /// The outputs read.
     pub sources: Vec<PathBuf>,
+    /// Keep the seeds the training-success rule excludes as ordinary seeds of their arms (the
+    /// exclusion-sensitivity rerun of issue 38; `false` as read).
+    pub keep_excluded: bool,
 }
 
 fn opt_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
@@ -83,7 +90,7 @@ fn opt_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
 /// some line lacks a position or a depth; the continuous test's, or `None` when some line lacks
 /// a position or a probability or the groups are unequal. A line that is not an outcome is an
 /// error naming it.
-type FileRecords = (Option<Vec<PhaseRecord>>, Option<Vec<NllRecord>>);
+type FileRecords = (Option<Vec<PhaseRecord>>, Option<Vec<NllRecord>>, Option<Vec<usize>>);
 
 fn read_records(path: &Path) -> Result<FileRecords> {
     let text = crate::limits::read_text(path, crate::limits::MAX_JSONL_BYTES)?;
@@ -108,7 +115,9 @@ fn read_records(path: &Path) -> Result<FileRecords> {
         *per_group.entry(o.group).or_default() += 1;
     }
     let n = per_group.values().next().copied().unwrap_or(0);
-    let nll = if n > 0 && per_group.values().all(|&c| c == n) {
+    let equal = n > 0 && per_group.values().all(|&c| c == n);
+    let families = outcomes.iter().map(|o| o.family.or(equal.then_some(o.id % n.max(1)))).collect();
+    let nll = if equal {
         outcomes
             .iter()
             .map(|o| match (o.position, o.prob) {
@@ -119,7 +128,7 @@ fn read_records(path: &Path) -> Result<FileRecords> {
     } else {
         None
     };
-    Ok((records, nll))
+    Ok((records, nll, families))
 }
 
 pub use crate::run_dir::arm_of;
@@ -129,13 +138,19 @@ fn read_run(dir: &Path) -> Result<Option<RunData>> {
     let mut evals = BTreeMap::new();
     let mut records = BTreeMap::new();
     let mut nll = BTreeMap::new();
+    let mut families = BTreeMap::new();
     for p in Protocol::ALL {
         if let Some(e) = opt_json::<EvalResult>(&dir.join(format!("eval-{}.json", p.name())))? {
             evals.insert(p, e);
         }
         let file = dir.join(format!("eval-{}-outcomes.jsonl", p.name()));
         if file.exists() {
-            let (r, y) = read_records(&file)?;
+            let (r, y, f) = read_records(&file)?;
+            if let (Some(r), Some(f)) = (&r, f) {
+                if r.len() == f.len() {
+                    families.insert(p, f);
+                }
+            }
             if let Some(r) = r {
                 records.insert(p, r);
             }
@@ -155,6 +170,7 @@ fn read_run(dir: &Path) -> Result<Option<RunData>> {
         evals,
         records,
         nll,
+        families,
         knockouts: Protocol::ALL
             .into_iter()
             .filter_map(|p| crate::lab::knockout_file(dir, p).map(|f| read_json(&f).map(|k| (p, k))))
@@ -279,7 +295,9 @@ pub fn arms(c: &Collected) -> Vec<Arm<'_>> {
             }
         };
         match training_outcome(r) {
-            Some(o) if rules == Rules::V2 && o != SeedOutcome::Succeeded => out[i].excluded.push((r, o)),
+            Some(o) if rules == Rules::V2 && o != SeedOutcome::Succeeded && !c.keep_excluded => {
+                out[i].excluded.push((r, o))
+            }
             _ => out[i].runs.push(r),
         }
     }

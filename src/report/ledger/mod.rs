@@ -27,7 +27,8 @@ pub use runs_doc::OUTCOME_COLUMNS;
 
 pub use banner::{banner, BannerEntry, Ledger, FAILED_ACCURACY, SUCCESS_ACCURACY};
 pub use claims::{
-    claims, ArmVerdict, Claim, Interval, LedgerClaim, Measure, SeedLine, SeedTest, TestRecord, Verdict, ALPHA, LEDGER,
+    claims, power_table, ArmVerdict, Claim, Interval, LedgerClaim, Measure, PowerRow, PowerTable, SeedLine, SeedTest,
+    TestRecord, Verdict, ALPHA, LEDGER, POWER_ROUNDS,
 };
 pub use collect::{arm_of, arms, collect, Arm, Collected, RunData};
 pub use markdown::{render_ledger, symbol};

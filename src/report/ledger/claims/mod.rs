@@ -14,6 +14,8 @@ mod e7;
 mod e8;
 mod k;
 mod pooled;
+mod power;
+mod sensitivity;
 mod t1;
 mod t2;
 mod x1;
@@ -25,6 +27,8 @@ pub(super) use crate::lab::{stride_of, EvalResult, KnockoutResult};
 pub(super) use crate::Result;
 use serde::{Deserialize, Serialize};
 pub(super) use std::path::Path;
+
+pub use power::{power_table, PowerRow, PowerTable, POWER_ROUNDS};
 
 /// The stem of a run's knockout figure under `protocol` (in `figures/`).
 pub fn knockout_figure(label: &str, protocol: Protocol) -> String {
@@ -76,6 +80,10 @@ pub struct Claim {
     /// What a reader must know first: changes made after seeing the data, and their reason.
     #[serde(default)]
     pub flags: Vec<String>,
+    /// Where the claim reads otherwise with the seeds the training-success rule excluded
+    /// (issue 38): each verdict and magnitude that differs, recomputed with those seeds kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub with_excluded: Vec<String>,
     /// Figures (relative to the report directory).
     pub figures: Vec<String>,
     /// Data files (relative to the report directory).
@@ -156,6 +164,11 @@ pub struct Measure {
     pub paper_pp: Option<f64>,
     /// Whether the claim's verdict reads it.
     pub decides: bool,
+    /// `Some(n)`: the interval is seed-level (issue 38: the two-stage bootstrap over the arm's
+    /// `n` seeds, then prompts or prompt families within each); `None`: prompts resampled within
+    /// seeds, the seeds held fixed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seeds: Option<usize>,
 }
 
 /// A bootstrap estimate, shown bias-corrected with the basic bootstrap interval
@@ -182,6 +195,13 @@ impl Interval {
     /// From a bootstrap summary.
     pub fn of(b: &stats::BootInterval) -> Self {
         let (pp, lo_pp, hi_pp) = b.corrected();
+        Interval { pp, lo_pp, hi_pp, raw_pp: b.estimate, bias_pp: b.bias(), percentile_pp: (b.lo, b.hi) }
+    }
+
+    /// From a bootstrap summary of a statistic that cannot be negative (a spread, a gap):
+    /// each end clamped at 0 ([`stats::BootInterval::corrected_nonneg`], issue 38).
+    pub fn of_nonneg(b: &stats::BootInterval) -> Self {
+        let (pp, lo_pp, hi_pp) = b.corrected_nonneg();
         Interval { pp, lo_pp, hi_pp, raw_pp: b.estimate, bias_pp: b.bias(), percentile_pp: (b.lo, b.hi) }
     }
 
@@ -258,13 +278,20 @@ pub const FIT_FLAG: &str = "flagged: fit corrected after the run (issue 32, theo
 /// amended after seeing the probes' accuracies (`theory/phase-lab.md` §8.1, §8.11).
 pub const TASK_FLAG: &str = "flagged: task rule amended after seeing the probes (theory/phase-lab.md §8.1, §8.11): no candidate task met the pre-registered rule, because w8s4-norope never had a group below 95 % in-sequence in 16 probes; condition 2 was changed to require w8s4 only, after seeing every probe's accuracies (never a phase statistic), and the first candidate in the pre-registered order that meets the amended rule, V1 (records packed, max_gap 0, with recipe R2), is the v2 task";
 
+/// The flag of every claim whose intervals became seed-level (issue 38, `theory/phase-lab.md`
+/// §8.11): a change of method made after seeing the v2 data.
+pub const SEED_FLAG: &str = "flagged: intervals made seed-level after seeing the v2 data (issue 38, theory/phase-lab.md §8.11, 2026-12-03 18:37 UTC): every magnitude and comparison of arms is now judged on a two-stage bootstrap (seeds drawn with replacement, then prompt families within each drawn seed), where v2's intervals resampled prompts within fixed seeds and left out the between-seed variance; max-minus-min gaps resample whole prompt families and no non-negative quantity's interval goes below 0 (clamped); the prompt-level intervals are reported beside them. With 2 or 3 seeds a seed-level interval is coarse, and the text says how many seeds it rests on";
+
 /// The claims, verdicts from data.
 pub fn claims(c: &Collected) -> Vec<Claim> {
     let rules = super::collect::rules(c);
-    LEDGER
+    let mut out: Vec<Claim> = LEDGER
         .iter()
         .map(|l| {
             let mut claim = l.check(c);
+            if rules == crate::analysis::verdict::Rules::V2 && claim.measures.iter().any(|m| m.seeds.is_some()) {
+                claim.flags.push(SEED_FLAG.into());
+            }
             let judged_on_models = claim.verdict != Verdict::NotRun && (!claim.tests.is_empty() || claim.id == "E6");
             match rules {
                 crate::analysis::verdict::Rules::V1 if judged_on_models => claim.flags.push(FIT_FLAG.into()),
@@ -279,7 +306,9 @@ pub fn claims(c: &Collected) -> Vec<Claim> {
             }
             claim
         })
-        .collect()
+        .collect();
+    sensitivity::compare_with_excluded(c, &mut out);
+    out
 }
 
 /// The figures every claim draws for itself, with captions.
@@ -343,6 +372,7 @@ fn not_run(id: &str, claim: &str, data: Vec<String>) -> Claim {
         measures: vec![],
         seeds: vec![],
         flags: vec![],
+        with_excluded: vec![],
         figures: vec![],
         data,
     }
