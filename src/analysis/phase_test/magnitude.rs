@@ -125,6 +125,9 @@ pub struct SeedRecords<'a> {
     pub families: Option<&'a [usize]>,
 }
 
+/// Each arm's estimate, each seed's spread per arm, and the replicates (one mean per arm each).
+pub type SeedLevelSpreads = (Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>);
+
 /// The depth-adjusted spread over `phases` of each arm (`arms[a]`: its seeds), as a mean over
 /// its seeds, with the seed-level replicates of [`crate::analysis::stats::two_stage`] (seeds
 /// drawn with replacement, then families or records within each drawn seed; `paired`: the arms
@@ -137,7 +140,7 @@ pub fn adjusted_spread_two_stage(
     phases: &[usize],
     rounds: usize,
     seed: u64,
-) -> Result<(Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>)> {
+) -> Result<SeedLevelSpreads> {
     if phases.len() < 2 || phases.iter().any(|&p| p >= stride) {
         return Err(Error::invalid(
             "phases",
