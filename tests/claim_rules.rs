@@ -346,7 +346,7 @@ fn x1_is_stated_per_grid_and_never_pooled() {
     assert_eq!(part(&c, "w8s8-stagger-layers vs w8s8"), Verdict::NotReproduced, "{}", c.measured);
     assert_eq!(c.verdict, Verdict::PerPart, "{}", c.measured);
     assert!(c.ours.contains("KV heads: holds") && c.ours.contains("layers: does not hold"), "{}", c.ours);
-    let ledger = Ledger { banner: vec![], claims: vec![c] };
+    let ledger = Ledger { banner: vec![], claims: vec![c], partial: false };
     let md = render_ledger(&ledger);
     assert!(md.contains("stated per part (never pooled)") && md.contains("KV heads: holds"), "{md}");
     // Control: with no pair trained, the claim is not run, not "per part".
@@ -365,7 +365,7 @@ fn criteria_cite_their_section_and_the_banner_lists_every_change_with_its_time()
     let dir = run_set("text", &[arm("full", flat), arm("w8s4", planted4)]);
     let collected = collect(std::slice::from_ref(&dir)).unwrap();
     let all = claims(&collected);
-    let ledger = Ledger { banner: banner(&collected, &all), claims: all };
+    let ledger = Ledger { banner: banner(&collected, &all), claims: all, partial: false };
     std::fs::remove_dir_all(&dir).unwrap();
     let e1 = ledger.claims.iter().find(|c| c.id == "E1").unwrap();
     assert_eq!(e1.section, "§8.8");

@@ -89,6 +89,8 @@ mod reproduce_plans;
 mod reproduce_sweep;
 #[path = "run_dir_and_plots.rs"]
 mod run_dir_and_plots;
+#[path = "seed_level.rs"]
+mod seed_level;
 #[path = "slurm_array.rs"]
 mod slurm_array;
 #[path = "theorem1.rs"]

@@ -53,8 +53,9 @@ pub use knockout::*;
 pub use logistic::LR_PRECISION;
 use logistic::*;
 pub use magnitude::{
-    adjusted_gap_bootstrap, adjusted_gap_bootstrap_over, adjusted_gap_interval, adjusted_gap_replicates, spread_pp,
-    window_sharing_phases,
+    adjusted_gap_bootstrap, adjusted_gap_bootstrap_over, adjusted_gap_interval, adjusted_gap_replicates,
+    adjusted_spread_two_stage, adjusted_spread_within_seed, spread_pp, spread_ratio, window_sharing_phases, Level,
+    SeedRecords, SpreadRatio,
 };
 use separation::*;
 

@@ -159,6 +159,14 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
             claims: claims.iter().filter(|cl| cl.flags.contains(&flag)).map(|cl| cl.id.clone()).collect(),
         });
     }
+    // Issue 38: every claim that reads otherwise with the excluded seeds kept.
+    for cl in claims.iter().filter(|cl| !cl.with_excluded.is_empty()) {
+        out.push(BannerEntry {
+            kind: "reads otherwise with an excluded seed".into(),
+            text: format!("{}: {}", cl.id, cl.with_excluded.join(" | ")),
+            claims: vec![cl.id.clone()],
+        });
+    }
     // Flags from elsewhere (the v1 run's, §7.9): one entry per distinct flag, naming every
     // claim that carries it.
     let mut flags: Vec<(&str, Vec<String>)> = Vec::new();

@@ -95,6 +95,13 @@ pub const CHANGES: &[Change] = &[
         touches: Touches::Claims(&["E1", "E2", "E6"]),
     },
     Change {
+        time: "2026-12-03 18:37 UTC",
+        seen: "the v2 ledger and issue 38's recomputation of it (v2 data)",
+        what: "intervals made seed-level (issue 38): every magnitude and comparison of arms (E4, E5, E8, E9, X1) is judged on a two-stage bootstrap (seeds drawn with replacement, then prompt families within each drawn seed), where v2's intervals resampled prompts within fixed seeds and left out the between-seed variance; max-minus-min gaps resample whole prompt families and no non-negative quantity's interval goes below 0 (clamped); every claim resting on an excluded seed is also computed with it; the prompt-level intervals are reported beside them, and each seed-level interval says how many seeds it rests on",
+        rules: Rules::V2,
+        touches: Touches::Claims(&["E4", "E5", "E8", "E9", "X1"]),
+    },
+    Change {
         time: "2026-12-03 18:45 UTC",
         seen: "the v2 ledger and issue 38's recomputation of it (v2 data)",
         what: "each claim's rule as written (issue 38): §7.6's combination has one place for every claim (analysis::verdict::combine), so E7 is not reproduced when any of its models is (it read reproduced because one model sufficed, a reading only its code made); a model whose drifted heads have no value branch (dsv4-csa) is not applicable to E7's adjacency (0 of 0), never a pass; X1 is stated per grid and never pooled across pairs (§8.8), its claim-level verdict is the per-pair states; criteria cite the section and the level they are judged at",

@@ -129,6 +129,9 @@ fn section(md: &mut String, c: &Claim) {
     for f in &c.flags {
         let _ = writeln!(md, "- **Flag**: {f}");
     }
+    for w in &c.with_excluded {
+        let _ = writeln!(md, "- **With the excluded seeds** (issue 38): {w}");
+    }
     if !c.arms.is_empty() {
         let _ = writeln!(md, "\n| arm | verdict | what was measured |\n|---|---|---|");
         for a in &c.arms {
@@ -174,17 +177,21 @@ fn section(md: &mut String, c: &Claim) {
     if !c.measures.is_empty() {
         let _ = writeln!(
             md,
-            "\nMagnitudes, seeds pooled (estimate bias-corrected with its basic 95 % bootstrap interval; the raw statistic and its percentile interval, which the v1 verdict reads, beside it):\n\n| arm | protocol | what | phases | estimate [95 % interval] | raw | bias | percentile interval | noise floor | perm. p | paper | decides |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "\nMagnitudes (estimate bias-corrected with its basic 95 % bootstrap interval, clamped at 0 for a quantity that cannot be negative; the raw statistic and its percentile interval, which the v1 verdict reads, beside it; \"resampled\": seeds then prompt families (seed-level, issue 38) or prompts within fixed seeds):\n\n| arm | protocol | what | phases | resampled | estimate [95 % interval] | raw | bias | percentile interval | noise floor | perm. p | paper | decides |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for m in &c.measures {
             let v = &m.value;
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {:.1} | {:.1} | [{:.1}, {:.1}] | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | [{:.1}, {:.1}] | {} | {} | {} | {} |",
                 m.arm,
                 m.protocol,
                 m.what,
                 m.groups,
+                match m.seeds {
+                    Some(n) => format!("seeds ({})", crate::analysis::stats::SeedCount { seeds: n }.words()),
+                    None => "prompts".into(),
+                },
                 v.words(),
                 v.raw_pp,
                 v.bias_pp,

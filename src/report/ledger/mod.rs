@@ -32,8 +32,8 @@ pub use runs_doc::OUTCOME_COLUMNS;
 
 pub use banner::{banner, BannerEntry, Ledger, FAILED_ACCURACY, SUCCESS_ACCURACY};
 pub use claims::{
-    claims, section_of, ArmVerdict, Claim, Interval, LedgerClaim, Measure, SeedLine, SeedTest, TestRecord, Verdict,
-    ALPHA, LEDGER,
+    claims, power_table, section_of, ArmVerdict, Claim, Interval, LedgerClaim, Measure, PowerRow, PowerTable, SeedLine,
+    SeedTest, TestRecord, Verdict, ALPHA, LEDGER, POWER_ROUNDS,
 };
 pub use collect::{arm_of, arms, collect, verify_provenance, Arm, Collected, RunData};
 pub use markdown::{render_ledger, symbol};

@@ -23,7 +23,8 @@ fn seed_mean(a: &Arm, s: usize, paper: Option<f64>, decides: bool) -> Option<(Ma
         return None;
     }
     let (b, each) = seed_gap(a, P, Some(s)).ok()?;
-    let v = Interval::of(&b);
+    // Issue 38 (§8.11): seed-level (seeds, then prompt families within each), never below 0.
+    let v = Interval::of_nonneg(&b);
     let m = Magnitude { pp: v.pp, lo_pp: v.lo_pp, hi_pp: v.hi_pp };
     let measure = Measure {
         arm: a.name.clone(),
@@ -35,8 +36,14 @@ fn seed_mean(a: &Arm, s: usize, paper: Option<f64>, decides: bool) -> Option<(Ma
         p: None,
         paper_pp: paper,
         decides,
+        seeds: Some(each.len()),
     };
-    let words = format!("mean over seeds {}, largest seed {}", v.words(), largest_seed(&each));
+    let words = format!(
+        "mean over seeds {} (seed-level: seeds, then prompt families; {}), largest seed {}",
+        v.words(),
+        stats::SeedCount { seeds: each.len() }.words(),
+        largest_seed(&each)
+    );
     Some((m, measure, words))
 }
 
@@ -92,7 +99,7 @@ fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>, measures: &mut Vec<Mea
     let (also, also_test) = reported(a, PRIMARY, s, ALPHA);
     let value = match &mean {
         Some(m) => format!("{}; seeds pooled {}", m.2, gap_words(&g)),
-        None => g.boot().map(|b| Interval::of(&b).full_words()).unwrap_or_else(|| format!("{:.1} pp", g.gap_pp)),
+        None => g.boot().map(|b| Interval::of_nonneg(&b).full_words()).unwrap_or_else(|| format!("{:.1} pp", g.gap_pp)),
     };
     part.text = format!(
         "largest folded prefix gap {} ({value}, paper: up to {PAPER_COMPRESSED_GAP_PP} pp): {}; {}",

@@ -14,6 +14,8 @@ mod e7;
 mod e8;
 mod k;
 mod pooled;
+mod power;
+mod sensitivity;
 mod t1;
 mod t2;
 mod x1;
@@ -25,6 +27,8 @@ pub(super) use crate::lab::{stride_of, EvalResult, KnockoutResult};
 pub(super) use crate::Result;
 use serde::{Deserialize, Serialize};
 pub(super) use std::path::Path;
+
+pub use power::{power_table, PowerRow, PowerTable, POWER_ROUNDS};
 
 /// The stem of a run's knockout figure under `protocol` (in `figures/`).
 pub fn knockout_figure(label: &str, protocol: Protocol) -> String {
@@ -80,6 +84,10 @@ pub struct Claim {
     /// What a reader must know first: changes made after seeing the data, and their reason.
     #[serde(default)]
     pub flags: Vec<String>,
+    /// Where the claim reads otherwise with the seeds the training-success rule excluded
+    /// (issue 38): each verdict and magnitude that differs, recomputed with those seeds kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub with_excluded: Vec<String>,
     /// Figures (relative to the report directory).
     pub figures: Vec<String>,
     /// Data files (relative to the report directory).
@@ -160,6 +168,11 @@ pub struct Measure {
     pub paper_pp: Option<f64>,
     /// Whether the claim's verdict reads it.
     pub decides: bool,
+    /// `Some(n)`: the interval is seed-level (issue 38: the two-stage bootstrap over the arm's
+    /// `n` seeds, then prompts or prompt families within each); `None`: prompts resampled within
+    /// seeds, the seeds held fixed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seeds: Option<usize>,
 }
 
 /// A bootstrap estimate, shown bias-corrected with the basic bootstrap interval
@@ -186,6 +199,13 @@ impl Interval {
     /// From a bootstrap summary.
     pub fn of(b: &stats::BootInterval) -> Self {
         let (pp, lo_pp, hi_pp) = b.corrected();
+        Interval { pp, lo_pp, hi_pp, raw_pp: b.estimate, bias_pp: b.bias(), percentile_pp: (b.lo, b.hi) }
+    }
+
+    /// From a bootstrap summary of a statistic that cannot be negative (a spread, a gap):
+    /// each end clamped at 0 ([`stats::BootInterval::corrected_nonneg`], issue 38).
+    pub fn of_nonneg(b: &stats::BootInterval) -> Self {
+        let (pp, lo_pp, hi_pp) = b.corrected_nonneg();
         Interval { pp, lo_pp, hi_pp, raw_pp: b.estimate, bias_pp: b.bias(), percentile_pp: (b.lo, b.hi) }
     }
 
@@ -273,7 +293,7 @@ pub fn section_of(id: &str, rules: crate::analysis::verdict::Rules) -> &'static 
 /// The claims, verdicts from data.
 pub fn claims(c: &Collected) -> Vec<Claim> {
     let rules = super::collect::rules(c);
-    LEDGER
+    let mut out: Vec<Claim> = LEDGER
         .iter()
         .map(|l| {
             let mut claim = l.check(c);
@@ -293,7 +313,9 @@ pub fn claims(c: &Collected) -> Vec<Claim> {
             }
             claim
         })
-        .collect()
+        .collect();
+    sensitivity::compare_with_excluded(c, &mut out);
+    out
 }
 
 /// The figures every claim draws for itself, with captions; `None` when `stop` said stop
@@ -362,6 +384,7 @@ fn not_run(id: &str, claim: &str, data: Vec<String>) -> Claim {
         measures: vec![],
         seeds: vec![],
         flags: vec![],
+        with_excluded: vec![],
         figures: vec![],
         data,
     }

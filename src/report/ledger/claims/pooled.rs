@@ -150,11 +150,12 @@ pub(super) fn gap_measure(
         protocol: p.name().into(),
         what,
         groups: g.groups,
-        value: Interval::of(&b),
+        value: Interval::of_nonneg(&b),
         noise_floor_pp: Some(g.noise_floor_pp),
         p: Some(g.p),
         paper_pp,
         decides,
+        seeds: None,
     })
 }
 
@@ -574,7 +575,9 @@ pub(super) fn gap(a: &Arm, p: Protocol, fold: Option<usize>) -> std::result::Res
 }
 
 /// Under the v2 rules (§8.7), the mean over the arm's seeds of each seed's gap under `p`
-/// (folded by `fold`), with its bootstrap summary, and each seed's gap with its training seed.
+/// (folded by `fold`), with its seed-level bootstrap summary (issue 38: seeds, then prompt
+/// families within each seed; read it with `Interval::of_nonneg`), and each seed's gap with its
+/// training seed.
 pub(super) fn seed_gap(
     a: &Arm,
     p: Protocol,
@@ -582,11 +585,92 @@ pub(super) fn seed_gap(
 ) -> std::result::Result<(stats::BootInterval, Vec<(u64, f64)>), String> {
     let m = modulus(a).max(1);
     let seeds = seed_records(a, p).ok_or_else(|| NO_OUTCOMES.to_string())?;
-    let pairs: Vec<Vec<(usize, bool)>> =
-        seeds.iter().map(|s| s.iter().map(|r| (r.position % m, r.correct)).collect()).collect();
-    let (b, each) =
-        stats::seed_mean_gap(&pairs, m, fold, &resample_cfg(a)).map_err(|e| format!("not testable: {e}"))?;
+    // Issue 38: seeds drawn with replacement, then whole prompt families within each seed
+    // (a family's shifts stay paired); prompts without families are families of one.
+    let fams = seed_families(a, p);
+    let prompts: Vec<Vec<(usize, usize, bool)>> = seeds
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let f = fams.as_ref().and_then(|f| f.get(i)).filter(|f| f.len() == s.len());
+            s.iter().enumerate().map(|(j, r)| (f.map_or(j, |f| f[j]), r.position % m, r.correct)).collect()
+        })
+        .collect();
+    let (b, each) = stats::family_gap_two_stage(&prompts, m, fold, stats::SEED_LEVEL_ROUNDS, stat_seed(a))
+        .map_err(|e| format!("not testable: {e}"))?;
     Ok((b, a.runs.iter().map(|r| r.seed).zip(each).collect()))
+}
+
+/// Every seed's prompt families under `p` (aligned with [`seed_records`]), or `None` when a
+/// seed lacks them.
+pub(super) fn seed_families(a: &Arm, p: Protocol) -> Option<Vec<Vec<usize>>> {
+    a.runs.iter().map(|r| r.families.get(&p).cloned()).collect()
+}
+
+/// Whether two arms share their seed numbers in the same order (a comparison is then paired by
+/// seed, issue 38).
+pub(super) fn same_seeds(a: &Arm, b: &Arm) -> bool {
+    a.runs.iter().map(|r| r.seed).eq(b.runs.iter().map(|r| r.seed))
+}
+
+/// The seeds of an arm as the seed-level bootstrap reads them: records and families under `p`.
+pub(super) fn seed_level_input<'a>(
+    recs: &'a [Vec<PhaseRecord>],
+    fams: &'a Option<Vec<Vec<usize>>>,
+) -> Vec<crate::analysis::phase_test::SeedRecords<'a>> {
+    recs.iter()
+        .enumerate()
+        .map(|(i, r)| crate::analysis::phase_test::SeedRecords {
+            records: r,
+            families: fams.as_ref().and_then(|f| f.get(i)).map(|f| f.as_slice()).filter(|f| f.len() == r.len()),
+        })
+        .collect()
+}
+
+/// The seed-level mean spread of an arm over `phases` at `stride` under `p` (two-stage:
+/// seeds, then families within each seed), with each seed's spread.
+pub(super) fn seed_level_spread(
+    a: &Arm,
+    p: Protocol,
+    stride: usize,
+    phases: &[usize],
+) -> std::result::Result<(stats::BootInterval, Vec<(u64, f64)>), String> {
+    let recs = seed_records(a, p).ok_or_else(|| NO_OUTCOMES.to_string())?;
+    let fams = seed_families(a, p);
+    let (est, each, reps) = crate::analysis::phase_test::adjusted_spread_two_stage(
+        &[seed_level_input(&recs, &fams)],
+        false,
+        stride,
+        phases,
+        stats::SEED_LEVEL_ROUNDS,
+        stat_seed(a),
+    )
+    .map_err(|e| e.to_string())?;
+    let b = stats::BootInterval::from_sorted(est[0], &stats::column_sorted(&reps, 0));
+    Ok((b, a.runs.iter().map(|r| r.seed).zip(each[0].iter().copied()).collect()))
+}
+
+/// The seeds of an arm with how many trained longer (v2's extensions, §8.2), in words: `k of n
+/// seeds extended` (issue 38: a comparison states unequal training budgets).
+pub(super) fn extended_words(a: &Arm) -> (usize, String) {
+    let ext = |r: &RunData| r.metrics.as_ref().is_some_and(|m| !m.extensions.is_empty());
+    let k = a.runs.iter().filter(|r| ext(r)).count();
+    let kx = a.excluded.iter().filter(|e| ext(e.0)).count();
+    let extra = if a.excluded.is_empty() {
+        String::new()
+    } else {
+        format!(" ({} of {} with the excluded)", k + kx, a.runs.len() + a.excluded.len())
+    };
+    (k, format!("{} extended in {k} of {} seeds{extra}", a.name, a.runs.len()))
+}
+
+/// The training budgets of two compared arms in words, when they differ (the fraction of seeds
+/// extended), else `None`.
+pub(super) fn budget_difference(a: &Arm, b: &Arm) -> Option<String> {
+    let ((ka, wa), (kb, wb)) = (extended_words(a), extended_words(b));
+    let fa = ka as f64 / a.runs.len().max(1) as f64;
+    let fb = kb as f64 / b.runs.len().max(1) as f64;
+    (fa != fb).then(|| format!("unequal training budgets: {wa}, {wb}"))
 }
 
 /// The largest of per-seed values `(seed, pp)` in words: `x pp (seed k)`.
@@ -613,7 +697,7 @@ pub(super) fn largest_seed_spread(part: &Part) -> Option<String> {
 /// interval beside it), noise floor, permutation p.
 pub(super) fn gap_words(g: &GapSummary) -> String {
     let value = match g.boot() {
-        Some(b) => Interval::of(&b).full_words(),
+        Some(b) => Interval::of_nonneg(&b).full_words(),
         None => format!("{:.1} pp [{:.1}, {:.1}]", g.gap_pp, g.ci_lo_pp, g.ci_hi_pp),
     };
     format!("{value}, noise floor {:.1} pp, perm. p {}", g.noise_floor_pp, g.p)
