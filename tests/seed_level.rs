@@ -120,17 +120,36 @@ fn fixture(label: &str, families: usize, same_seed: bool) -> PathBuf {
         let src = root.join(format!("runs/w8s8-seed{}", if same_seed { 0 } else { k }));
         let dst = out.join(format!("runs/w8s8-seed{k}"));
         std::fs::create_dir_all(&dst).unwrap();
-        for f in ["config.json", "metrics.json", "eval-prefix.json", "eval-in-sequence.json"] {
-            std::fs::copy(src.join(f), dst.join(f)).unwrap();
-        }
+        // Cut as the loader expects a run of `families` prompts a group to be: every file
+        // names seed k, ids are `group x families + family`, each evaluation says its
+        // per_group, and a copied seed is no longer the same model twice (no run_id).
+        let json = |f: &str| -> serde_json::Value {
+            serde_json::from_str(&std::fs::read_to_string(src.join(f)).unwrap()).unwrap()
+        };
+        let put = |f: &str, v: &serde_json::Value| std::fs::write(dst.join(f), v.to_string()).unwrap();
+        let mut config = json("config.json");
+        config["train"]["seed"] = k.into();
+        put("config.json", &config);
+        let mut metrics = json("metrics.json");
+        metrics["seed"] = k.into();
+        put("metrics.json", &metrics);
         for p in ["prefix", "in-sequence"] {
+            let mut eval = json(&format!("eval-{p}.json"));
+            eval["per_group"] = families.into();
+            eval["run_id"] = serde_json::Value::Null;
+            put(&format!("eval-{p}.json"), &eval);
             let name = format!("eval-{p}-outcomes.jsonl");
             let text = std::fs::read_to_string(src.join(&name)).unwrap();
-            let kept: Vec<&str> = text
+            let kept: Vec<String> = text
                 .lines()
-                .filter(|l| {
-                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                    v["family"].as_u64().unwrap() < families as u64
+                .filter_map(|l| {
+                    let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    let family = v["family"].as_u64().unwrap();
+                    (family < families as u64).then(|| {
+                        v["id"] = (v["group"].as_u64().unwrap() * families as u64 + family).into();
+                        v["seed"] = k.into();
+                        v.to_string()
+                    })
                 })
                 .collect();
             std::fs::write(dst.join(&name), kept.join("\n") + "\n").unwrap();
