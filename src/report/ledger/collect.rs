@@ -167,16 +167,26 @@ fn read_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunData>> 
 
 /// Verifies the provenance of every run directory of the outputs `from` against its
 /// manifest ([`crate::run_dir::manifest::verify`]) before anything is read: `phasekv report`
-/// runs it first.
-pub fn verify_provenance(from: &[PathBuf]) -> Result<()> {
+/// runs it first. A run of `unfinished` (a partial report's, `--partial`) that has no manifest
+/// yet is passed over: it holds no result its writers have recorded (it has no metrics, so the
+/// loader refuses any evaluation in it); one that has a manifest is verified like the rest.
+pub fn verify_provenance(from: &[PathBuf], unfinished: &[PathBuf]) -> Result<()> {
     for src in from {
         for d in run_dirs(src)? {
-            if d.join(crate::run_dir::CONFIG_FILE).exists() || crate::run_dir::manifest::read(&d)?.is_some() {
+            let manifest = crate::run_dir::manifest::read(&d)?;
+            if manifest.is_none() && unfinished.iter().any(|u| same_dir(u, &d)) {
+                continue;
+            }
+            if d.join(crate::run_dir::CONFIG_FILE).exists() || manifest.is_some() {
                 crate::run_dir::manifest::verify(&d)?;
             }
         }
     }
     Ok(())
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    a == b || matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y)
 }
 
 /// The directories under `src/runs`, sorted.

@@ -111,7 +111,7 @@ pub fn build_report_with(from: &[PathBuf], out: &Path, opts: &ReportOptions) -> 
     let _held = publish::lock(from, out)?;
     let unfinished = publish::check_runs(from, opts.partial)?;
     // Provenance first (issue 44): every run directory as its writers left it.
-    collect::verify_provenance(from)?;
+    collect::verify_provenance(from, &unfinished)?;
     publish::recover(out)?;
     let staged = publish::stage(out)?;
     let stage = staged.path();
