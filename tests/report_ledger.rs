@@ -45,9 +45,11 @@ fn outcomes(acc: impl Fn(usize) -> f64) -> Vec<Outcome> {
     for position in M..3 * M {
         let group = position % M;
         let k = (acc(group) * COPIES as f64).round() as usize;
-        for depth in (8..40).step_by(4) {
+        for (d, depth) in (8..40).step_by(4).enumerate() {
             for j in 0..COPIES {
-                let id = out.len();
+                // The loader's numbering: id = group x per_group + family (160 prompts a group).
+                let family = (position / M - 1) * 8 * COPIES + d * COPIES + j;
+                let id = group * 16 * COPIES + family;
                 let (position, depth) = (Some(position), Some(depth));
                 out.push(Outcome { id, group, correct: j < k, prob: None, position, depth, ..Outcome::default() });
             }
@@ -176,18 +178,43 @@ fn run_dir(plan: &Plan, preset: &str) -> PathBuf {
     model(plan, preset).dir()
 }
 
-fn write_run(out: &Path, plan: &Plan, preset: &str) {
-    let dir = out.join(run_dir(plan, preset));
-    write(&dir.join("config.json"), &model(plan, preset).config);
+/// A finished run's `metrics.json` (97 % held-out), as the trainer writes it for `preset`
+/// and `seed`.
+fn write_metrics(dir: &Path, preset: &str, seed: u64) {
     write(
         &dir.join("metrics.json"),
         &serde_json::json!({
-            "preset": preset, "seed": 0, "steps": 2500, "best_accuracy": 0.97, "chance_in_context": 0.125,
+            "preset": preset, "seed": seed, "steps": 2500, "best_accuracy": 0.97, "chance_in_context": 0.125,
             "train_seconds": 300.0, "tokens_per_second": 1e4, "parameters": 1000,
             "final_eval": {"step": 2500, "loss": 0.1, "accuracy": 0.97, "token_accuracy": 0.97, "queries": 100},
             "evals": [{"step": 2500, "loss": 0.1, "accuracy": 0.97, "token_accuracy": 0.97, "queries": 100}]
         }),
     );
+}
+
+/// Records the provenance manifest of a hand-made run, after the report's loader checked it
+/// (`phasekv analyze manifest`), as a finished run of the trainer carries one.
+fn seal(dir: &Path) {
+    phasekv::reproduce::write_manifest(dir).unwrap();
+}
+
+/// The report of `dir` after the test edited its runs by hand: each run's manifest is written
+/// again through the documented path (the loader's checks, then `analyze manifest`).
+fn rebuild(dir: &Path) -> phasekv::Result<Vec<Claim>> {
+    if let Ok(runs) = std::fs::read_dir(dir.join("runs")) {
+        for run in runs.map(|r| r.unwrap().path()).filter(|p| p.is_dir()) {
+            let _ = std::fs::remove_file(run.join("manifest.json"));
+            seal(&run);
+        }
+    }
+    build_report(std::slice::from_ref(&dir.to_path_buf()), dir)
+}
+
+fn write_run(out: &Path, plan: &Plan, preset: &str) {
+    let dir = out.join(run_dir(plan, preset));
+    let config = model(plan, preset).config;
+    write(&dir.join("config.json"), &config);
+    write_metrics(&dir, preset, config.train.seed);
     if preset == "full" {
         for p in Protocol::ALL {
             write_eval(&dir, preset, p, &|_| 0.9);
@@ -201,6 +228,7 @@ fn write_run(out: &Path, plan: &Plan, preset: &str) {
         write_knockout(&dir, preset, move |g| if g % s < s / 2 { 80.0 } else { 0.0 });
         write_gates(&dir, preset, 2.0, 3);
     }
+    seal(&dir);
 }
 
 /// The first pre-registration's plan (`plans/v1.json`, judged by the v1 rules), which these
@@ -262,7 +290,7 @@ fn verdict(claims: &[Claim], id: &str) -> Verdict {
 fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     let dir = tmp_dir("fixture");
     let plan = fixture(&dir);
-    let claims = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    let claims = rebuild(&dir).unwrap();
     let ids: Vec<&str> = claims.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(ids, ["T1", "T2", "E1", "E2", "E3", "E4", "E5", "E6", "E7", "E8", "E9", "E10", "X1", "K"]);
     for c in &claims {
@@ -300,12 +328,12 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     // (theory/phase-lab.md §7.5).
     let full = dir.join(run_dir(&plan, "full"));
     write_eval(&full, "full", Protocol::Prefix, &periodic(4));
-    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    let c = rebuild(&dir).unwrap();
     assert_eq!(verdict(&c, "E5"), Verdict::NotReproduced, "a large baseline prefix gap breaks E5");
     assert_eq!(verdict(&c, "E1"), Verdict::Reproduced, "E1 is decided in-sequence");
     write_eval(&full, "full", Protocol::Prefix, &|_| 0.9);
     write_eval(&full, "full", Protocol::InSequence, &periodic(4));
-    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    let c = rebuild(&dir).unwrap();
     assert_eq!(verdict(&c, "E1"), Verdict::NotReproduced, "a periodic baseline breaks E1");
     assert_eq!(verdict(&c, "E2"), Verdict::Reproduced);
     write_eval(&full, "full", Protocol::InSequence, &|_| 0.9);
@@ -314,9 +342,9 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     for p in Protocol::ALL {
         write_eval(&w8s6, "w8s6", p, &periodic(4)); // period 4 where the stride is 6
     }
-    assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E2"), Verdict::NotReproduced);
+    assert_eq!(verdict(&rebuild(&dir).unwrap(), "E2"), Verdict::NotReproduced);
     std::fs::remove_dir_all(&w8s6).unwrap();
-    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    let c = rebuild(&dir).unwrap();
     assert_eq!(verdict(&c, "E2"), Verdict::NotRun, "a missing model is 'not run'");
 
     // E4: a flat w8s8 has no effect; one phase 10 pp low is an effect smaller than half the
@@ -325,36 +353,36 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     for p in Protocol::ALL {
         write_eval(&w8s8, "w8s8", p, &|_| 0.9);
     }
-    assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E4"), Verdict::NotReproduced);
+    assert_eq!(verdict(&rebuild(&dir).unwrap(), "E4"), Verdict::NotReproduced);
     for p in Protocol::ALL {
         write_eval(&w8s8, "w8s8", p, &|g| if g % 8 == 7 { 0.8 } else { 0.9 });
     }
-    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    let c = rebuild(&dir).unwrap();
     assert_eq!(verdict(&c, "E4"), Verdict::ReproducedSmaller, "{}", c[5].measured);
 
     write_knockout(&dir.join(run_dir(&plan, "full")), "full", |g| if g % 4 == 0 { 90.0 } else { 0.0 });
-    assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E6"), Verdict::NotReproduced);
+    assert_eq!(verdict(&rebuild(&dir).unwrap(), "E6"), Verdict::NotReproduced);
 
     for p in ["w8s4", "w8s8", "w8s4-norope", "w8s4-uniform"] {
         write_gates(&dir.join(run_dir(&plan, p)), p, 2.0, 5);
     }
-    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    let c = rebuild(&dir).unwrap();
     assert_eq!(verdict(&c, "E7"), Verdict::NotReproduced, "drift without a value gate one offset after its key gate");
     for p in ["w8s4", "w8s8", "w8s4-norope", "w8s4-uniform"] {
         write_gates(&dir.join(run_dir(&plan, p)), p, 7.4, 3);
     }
-    assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "E7"), Verdict::NotReproduced);
+    assert_eq!(verdict(&rebuild(&dir).unwrap(), "E7"), Verdict::NotReproduced);
 
     let mut t: TheoryResult = phasekv::lab::read_json(&dir.join("theory/theory.json")).unwrap();
     t.t2.converged_fraction = 0.5;
     t.t1_verdict = phasekv::theory::oracle::PointVerdict::Beaten;
     write(&dir.join("theory/theory.json"), &t);
-    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    let c = rebuild(&dir).unwrap();
     assert_eq!((verdict(&c, "T1"), verdict(&c, "T2")), (Verdict::NotReproduced, Verdict::NotReproduced));
     // A diagram that is not the text layout of the phase diagram is one clear error, no panic.
     t.diagram = "beta\\gamma 1 2\n 0.5 + x\n".into();
     write(&dir.join("theory/theory.json"), &t);
-    let err = build_report(std::slice::from_ref(&dir), &dir).unwrap_err().to_string();
+    let err = rebuild(&dir).unwrap_err().to_string();
     assert!(err.contains("diagram") && err.contains("\"x\""), "{err}");
     t.diagram = "beta\\gamma 1 2\n 0.5 + g\n".into();
     write(&dir.join("theory/theory.json"), &t);
@@ -362,7 +390,7 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
     let mut k: KernelsResult = phasekv::lab::read_json(&dir.join("kernels/kernels.json")).unwrap();
     k.rows[3].status = reproduce::InvariantStatus::Fail;
     write(&dir.join("kernels/kernels.json"), &k);
-    assert_eq!(verdict(&build_report(std::slice::from_ref(&dir), &dir).unwrap(), "K"), Verdict::NotReproduced);
+    assert_eq!(verdict(&rebuild(&dir).unwrap(), "K"), Verdict::NotReproduced);
 
     // Runs evaluated before per-prompt outcomes were written (the first committed run) still
     // render: the phase claims say what is missing, E6 needs only the knockout maps.
@@ -371,7 +399,7 @@ fn the_ledger_is_rebuilt_from_a_fixture_and_every_verdict_follows_the_data() {
             let _ = std::fs::remove_file(run.join(format!("eval-{}-outcomes.jsonl", p.name())));
         }
     }
-    let c = build_report(std::slice::from_ref(&dir), &dir).unwrap();
+    let c = rebuild(&dir).unwrap();
     for id in ["E1", "E2", "E3", "E4", "E5"] {
         let cl = c.iter().find(|x| x.id == id).unwrap();
         assert_eq!(cl.verdict, Verdict::NotRun, "{id}: {}", cl.measured);
@@ -398,9 +426,11 @@ fn seeded_e1(label: &str, readme: bool, w8s4: impl Fn(usize, usize) -> f64) -> (
             if unit.preset() == "full" {
                 write_eval(&run, "full", p, &|_| 0.9);
             } else {
-                write_eval(&run, "w8s4", p, &|g| w8s4(k, g));
+                write_eval(&run, unit.preset(), p, &|g| w8s4(k, g));
             }
         }
+        write_metrics(&run, unit.preset(), unit.seed);
+        seal(&run);
     }
     let collected = phasekv::report::ledger::collect(std::slice::from_ref(&dir)).unwrap();
     let e1 = LEDGER.iter().map(|l| l.check(&collected)).find(|c| c.id == "E1").unwrap();
@@ -473,8 +503,13 @@ fn an_empty_run_set_gives_not_run_everywhere_and_bad_input_one_error() {
     let run = dir.join(run_dir(&plan, "w8s4"));
     write(&run.join("config.json"), &model(&plan, "w8s4").config);
     std::fs::write(run.join("eval-prefix-outcomes.jsonl"), "{\"id\": 0}\n").unwrap();
+    // The run carries no provenance, so the manifest check refuses it first, naming the file;
     let e = build_partial(&dir, &dir.join("out")).unwrap_err().to_string();
-    assert!(e.contains("eval-prefix-outcomes.jsonl") && e.contains("line 1: not an outcome"), "{e}");
+    assert!(e.contains("manifest.json") && e.contains("no provenance"), "{e}");
+    // and the migration's loader refuses the outcomes file (here: without its evaluation).
+    let e = phasekv::reproduce::write_manifest(&run).unwrap_err().to_string();
+    assert!(e.contains("eval-prefix-outcomes.jsonl"), "{e}");
+    assert!(!run.join("manifest.json").exists(), "no manifest for corrupted data");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

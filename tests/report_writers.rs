@@ -80,9 +80,56 @@ fn inputs(dir: &Path, base: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
     copy_dir(base, &r1);
     copy_dir(base, &r2);
     copy_dir(&r2.join("runs/w4-s4-seed0"), &r2.join("runs/w4-s4-seed7"));
+    reseed(&r2.join("runs/w4-s4-seed7"), 7);
     phasekv_ok(&["report", "--from", s(&r2), "--out", s(&old)]);
     phasekv_ok(&["report", "--from", s(&r1), "--out", s(&reference)]);
     (r1, r2, old, reference)
+}
+
+/// Makes a copied run a run of seed `seed` as far as the report's loader can tell (the seed in
+/// every file, no model identity shared with its source), and writes its manifest again: the
+/// loader refuses a run copied under another name, rightly, so the copy must be a new run.
+fn reseed(run: &Path, seed: u64) {
+    use serde_json::Value;
+    fn edit(v: &mut Value, seed: u64) {
+        if let Some(o) = v.as_object_mut() {
+            if o.contains_key("seed") {
+                o.insert("seed".into(), seed.into());
+            }
+            if o.contains_key("run_id") {
+                o.insert("run_id".into(), Value::Null);
+            }
+        }
+    }
+    for e in std::fs::read_dir(run).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name == "manifest.json" || !path.is_file() {
+            continue;
+        }
+        if name.ends_with(".jsonl") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<String> = text
+                .lines()
+                .map(|l| {
+                    let mut v: Value = serde_json::from_str(l).unwrap();
+                    edit(&mut v, seed);
+                    v.to_string()
+                })
+                .collect();
+            std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        } else if name.ends_with(".json") {
+            let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            if name == "config.json" {
+                v["train"]["seed"] = seed.into();
+            } else {
+                edit(&mut v, seed);
+            }
+            std::fs::write(&path, v.to_string()).unwrap();
+        }
+    }
+    let _ = std::fs::remove_file(run.join("manifest.json"));
+    phasekv::reproduce::write_manifest(run).unwrap();
 }
 
 /// Every file under `dir` (relative path and bytes, sorted), leaving out the lock files.

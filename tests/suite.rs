@@ -17,12 +17,16 @@ mod adapter_sglang;
 mod adapter_vllm;
 #[path = "architecture.rs"]
 mod architecture;
+#[path = "claim_rules.rs"]
+mod claim_rules;
 #[path = "cli_kernel.rs"]
 mod cli_kernel;
 #[path = "cli_theory.rs"]
 mod cli_theory;
 #[path = "dump_format_doc.rs"]
 mod dump_format_doc;
+#[path = "fit_supremum.rs"]
+mod fit_supremum;
 #[path = "hf_deepseek_v4.rs"]
 mod hf_deepseek_v4;
 #[path = "hostile_bounds.rs"]
@@ -85,6 +89,8 @@ mod reproduce_plans;
 mod reproduce_sweep;
 #[path = "run_dir_and_plots.rs"]
 mod run_dir_and_plots;
+#[path = "seed_level.rs"]
+mod seed_level;
 #[path = "slurm_array.rs"]
 mod slurm_array;
 #[path = "theorem1.rs"]

@@ -50,6 +50,13 @@ pub enum Verdict {
     NotTestableCeiling,
     /// Some data the claim needs are missing.
     NotRun,
+    /// The claim's rule does not apply to this part: what it asks is undefined there (E7's
+    /// "value peak = key peak + 1" in a model with no value branch is 0 of 0 heads). Never a
+    /// pass; [`combine`] leaves such a part out.
+    NotApplicable,
+    /// A claim stated per part and never pooled across its parts (X1, §8.8: per pair of
+    /// grids): it has no verdict of its own; each part's verdict is the claim's answer for it.
+    PerPart,
 }
 
 impl Verdict {
@@ -61,6 +68,8 @@ impl Verdict {
             Verdict::NotReproduced => "not reproduced",
             Verdict::NotTestableCeiling => "not testable (ceiling)",
             Verdict::NotRun => "not run",
+            Verdict::NotApplicable => "not applicable",
+            Verdict::PerPart => "stated per part (never pooled)",
         }
     }
 }
@@ -68,6 +77,52 @@ impl Verdict {
 impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.word())
+    }
+}
+
+/// How a claim's parts make its verdict: the one place of the rule (`theory/phase-lab.md` §7.6,
+/// which §8.8 keeps; X1's exception is §8.8's own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Combination {
+    /// §7.6: *not reproduced* if any part is; otherwise *not run* if any part lacks data;
+    /// otherwise *not testable (ceiling)* if any part is at the ceiling; otherwise the weakest
+    /// of *reproduced qualitatively (smaller)* and *reproduced*. A part the rule does not apply
+    /// to ([`Verdict::NotApplicable`]) is left out; a claim whose every part is so is not
+    /// applicable; a claim with no parts is not run.
+    EveryPart,
+    /// §8.8 (X1): "stated per grid, never pooled across pairs": the claim's verdict is
+    /// [`Verdict::PerPart`] (each part answers for itself) once some part has a verdict, and
+    /// not run when none has (no part, or every part not run).
+    PerPart,
+}
+
+/// A claim's verdict from its parts' verdicts by `rule` (see [`Combination`]). Every claim of
+/// the ledger combines its parts here, and so does a part made of sub-parts (a model tested at
+/// several strides).
+pub fn combine(rule: Combination, parts: &[Verdict]) -> Verdict {
+    let judged: Vec<Verdict> = parts.iter().copied().filter(|&v| v != Verdict::NotApplicable).collect();
+    if parts.is_empty() {
+        return Verdict::NotRun;
+    }
+    if judged.is_empty() {
+        return Verdict::NotApplicable;
+    }
+    match rule {
+        Combination::PerPart if judged.iter().all(|&v| v == Verdict::NotRun) => Verdict::NotRun,
+        Combination::PerPart => Verdict::PerPart,
+        Combination::EveryPart => {
+            let rank = |v: Verdict| match v {
+                Verdict::NotReproduced => 0,
+                Verdict::NotRun => 1,
+                Verdict::NotTestableCeiling => 2,
+                Verdict::ReproducedSmaller => 3,
+                Verdict::Reproduced => 4,
+                // A part stated per part is a claim of its own: it decides nothing here.
+                Verdict::PerPart | Verdict::NotApplicable => 5,
+            };
+            judged.into_iter().min_by_key(|&v| rank(v)).unwrap_or(Verdict::NotRun)
+        }
     }
 }
 

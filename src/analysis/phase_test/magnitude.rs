@@ -2,7 +2,7 @@
 //! interval (E4 of `theory/phase-lab.md` §7.5).
 
 use super::*;
-use crate::analysis::stats::{BootInterval, Magnitude};
+use crate::analysis::stats::{BootInterval, Magnitude, Within};
 
 /// The mean of the seeds' depth-adjusted phase spreads ([`PhaseTest::adjusted_gap_pp`]: max
 /// minus min of the full model's phase accuracies at every prompt's depth) at `stride`, with a
@@ -112,6 +112,168 @@ pub fn adjusted_gap_replicates(
         boot.push(gap(&set)?);
     }
     Ok((pp, boot))
+}
+
+/// One seed's records for the seed-level bootstrap, with each record's prompt family where the
+/// prompts come in families (stage 2 then draws whole families; otherwise records within their
+/// phase, as [`adjusted_gap_replicates`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SeedRecords<'a> {
+    /// The seed's records.
+    pub records: &'a [PhaseRecord],
+    /// `families[i]`: record `i`'s family (`None`: no families).
+    pub families: Option<&'a [usize]>,
+}
+
+/// Each arm's estimate, each seed's spread per arm, and the replicates (one mean per arm each).
+pub type SeedLevelSpreads = (Vec<f64>, Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+/// The depth-adjusted spread over `phases` of each arm (`arms[a]`: its seeds), as a mean over
+/// its seeds, with the seed-level replicates of [`crate::analysis::stats::two_stage`] (seeds
+/// drawn with replacement, then families or records within each drawn seed; `paired`: the arms
+/// share their seed numbers, in the same order). Returns each arm's estimate, each seed's
+/// spread and the replicates (per replicate, one mean per arm).
+pub fn adjusted_spread_two_stage(
+    arms: &[Vec<SeedRecords>],
+    paired: bool,
+    stride: usize,
+    phases: &[usize],
+    rounds: usize,
+    seed: u64,
+) -> Result<SeedLevelSpreads> {
+    if phases.len() < 2 || phases.iter().any(|&p| p >= stride) {
+        return Err(Error::invalid(
+            "phases",
+            format!("need at least 2 phases below the stride {stride}, got {phases:?}"),
+        ));
+    }
+    let mut within = Vec::new();
+    let mut each = Vec::new();
+    for arm in arms {
+        let mut w = Vec::new();
+        let mut e = Vec::new();
+        for s in arm {
+            if let Some(f) = s.families.filter(|f| f.len() != s.records.len()) {
+                return Err(Error::invalid(
+                    "families",
+                    format!("{} families for {} records: one per record", f.len(), s.records.len()),
+                ));
+            }
+            w.push(match s.families {
+                Some(f) => Within::families(f),
+                None => Within::strata(&s.records.iter().map(|r| r.position % stride).collect::<Vec<_>>()),
+            });
+            e.push(spread_pp(&adjusted_phase_accuracies(s.records, stride)?, phases));
+        }
+        within.push(w);
+        each.push(e);
+    }
+    let counts: Vec<usize> = arms.iter().map(|a| a.len()).collect();
+    let (mut idx, mut set) = (Vec::new(), Vec::new());
+    let reps = crate::analysis::stats::two_stage(&counts, paired, rounds, seed, |a, i, rng| {
+        within[a][i].draw(rng, &mut idx);
+        set.clear();
+        set.extend(idx.iter().map(|&j| arms[a][i].records[j]));
+        Ok(spread_pp(&adjusted_phase_accuracies(&set, stride)?, phases))
+    })?;
+    let means = each.iter().map(|e| e.iter().sum::<f64>() / e.len() as f64).collect();
+    Ok((means, each, reps))
+}
+
+/// One seed's depth-adjusted spread over `phases` and its within-seed variance from `rounds`
+/// stage-2 redraws (families, or records within their phase): the power analysis's `v_i`.
+pub fn adjusted_spread_within_seed(
+    s: SeedRecords,
+    stride: usize,
+    phases: &[usize],
+    rounds: usize,
+    seed: u64,
+) -> Result<(f64, f64)> {
+    let (_, each, reps) = adjusted_spread_two_stage(&[vec![s]], false, stride, phases, rounds, seed)?;
+    Ok((each[0][0], crate::analysis::stats::sample_variance(&crate::analysis::stats::column_sorted(&reps, 0))))
+}
+
+/// Where an interval's variance comes from: prompts within each seed (the seeds fixed: what
+/// v2's ledger printed) or the two-stage bootstrap (seeds, then prompts or families).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Level {
+    /// Prompts resampled within each seed, the seeds fixed.
+    Prompts,
+    /// Seeds drawn with replacement, then prompts (or families) within each drawn seed.
+    Seeds,
+}
+
+/// The ratio `R` of two arms' mean depth-adjusted spreads (X1 of `theory/phase-lab.md` §8.8:
+/// the ratio of the bias-corrected means, with the basic bootstrap interval of the replicate
+/// ratios, clamped at 0 since no ratio of spreads is negative), and both spreads.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpreadRatio {
+    /// `R`.
+    pub r: f64,
+    /// Its interval's lower end.
+    pub lo: f64,
+    /// Its interval's upper end.
+    pub hi: f64,
+    /// The numerator arm's spread.
+    pub a: BootInterval,
+    /// The denominator arm's spread.
+    pub b: BootInterval,
+    /// The level of the interval.
+    pub level: Level,
+    /// Seeds of the smaller arm.
+    pub seeds: usize,
+    /// Whether the seeds were drawn paired (seed-level only).
+    pub paired: bool,
+}
+
+/// The ratio of `a`'s mean spread over `phases` to `b`'s at `stride` ([`SpreadRatio`]), at
+/// `level`: prompts within seeds (each arm's replicates of [`adjusted_gap_replicates`], paired by
+/// index) or seeds ([`adjusted_spread_two_stage`], paired by seed when `paired`).
+#[allow(clippy::too_many_arguments)]
+pub fn spread_ratio(
+    a: &[SeedRecords],
+    b: &[SeedRecords],
+    paired: bool,
+    stride: usize,
+    phases: &[usize],
+    level: Level,
+    rounds: usize,
+    seed: u64,
+) -> Result<SpreadRatio> {
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (va, vb, ra, rb, paired) = match level {
+        Level::Prompts => {
+            let recs = |x: &[SeedRecords]| x.iter().map(|s| s.records.to_vec()).collect::<Vec<_>>();
+            let (va, ra) = adjusted_gap_replicates(&recs(a), stride, phases, rounds, seed)?;
+            let (vb, rb) = adjusted_gap_replicates(&recs(b), stride, phases, rounds, seed)?;
+            (va, vb, ra, rb, false)
+        }
+        Level::Seeds => {
+            let (v, _, reps) =
+                adjusted_spread_two_stage(&[a.to_vec(), b.to_vec()], paired, stride, phases, rounds, seed)?;
+            let (ra, rb) = reps.iter().map(|r| (r[0], r[1])).unzip();
+            (v[0], v[1], ra, rb, paired)
+        }
+    };
+    let (ia, ib) =
+        (BootInterval::from_sorted(va, &sorted(ra.clone())), BootInterval::from_sorted(vb, &sorted(rb.clone())));
+    let (ca, cb) = (ia.corrected_nonneg().0, ib.corrected().0);
+    if cb <= 0.0 || vb <= 0.0 {
+        return Err(Error::invalid(
+            "ratio",
+            format!("the denominator's spread is {cb:.2} pp (bias-corrected): no ratio"),
+        ));
+    }
+    let reps = sorted(ra.iter().zip(&rb).filter(|(_, y)| **y > 0.0).map(|(x, y)| x / y).collect());
+    if reps.len() < ra.len() / 2 {
+        return Err(Error::invalid("ratio", "most of the denominator's replicate spreads are 0: no ratio interval"));
+    }
+    let (_, lo, hi) = BootInterval::from_sorted(va / vb, &reps).corrected_nonneg();
+    Ok(SpreadRatio { r: ca / cb, lo, hi, a: ia, b: ib, level, seeds: a.len().min(b.len()), paired })
 }
 
 #[cfg(test)]

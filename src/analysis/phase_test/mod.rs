@@ -53,8 +53,9 @@ pub use knockout::*;
 pub use logistic::LR_PRECISION;
 use logistic::*;
 pub use magnitude::{
-    adjusted_gap_bootstrap, adjusted_gap_bootstrap_over, adjusted_gap_interval, adjusted_gap_replicates, spread_pp,
-    window_sharing_phases,
+    adjusted_gap_bootstrap, adjusted_gap_bootstrap_over, adjusted_gap_interval, adjusted_gap_replicates,
+    adjusted_spread_two_stage, adjusted_spread_within_seed, spread_pp, spread_ratio, window_sharing_phases, Level,
+    SeedRecords, SpreadRatio,
 };
 use separation::*;
 
@@ -293,6 +294,53 @@ pub fn phase_test(records: &[PhaseRecord], stride: usize, cfg: &PhaseTestConfig)
         (chi2_p(prep.fits.statistic, prep.problem.df())?, TestMethod::Asymptotic)
     };
     Ok(prep.summary(stride, records, p, method))
+}
+
+/// The log-likelihood suprema behind one model's statistic at a stride (§8.6): the null model's
+/// (depth only), the full model's (depth and phase) and the saturated depth x phase model's
+/// (one probability per cell, closed form: `sum y ln(y / n) + (n - y) ln(1 - y / n)`, with
+/// `0 ln 0 = 0`). The statistic is `2 (full - null)`; the full model is nested in the saturated
+/// one, so `2 (saturated - null)` bounds it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Suprema {
+    /// The null model's supremum.
+    pub null: f64,
+    /// The full model's supremum.
+    pub full: f64,
+    /// The saturated depth x phase model's supremum.
+    pub saturated: f64,
+}
+
+/// The [`Suprema`] of `records` at `stride` (the default spline).
+pub fn suprema(records: &[PhaseRecord], stride: usize) -> Result<Suprema> {
+    let (pr, _) = phase_problem(records, stride, SPLINE_KNOTS)?;
+    let null = exact_fit(&pr.x_null, &pr.n, &pr.y)?.loglik;
+    let full = exact_fit(&pr.x_full, &pr.n, &pr.y)?.loglik;
+    let term = |k: f64, n: f64| if k > 0.0 { k * (k / n).ln() } else { 0.0 };
+    let saturated = pr.n.iter().zip(&pr.y).map(|(&n, &y)| term(y, n) + term(n - y, n)).sum();
+    Ok(Suprema { null, full, saturated })
+}
+
+/// The binomial cells and design of one model's test at a stride (the default spline): one row
+/// per (depth, phase) cell, the null model's columns first (intercept, spline) and the phase
+/// columns after them. For audits and the fit's tests, which recompute the suprema by other
+/// means.
+#[derive(Clone, Debug)]
+pub struct PhaseDesign {
+    /// The full model's design (cells x columns).
+    pub x_full: DMatrix<f64>,
+    /// How many leading columns the null model has.
+    pub null_columns: usize,
+    /// Prompts per cell.
+    pub n: Vec<f64>,
+    /// Correct answers per cell.
+    pub y: Vec<f64>,
+}
+
+/// The [`PhaseDesign`] of `records` at `stride`.
+pub fn phase_design(records: &[PhaseRecord], stride: usize) -> Result<PhaseDesign> {
+    let (pr, _) = phase_problem(records, stride, SPLINE_KNOTS)?;
+    Ok(PhaseDesign { null_columns: pr.x_null.ncols(), x_full: pr.x_full, n: pr.n, y: pr.y })
 }
 
 /// How many of `n` seeds must reject on their own for an effect to hold: two thirds, rounded up

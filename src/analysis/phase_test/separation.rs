@@ -153,16 +153,28 @@ fn all_positive_witness(rows: &[DVector<f64>], mut d: DVector<f64>) -> bool {
     false
 }
 
-/// Konis's LP on rows `b_i` (already signed) in `k` unknowns: the optimal `t`.
-/// Standard form `max c.v, A v <= r, v >= 0` with `v = (z+, z-, t)`; rows: `t_i - b_i z <= 0`
-/// and `t_i <= 1`. Konis's `b_i z >= 0` needs no row of its own: `t_i >= 0` and
-/// `t_i <= b_i z` imply it. The origin is feasible, so one phase of the simplex method
-/// ([`simplex_max`]) reaches the optimum.
+/// The largest coordinate of the LP's direction `z` (on the unit-norm rows, in the null space's
+/// orthonormal basis): `1 / RANK_TOL`. A row reaches `t_i = 1` only with a margin `b_i . z` of at
+/// least `RANK_TOL` of `|z|` (about), the tolerance every other rank and sign decision here
+/// uses. Without the bound, `z` is free to grow until rounding error decides: two rows that are
+/// exact negatives of each other (a pure cell and one whose row differs from it by the
+/// difference of two both-answer cells' rows) come out of the projection about 1e-12 apart, and
+/// an unbounded `z` of norm about 1e12 "separated" both (issue 38: `w8s4-tied-seed1`,
+/// in-sequence, S = 4 gave the saturated model's likelihood and G 286.12 above its supremum
+/// 241.87). With it such a pair sums to `t_1 + t_2 <= 1e-12 |z| <= 1e-3`, and neither is
+/// separated.
+const MAX_DIRECTION: f64 = 1.0 / RANK_TOL;
+
+/// Konis's LP on rows `b_i` (already signed, unit norm) in `k` unknowns: the optimal `t`.
+/// Standard form `max c.v, A v <= r, v >= 0` with `v = (z+, z-, t)`; rows: `t_i - b_i z <= 0`,
+/// `t_i <= 1` and `z+_j, z-_j <= MAX_DIRECTION`. Konis's `b_i z >= 0` needs no row of its own:
+/// `t_i >= 0` and `t_i <= b_i z` imply it. The origin is feasible, so one phase of the simplex
+/// method ([`simplex_max`]) reaches the optimum.
 fn konis_lp(rows: &[DVector<f64>], k: usize) -> Result<Vec<f64>> {
     let m = rows.len();
     let nv = 2 * k + m;
-    let mut a = DMatrix::<f64>::zeros(2 * m, nv);
-    let mut r = vec![0f64; 2 * m];
+    let mut a = DMatrix::<f64>::zeros(2 * m + 2 * k, nv);
+    let mut r = vec![0f64; 2 * m + 2 * k];
     for (i, b) in rows.iter().enumerate() {
         for j in 0..k {
             a[(i, j)] = -b[j];
@@ -171,6 +183,10 @@ fn konis_lp(rows: &[DVector<f64>], k: usize) -> Result<Vec<f64>> {
         a[(i, 2 * k + i)] = 1.0;
         a[(m + i, 2 * k + i)] = 1.0;
         r[m + i] = 1.0;
+    }
+    for j in 0..2 * k {
+        a[(2 * m + j, j)] = 1.0;
+        r[2 * m + j] = MAX_DIRECTION;
     }
     let mut c = vec![0f64; nv];
     c[2 * k..].iter_mut().for_each(|v| *v = 1.0);

@@ -32,9 +32,13 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ChiSquared, ContinuousCDF, FisherSnedecor};
 
+mod power;
 mod resample;
+mod seed_level;
 
+pub use power::*;
 pub use resample::*;
+pub use seed_level::*;
 
 /// z for a two-sided 95 % interval.
 const Z95: f64 = 1.959_963_984_540_054;
@@ -404,6 +408,15 @@ impl BootInterval {
     pub fn corrected(&self) -> (f64, f64, f64) {
         let m = self.estimate;
         (m - self.bias(), 2.0 * m - self.hi, 2.0 * m - self.lo)
+    }
+
+    /// [`BootInterval::corrected`] of a statistic that cannot be negative (a max minus min, a
+    /// ratio of spreads), each end clamped at 0 (issue 38): the bias correction `2 m - mean(m*)`
+    /// and the basic interval's `2 m - q_97.5` can fall below 0 when most replicates sit above a
+    /// small `m`, a value the statistic cannot take.
+    pub fn corrected_nonneg(&self) -> (f64, f64, f64) {
+        let (m, lo, hi) = self.corrected();
+        (m.max(0.0), lo.max(0.0), hi.max(0.0))
     }
 }
 

@@ -1,4 +1,4 @@
-//! `phasekv eval`, `phasekv analyze knockout|gates` and `phasekv audit export|analyze`: the
+//! `phasekv eval`, `phasekv analyze knockout|gates|upgrade|power` and `phasekv audit export|analyze`: the
 //! phase lab on trained runs and on external results. Thin: parse, call [`phasekv::lab`],
 //! print.
 
@@ -100,6 +100,17 @@ pub enum AnalyzeCmd {
         #[arg(required = true)]
         runs: Vec<PathBuf>,
     },
+    /// Power from a run's per-seed effects (issue 38, theory/power.md): per claim with a
+    /// magnitude or threshold (E4, E5, X1), the seeds a seed-level interval needs to decide and
+    /// the prompts per seed beyond which more stop helping. Prints a Markdown table.
+    Power {
+        /// Reproduction outputs to read (repeatable; shards merge), e.g. `reports`.
+        #[arg(long, required = true)]
+        from: Vec<PathBuf>,
+        /// Stage-2 redraws per seed for the within-seed variances.
+        #[arg(long, default_value_t = phasekv::report::ledger::POWER_ROUNDS)]
+        rounds: usize,
+    },
 }
 
 fn bar(label: &str) -> impl FnMut(usize, usize) {
@@ -137,6 +148,12 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
 
 pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
     match cmd {
+        AnalyzeCmd::Power { from, rounds } => {
+            let c = phasekv::report::ledger::collect(&from)?;
+            let t = phasekv::report::ledger::power_table(&c, rounds)?;
+            println!("{}", t.markdown());
+            return Ok(ExitCode::SUCCESS);
+        }
         AnalyzeCmd::Knockout { run, samples, protocol, reference, seed, intervention } => {
             let protocol = Protocol::from(protocol);
             let intervention = Intervention::parse(&intervention)?;

@@ -147,10 +147,31 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
             claims: ids,
         });
     }
-    // Flags: one entry per distinct flag, naming every claim that carries it.
+    // Every change made after seeing data, with its time, from its one list (§8.11), naming the
+    // claims that carry its flag (none: it touched no verdict, and is listed all the same).
+    let rules = super::collect::rules(c);
+    let listed: Vec<String> = super::changes::changes_for(rules).map(|ch| ch.flag()).collect();
+    for ch in super::changes::changes_for(rules) {
+        let flag = ch.flag();
+        out.push(BannerEntry {
+            kind: "changed after seeing the data".into(),
+            text: format!("{}, after seeing {}: {} (theory/phase-lab.md §8.11)", ch.time, ch.seen, ch.what),
+            claims: claims.iter().filter(|cl| cl.flags.contains(&flag)).map(|cl| cl.id.clone()).collect(),
+        });
+    }
+    // Issue 38: every claim that reads otherwise with the excluded seeds kept.
+    for cl in claims.iter().filter(|cl| !cl.with_excluded.is_empty()) {
+        out.push(BannerEntry {
+            kind: "reads otherwise with an excluded seed".into(),
+            text: format!("{}: {}", cl.id, cl.with_excluded.join(" | ")),
+            claims: vec![cl.id.clone()],
+        });
+    }
+    // Flags from elsewhere (the v1 run's, §7.9): one entry per distinct flag, naming every
+    // claim that carries it.
     let mut flags: Vec<(&str, Vec<String>)> = Vec::new();
     for cl in claims {
-        for f in &cl.flags {
+        for f in cl.flags.iter().filter(|f| !listed.contains(f)) {
             match flags.iter_mut().find(|(t, _)| t == f) {
                 Some((_, ids)) => ids.push(cl.id.clone()),
                 None => flags.push((f, vec![cl.id.clone()])),

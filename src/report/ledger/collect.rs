@@ -45,6 +45,10 @@ pub struct RunData {
     /// the same files, where every line carries `position` and `prob` and the prompts split into
     /// equal residue groups (`family = id mod n`, `n` prompts per group).
     pub nll: BTreeMap<Protocol, Vec<NllRecord>>,
+    /// The prompt family of each of [`RunData::records`]' records (the outcome's `family`, else
+    /// `id mod n` where the groups are equal), by protocol, where every record has one: the unit
+    /// the seed-level bootstrap redraws (issue 38).
+    pub families: BTreeMap<Protocol, Vec<usize>>,
     /// Knockout maps by protocol.
     pub knockouts: BTreeMap<Protocol, KnockoutResult>,
     /// Gate preferences.
@@ -70,6 +74,9 @@ pub struct Collected {
     pub timings: Vec<serde_json::Value>,
     /// The outputs read.
     pub sources: Vec<PathBuf>,
+    /// Keep the seeds the training-success rule excludes as ordinary seeds of their arms (the
+    /// exclusion-sensitivity rerun of issue 38; `false` as read).
+    pub keep_excluded: bool,
 }
 
 fn opt_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
@@ -82,8 +89,9 @@ fn opt_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
 
 /// The records of a run's checked outcome lines ([`crate::lab::load`]): the phase test's, or
 /// `None` when some line lacks a position or a depth; the continuous test's, or `None` when
-/// some line lacks a position or a probability or the groups are unequal.
-type FileRecords = (Option<Vec<PhaseRecord>>, Option<Vec<NllRecord>>);
+/// some line lacks a position or a probability or the groups are unequal; each line's prompt
+/// family, or `None` when some line has none.
+type FileRecords = (Option<Vec<PhaseRecord>>, Option<Vec<NllRecord>>, Option<Vec<usize>>);
 
 fn records_of(outcomes: &[Outcome]) -> FileRecords {
     let records = outcomes
@@ -99,7 +107,9 @@ fn records_of(outcomes: &[Outcome]) -> FileRecords {
         *per_group.entry(o.group).or_default() += 1;
     }
     let n = per_group.values().next().copied().unwrap_or(0);
-    let nll = if n > 0 && per_group.values().all(|&c| c == n) {
+    let equal = n > 0 && per_group.values().all(|&c| c == n);
+    let families = outcomes.iter().map(|o| o.family.or(equal.then_some(o.id % n.max(1)))).collect();
+    let nll = if equal {
         outcomes
             .iter()
             .map(|o| match (o.position, o.prob) {
@@ -110,7 +120,7 @@ fn records_of(outcomes: &[Outcome]) -> FileRecords {
     } else {
         None
     };
-    (records, nll)
+    (records, nll, families)
 }
 
 pub use crate::run_dir::arm_of;
@@ -120,8 +130,14 @@ fn read_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunData>> 
     let Some(f) = load_run(dir, expected)? else { return Ok(None) };
     let mut records = BTreeMap::new();
     let mut nll = BTreeMap::new();
+    let mut families = BTreeMap::new();
     for (p, outcomes) in &f.outcomes {
-        let (r, y) = records_of(outcomes);
+        let (r, y, fam) = records_of(outcomes);
+        if let (Some(r), Some(fam)) = (&r, fam) {
+            if r.len() == fam.len() {
+                families.insert(*p, fam);
+            }
+        }
         if let Some(r) = r {
             records.insert(*p, r);
         }
@@ -140,6 +156,7 @@ fn read_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunData>> 
         evals: f.evals,
         records,
         nll,
+        families,
         knockouts: f.knockouts,
         gates: f.gates,
         unit: opt_json(&dir.join("unit.json"))?,
@@ -150,16 +167,26 @@ fn read_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunData>> 
 
 /// Verifies the provenance of every run directory of the outputs `from` against its
 /// manifest ([`crate::run_dir::manifest::verify`]) before anything is read: `phasekv report`
-/// runs it first.
-pub fn verify_provenance(from: &[PathBuf]) -> Result<()> {
+/// runs it first. A run of `unfinished` (a partial report's, `--partial`) that has no manifest
+/// yet is passed over: it holds no result its writers have recorded (it has no metrics, so the
+/// loader refuses any evaluation in it); one that has a manifest is verified like the rest.
+pub fn verify_provenance(from: &[PathBuf], unfinished: &[PathBuf]) -> Result<()> {
     for src in from {
         for d in run_dirs(src)? {
-            if d.join(crate::run_dir::CONFIG_FILE).exists() || crate::run_dir::manifest::read(&d)?.is_some() {
+            let manifest = crate::run_dir::manifest::read(&d)?;
+            if manifest.is_none() && unfinished.iter().any(|u| same_dir(u, &d)) {
+                continue;
+            }
+            if d.join(crate::run_dir::CONFIG_FILE).exists() || manifest.is_some() {
                 crate::run_dir::manifest::verify(&d)?;
             }
         }
     }
     Ok(())
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    a == b || matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y)
 }
 
 /// The directories under `src/runs`, sorted.
@@ -316,7 +343,9 @@ pub fn arms(c: &Collected) -> Vec<Arm<'_>> {
             }
         };
         match training_outcome(r) {
-            Some(o) if rules == Rules::V2 && o != SeedOutcome::Succeeded => out[i].excluded.push((r, o)),
+            Some(o) if rules == Rules::V2 && o != SeedOutcome::Succeeded && !c.keep_excluded => {
+                out[i].excluded.push((r, o))
+            }
             _ => out[i].runs.push(r),
         }
     }

@@ -95,6 +95,8 @@ pub fn symbol(v: Verdict) -> &'static str {
         Verdict::NotReproduced => "✗",
         Verdict::NotTestableCeiling => "⊤",
         Verdict::NotRun => "·",
+        Verdict::NotApplicable => "∅",
+        Verdict::PerPart => "per part",
     }
 }
 
@@ -117,9 +119,18 @@ fn section(md: &mut String, c: &Claim) {
     let _ = writeln!(md, "<a id=\"{}\"></a>\n\n### {}: {}\n", anchor(&c.id), c.id, c.short);
     let _ = writeln!(md, "**Verdict: {}.** Ours: {}. Paper: {}.\n", c.verdict.word(), c.ours, c.paper);
     let _ = writeln!(md, "- **Claim** (the paper's): {}", c.claim);
-    let _ = writeln!(md, "- **Criterion** (pre-registered, `theory/phase-lab.md` §7.5): {}", c.criterion);
+    let judged_by = match c.section.as_str() {
+        // A ledger written before claims named their section: its own words.
+        "" => "pre-registered, `theory/phase-lab.md` §7.5".to_string(),
+        "§6" => "the ledger's criterion, `theory/phase-lab.md` §6".to_string(),
+        s => format!("pre-registered, judged by `theory/phase-lab.md` {s}"),
+    };
+    let _ = writeln!(md, "- **Criterion** ({judged_by}): {}", c.criterion);
     for f in &c.flags {
         let _ = writeln!(md, "- **Flag**: {f}");
+    }
+    for w in &c.with_excluded {
+        let _ = writeln!(md, "- **With the excluded seeds** (issue 38): {w}");
     }
     if !c.arms.is_empty() {
         let _ = writeln!(md, "\n| arm | verdict | what was measured |\n|---|---|---|");
@@ -166,17 +177,21 @@ fn section(md: &mut String, c: &Claim) {
     if !c.measures.is_empty() {
         let _ = writeln!(
             md,
-            "\nMagnitudes, seeds pooled (estimate bias-corrected with its basic 95 % bootstrap interval; the raw statistic and its percentile interval, which the v1 verdict reads, beside it):\n\n| arm | protocol | what | phases | estimate [95 % interval] | raw | bias | percentile interval | noise floor | perm. p | paper | decides |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "\nMagnitudes (estimate bias-corrected with its basic 95 % bootstrap interval, clamped at 0 for a quantity that cannot be negative; the raw statistic and its percentile interval, which the v1 verdict reads, beside it; \"resampled\": seeds then prompt families (seed-level, issue 38) or prompts within fixed seeds):\n\n| arm | protocol | what | phases | resampled | estimate [95 % interval] | raw | bias | percentile interval | noise floor | perm. p | paper | decides |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for m in &c.measures {
             let v = &m.value;
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {:.1} | {:.1} | [{:.1}, {:.1}] | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | [{:.1}, {:.1}] | {} | {} | {} | {} |",
                 m.arm,
                 m.protocol,
                 m.what,
                 m.groups,
+                match m.seeds {
+                    Some(n) => format!("seeds ({})", crate::analysis::stats::SeedCount { seeds: n }.words()),
+                    None => "prompts".into(),
+                },
                 v.words(),
                 v.raw_pp,
                 v.bias_pp,
@@ -195,7 +210,7 @@ fn section(md: &mut String, c: &Claim) {
             let meets = match s.meets {
                 Some(true) => "yes",
                 Some(false) => "no",
-                None => "not testable",
+                None => "not judged (see the text)",
             };
             let _ = writeln!(md, "| {} | {} | {meets} | {} |", s.arm, s.seed, s.text.replace('|', "/"));
         }

@@ -13,11 +13,13 @@
 //! | `claims` | one module per claim, registered in [`LEDGER`] ([`LedgerClaim`]) |
 //! | `figures` | the figures of the whole report and their data |
 //! | `banner` | what a reader must know before any number ([`Ledger::banner`]) |
+//! | `changes` | every change made after seeing data, with its time ([`CHANGES`]) |
 //! | `markdown` | `README.md` |
 //! | `runs_doc` | `runs/README.md`: every run, file and column of the data |
 //! | `publish` | locks, input checks, and the swap that puts a report in place whole |
 
 mod banner;
+mod changes;
 mod claims;
 mod collect;
 mod figures;
@@ -25,11 +27,13 @@ mod markdown;
 mod publish;
 mod runs_doc;
 
+pub use changes::{changes_for, Change, Touches, CHANGES};
 pub use runs_doc::OUTCOME_COLUMNS;
 
 pub use banner::{banner, BannerEntry, Ledger, FAILED_ACCURACY, SUCCESS_ACCURACY};
 pub use claims::{
-    claims, ArmVerdict, Claim, Interval, LedgerClaim, Measure, SeedLine, SeedTest, TestRecord, Verdict, ALPHA, LEDGER,
+    claims, power_table, section_of, ArmVerdict, Claim, Interval, LedgerClaim, Measure, PowerRow, PowerTable, SeedLine,
+    SeedTest, TestRecord, Verdict, ALPHA, LEDGER, POWER_ROUNDS,
 };
 pub use collect::{arm_of, arms, collect, verify_provenance, Arm, Collected, RunData};
 pub use markdown::{render_ledger, symbol};
@@ -107,7 +111,7 @@ pub fn build_report_with(from: &[PathBuf], out: &Path, opts: &ReportOptions) -> 
     let _held = publish::lock(from, out)?;
     let unfinished = publish::check_runs(from, opts.partial)?;
     // Provenance first (issue 44): every run directory as its writers left it.
-    collect::verify_provenance(from)?;
+    collect::verify_provenance(from, &unfinished)?;
     publish::recover(out)?;
     let staged = publish::stage(out)?;
     let stage = staged.path();

@@ -140,7 +140,7 @@ pub fn check_runs(from: &[PathBuf], partial: bool) -> Result<Vec<PathBuf>> {
         return Err(Error::invalid(
             "--from",
             format!(
-                "{}{more} holds an unfinished run (no {METRICS_FILE}); finish it (rerun the reproduce or the training) or pass --partial for a report marked partial",
+                "{}{more} holds an unfinished run (metrics: no {METRICS_FILE}); finish it (rerun the reproduce or the training) or pass --partial for a report marked partial",
                 first.display()
             ),
         ));

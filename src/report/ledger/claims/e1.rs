@@ -41,11 +41,15 @@ impl LedgerClaim for E1 {
         for a in full {
             parts.push(absent(a, PRIMARY, &BASELINE_STRIDES));
         }
+        let rules = super::super::collect::rules(c);
         let mut c = Claim::from_parts(
             "E1",
             claim,
             format!(
-                "in-sequence, seeds pooled: for every compressed model the depth-controlled phase test at its own S rejects at {ALPHA} pooled and in at least required_seeds(n) seeds; for full attention the effect is absent at each of S = 4, 6, 8 (each at {ALPHA}/3); a model at the ceiling is not testable"
+                "in-sequence, seeds pooled: for every compressed model on one grid the phase effect at its own S holds: {}; for full attention the effect is absent at each of S = 4, 6, 8: {}; {}",
+                level_words(rules, 1),
+                level_words(rules, 3),
+                ceiling_words(rules)
             ),
             parts,
             also,

@@ -47,8 +47,9 @@ impl LedgerClaim for E2 {
             "E2",
             "the period follows the stride: S in {4, 6, 8} (W = 8) give periods 4, 6, 8",
             format!(
-                "in-sequence, seeds pooled: for each of {} the phase effect at its own S holds (pooled p < {ALPHA} and required_seeds(n) seeds) and the corrected period scan declares exactly S (p < {})",
+                "in-sequence, seeds pooled: for each of {} the phase effect at its own S holds ({}) and the corrected period scan declares exactly S (p < {})",
                 geometries.iter().map(|g| g.0).collect::<Vec<_>>().join(", "),
+                level_words(super::super::collect::rules(c), 1),
                 crate::analysis::phase::PERIOD_ALPHA
             ),
             parts,

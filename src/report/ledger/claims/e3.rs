@@ -48,7 +48,9 @@ impl LedgerClaim for E3 {
             "E3",
             "phase sensitivity persists without RoPE and with uniform averaging",
             format!(
-                "in-sequence, seeds pooled: the phase effect at S = 4 holds (pooled p < {ALPHA} and required_seeds(n) seeds) for w8s4-norope and for w8s4-uniform; a model at the ceiling is not testable, and where the two-KV-head norope model is, its one-KV-head arm decides"
+                "in-sequence, seeds pooled: the phase effect at S = 4 holds ({}) for w8s4-norope and for w8s4-uniform; {}, and where a two-KV-head model is, its one-KV-head arm decides",
+                level_words(super::super::collect::rules(c), 1),
+                ceiling_words(super::super::collect::rules(c))
             ),
             parts,
             also,

@@ -15,7 +15,7 @@ pub struct E4;
 pub const E4_FLAG: &str = "flagged: quantity corrected after seeing the data (issue 32, theory/phase-lab.md §8.8): the paper's within-window claim concerns the phases whose key-value pair shares a window (p + key_len + val_len - 1 <= W - 1: phases 0-6 in W8/S8 with one-token keys and values); v1's ledger took the spread over all 8 phases, which includes the window-boundary phase where the value falls into the next window. The spread is now taken over the window-sharing phases only, per seed, then averaged; the all-phase spread is reported beside it";
 
 /// The phases of `a`'s kernel whose key-value pair shares a window, or why there are none.
-fn sharing_phases(a: &Arm) -> std::result::Result<Vec<usize>, String> {
+pub(super) fn sharing_phases(a: &Arm) -> std::result::Result<Vec<usize>, String> {
     let spec = crate::kernel::KernelSpec::preset(&a.preset).map_err(|e| format!("not testable: {e}"))?;
     let task = &a.runs.first().ok_or("not run: no successful seed")?.config.task;
     let (w, s) = (spec.geometry.window(), spec.geometry.stride());
@@ -38,15 +38,53 @@ impl LedgerClaim for E4 {
             });
             match (phases, boot) {
                 (Ok(ph), Ok(b)) => {
+                    // Issue 38 (§8.11): under v2 the seed-level interval (seeds, then prompt
+                    // families within each) decides; the prompt-level one is reported.
+                    let seed_level = match a.rules {
+                        Rules::V1 => None,
+                        Rules::V2 => Some(seed_level_spread(a, PRIMARY, s, &ph)),
+                    };
                     // v1 judges the raw spread and its percentile interval (§7.5); v2 the
-                    // bias-corrected one with its basic interval (§8.7).
-                    let m = match a.rules {
-                        Rules::V1 => Magnitude { pp: b.estimate, lo_pp: b.lo, hi_pp: b.hi },
-                        Rules::V2 => {
-                            let (pp, lo_pp, hi_pp) = b.corrected();
+                    // bias-corrected one with its basic interval (§8.7), seed-level.
+                    let m = match (a.rules, &seed_level) {
+                        (Rules::V1, _) => Magnitude { pp: b.estimate, lo_pp: b.lo, hi_pp: b.hi },
+                        (Rules::V2, Some(Ok((sb, _)))) => {
+                            let (pp, lo_pp, hi_pp) = sb.corrected_nonneg();
+                            Magnitude { pp, lo_pp, hi_pp }
+                        }
+                        (Rules::V2, _) => {
+                            let (pp, lo_pp, hi_pp) = b.corrected_nonneg();
                             Magnitude { pp, lo_pp, hi_pp }
                         }
                     };
+                    if let Some(Ok((sb, each))) = &seed_level {
+                        let n = a.runs.len();
+                        part.text += &format!(
+                            "; seed-level (seeds, then prompt families; {}): {} (per seed {})",
+                            stats::SeedCount { seeds: n }.words(),
+                            Interval::of_nonneg(sb).words(),
+                            each.iter().map(|(k, v)| format!("{v:.1} pp (seed {k})")).collect::<Vec<_>>().join(", ")
+                        );
+                        part.measures.push(Measure {
+                            arm: a.name.clone(),
+                            protocol: PRIMARY.name().into(),
+                            what: format!(
+                                "depth-adjusted spread over window-sharing phases {}-{} (mean over seeds)",
+                                ph[0],
+                                ph[ph.len() - 1]
+                            ),
+                            groups: ph.len(),
+                            value: Interval::of_nonneg(sb),
+                            noise_floor_pp: None,
+                            p: None,
+                            paper_pp: Some(PAPER_WITHIN_WINDOW_PP),
+                            decides: true,
+                            seeds: Some(n),
+                        });
+                    } else if let Some(Err(e)) = &seed_level {
+                        part.text += &format!("; seed-level interval: {e}");
+                    }
+                    let seed_decides = matches!(seed_level, Some(Ok(_)));
                     part.verdict = j.verdict(verdict::Claim::Effect { paper_pp: PAPER_WITHIN_WINDOW_PP }, m);
                     let boundary: Vec<usize> = (0..s).filter(|p| !ph.contains(p)).collect();
                     part.text += &format!(
@@ -59,33 +97,36 @@ impl LedgerClaim for E4 {
                         arm: a.name.clone(),
                         protocol: PRIMARY.name().into(),
                         what: format!(
-                            "depth-adjusted spread over window-sharing phases {}-{} (mean over seeds)",
+                            "depth-adjusted spread over window-sharing phases {}-{} (mean over seeds{})",
                             ph[0],
-                            ph[ph.len() - 1]
+                            ph[ph.len() - 1],
+                            if seed_decides { "; prompts within seeds, reported" } else { "" }
                         ),
                         groups: ph.len(),
-                        value: Interval::of(&b),
+                        value: Interval::of_nonneg(&b),
                         noise_floor_pp: None,
                         p: None,
                         paper_pp: Some(PAPER_WITHIN_WINDOW_PP),
-                        decides: true,
+                        decides: !seed_decides,
+                        seeds: None,
                     });
                     // The v1 quantity, over every phase (the window boundary included): reported.
                     if let Ok(all) = adjusted_gap_bootstrap(&seeds, s, stats::BOOTSTRAP_ROUNDS, stat_seed(a)) {
                         part.text += &format!(
                             "; over all {s} phases (window boundary included, reported): {}",
-                            Interval::of(&all).full_words()
+                            Interval::of_nonneg(&all).full_words()
                         );
                         part.measures.push(Measure {
                             arm: a.name.clone(),
                             protocol: PRIMARY.name().into(),
                             what: "depth-adjusted spread over all phases, window boundary included (mean over seeds; reported)".into(),
                             groups: s,
-                            value: Interval::of(&all),
+                            value: Interval::of_nonneg(&all),
                             noise_floor_pp: None,
                             p: None,
                             paper_pp: None,
                             decides: false,
+                            seeds: None,
                         });
                     }
                 }
@@ -101,13 +142,19 @@ impl LedgerClaim for E4 {
             "E4",
             claim,
             format!(
-                "in-sequence, seeds pooled: the phase effect of w8s8 at S = 8 holds (pooled p < {ALPHA} and required_seeds(n) seeds; v2: either test at {ALPHA}/2, §8.4); reproduced when its depth-adjusted phase spread over the phases whose key-value pair shares a window (per seed, then averaged) is at least {MAGNITUDE_FRACTION} of the paper's {PAPER_WITHIN_WINDOW_PP} pp, else reproduced qualitatively (smaller); v1: at the ceiling not testable; v2: an absent effect at the ceiling not testable (§8.5)"
+                "in-sequence, seeds pooled: the phase effect of w8s8 at S = 8 holds ({}); reproduced when its depth-adjusted phase spread over the phases whose key-value pair shares a window (per seed, then averaged) is at least {MAGNITUDE_FRACTION} of the paper's {PAPER_WITHIN_WINDOW_PP} pp, else reproduced qualitatively (smaller); v1: at the ceiling not testable; v2: an absent effect at the ceiling not testable (§8.5)",
+                level_words(a.rules, 1)
             ),
             vec![part],
             also,
         );
         c.ours = match c.measures.first() {
-            Some(m) => format!("{} ({})", m.value.words(), m.arm),
+            Some(m) => match m.seeds {
+                Some(n) => {
+                    format!("{} ({}; seed-level, {})", m.value.words(), m.arm, stats::SeedCount { seeds: n }.words())
+                }
+                None => format!("{} ({})", m.value.words(), m.arm),
+            },
             None => count_ours(&c),
         };
         // Both changes came after the v1 run; the v2 rules pre-registered them (§8.7, §8.8).
@@ -124,7 +171,7 @@ impl LedgerClaim for E4 {
 /// A magnitude beside the paper's.
 fn magnitude_words(b: &BootInterval) -> String {
     format!(
-        "; depth-adjusted phase spread (mean over seeds) {} (paper: {PAPER_WITHIN_WINDOW_PP} pp)",
-        Interval::of(b).full_words()
+        "; depth-adjusted phase spread (mean over seeds; prompts within seeds) {} (paper: {PAPER_WITHIN_WINDOW_PP} pp)",
+        Interval::of_nonneg(b).full_words()
     )
 }

@@ -23,7 +23,8 @@ fn seed_mean(a: &Arm, s: usize, paper: Option<f64>, decides: bool) -> Option<(Ma
         return None;
     }
     let (b, each) = seed_gap(a, P, Some(s)).ok()?;
-    let v = Interval::of(&b);
+    // Issue 38 (§8.11): seed-level (seeds, then prompt families within each), never below 0.
+    let v = Interval::of_nonneg(&b);
     let m = Magnitude { pp: v.pp, lo_pp: v.lo_pp, hi_pp: v.hi_pp };
     let measure = Measure {
         arm: a.name.clone(),
@@ -35,8 +36,14 @@ fn seed_mean(a: &Arm, s: usize, paper: Option<f64>, decides: bool) -> Option<(Ma
         p: None,
         paper_pp: paper,
         decides,
+        seeds: Some(each.len()),
     };
-    let words = format!("mean over seeds {}, largest seed {}", v.words(), largest_seed(&each));
+    let words = format!(
+        "mean over seeds {} (seed-level: seeds, then prompt families; {}), largest seed {}",
+        v.words(),
+        stats::SeedCount { seeds: each.len() }.words(),
+        largest_seed(&each)
+    );
     Some((m, measure, words))
 }
 
@@ -92,7 +99,7 @@ fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>, measures: &mut Vec<Mea
     let (also, also_test) = reported(a, PRIMARY, s, ALPHA);
     let value = match &mean {
         Some(m) => format!("{}; seeds pooled {}", m.2, gap_words(&g)),
-        None => g.boot().map(|b| Interval::of(&b).full_words()).unwrap_or_else(|| format!("{:.1} pp", g.gap_pp)),
+        None => g.boot().map(|b| Interval::of_nonneg(&b).full_words()).unwrap_or_else(|| format!("{:.1} pp", g.gap_pp)),
     };
     part.text = format!(
         "largest folded prefix gap {} ({value}, paper: up to {PAPER_COMPRESSED_GAP_PP} pp): {}; {}",
@@ -177,8 +184,11 @@ impl LedgerClaim for E5 {
             "E5",
             claim,
             format!(
-                "prefix protocol, seeds pooled: the compressed model with the largest folded-by-S gap has a phase effect that holds (pooled p < {ALPHA} and required_seeds(n) seeds), reproduced when that gap is at least {} of {PAPER_COMPRESSED_GAP_PP} pp, else reproduced qualitatively (smaller); full attention: the effect is absent at each of S = 4, 6, 8 (each at {ALPHA}/3) and the lower end of each folded gap's interval is at most {PAPER_BASELINE_GAP_PP} pp; a model at the ceiling is not testable",
-                verdict::MAGNITUDE_FRACTION
+                "prefix protocol, seeds pooled: the compressed model with the largest folded-by-S gap has a phase effect that holds ({}), reproduced when that gap is at least {} of {PAPER_COMPRESSED_GAP_PP} pp, else reproduced qualitatively (smaller); full attention: the effect is absent at each of S = 4, 6, 8 ({}) and the lower end of each folded gap's interval is at most {PAPER_BASELINE_GAP_PP} pp; {}",
+                level_words(super::super::collect::rules(c_data), 1),
+                verdict::MAGNITUDE_FRACTION,
+                level_words(super::super::collect::rules(c_data), 3),
+                ceiling_words(super::super::collect::rules(c_data))
             ),
             parts,
             rep,

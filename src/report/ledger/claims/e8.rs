@@ -6,7 +6,7 @@
 
 use super::pooled::*;
 use super::*;
-use crate::analysis::phase_test::adjusted_gap_replicates;
+use crate::analysis::phase_test::adjusted_spread_two_stage;
 use crate::analysis::stats::BootInterval;
 
 /// A variant of `w8s4` whose effect must hold (E8: `w8s4-scalar`, E9: `w8s4-tied`).
@@ -35,24 +35,34 @@ pub const E9: Variant = Variant {
 const S: usize = 4;
 
 /// The two arms' mean depth-adjusted spreads (all phases) and the difference variant minus
-/// `w8s4`, each with its bootstrap interval (replicates paired by index, §8.7), or why not.
-fn difference(a: &Arm, base: &Arm) -> std::result::Result<[BootInterval; 3], String> {
+/// `w8s4`, each with its seed-level interval (issue 38, §8.11: the two-stage bootstrap, seeds
+/// then prompt families, paired by seed where the arms share their seeds), and whether the
+/// draw was paired; or why not.
+fn difference(a: &Arm, base: &Arm) -> std::result::Result<([BootInterval; 3], bool), String> {
     let phases: Vec<usize> = (0..S).collect();
-    let run = |x: &Arm| -> std::result::Result<(f64, Vec<f64>), String> {
-        let seeds = seed_records(x, PRIMARY).ok_or_else(|| NO_OUTCOMES.to_string())?;
-        adjusted_gap_replicates(&seeds, S, &phases, stats::BOOTSTRAP_ROUNDS, stat_seed(x)).map_err(|e| e.to_string())
-    };
-    let ((va, ra), (vb, rb)) = (run(a)?, run(base)?);
-    let sorted = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v
-    };
-    let rd: Vec<f64> = ra.iter().zip(&rb).map(|(x, y)| x - y).collect();
-    Ok([
-        BootInterval::from_sorted(va, &sorted(ra)),
-        BootInterval::from_sorted(vb, &sorted(rb)),
-        BootInterval::from_sorted(va - vb, &sorted(rd)),
-    ])
+    let (ra, rb) = (
+        seed_records(a, PRIMARY).ok_or_else(|| NO_OUTCOMES.to_string())?,
+        seed_records(base, PRIMARY).ok_or_else(|| NO_OUTCOMES.to_string())?,
+    );
+    let (fa, fb) = (seed_families(a, PRIMARY), seed_families(base, PRIMARY));
+    let paired = same_seeds(a, base);
+    let (est, _, reps) = adjusted_spread_two_stage(
+        &[seed_level_input(&ra, &fa), seed_level_input(&rb, &fb)],
+        paired,
+        S,
+        &phases,
+        stats::SEED_LEVEL_ROUNDS,
+        stat_seed(a),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok((
+        [
+            BootInterval::from_sorted(est[0], &stats::column_sorted(&reps, 0)),
+            BootInterval::from_sorted(est[1], &stats::column_sorted(&reps, 1)),
+            BootInterval::from_sorted(est[0] - est[1], &stats::difference_replicates(&reps, 0, 1)),
+        ],
+        paired,
+    ))
 }
 
 impl LedgerClaim for Variant {
@@ -66,24 +76,28 @@ impl LedgerClaim for Variant {
         let (mut part, judged) = holds(a, PRIMARY, S);
         if judged.is_some() {
             match arm_for(&arms, "w8s4", false).map(|b| (b, difference(a, b))) {
-                Some((b, Ok([va, vb, d]))) => {
+                Some((b, Ok(([va, vb, d], paired)))) => {
                     part.text += &format!(
-                        "; depth-adjusted spread (mean over seeds) {} against w8s4's {}, difference {} (reported, not a verdict)",
-                        Interval::of(&va).words(),
-                        Interval::of(&vb).words(),
-                        Interval::of(&d).words()
+                        "; depth-adjusted spread (mean over seeds) {} against w8s4's {}, difference {} (seed-level: seeds, then prompt families; {}, {}; reported, not a verdict){}",
+                        Interval::of_nonneg(&va).words(),
+                        Interval::of_nonneg(&vb).words(),
+                        Interval::of(&d).words(),
+                        stats::SeedCount { seeds: a.runs.len().min(b.runs.len()) }.words(),
+                        if paired { "paired by seed" } else { "unpaired: the seeds differ" },
+                        budget_difference(a, b).map(|w| format!("; {w}")).unwrap_or_default()
                     );
-                    for (arm, v) in [(&a.name, va), (&b.name, vb)] {
+                    for (arm, v, n) in [(&a.name, va, a.runs.len()), (&b.name, vb, b.runs.len())] {
                         part.measures.push(Measure {
                             arm: arm.clone(),
                             protocol: PRIMARY.name().into(),
                             what: "depth-adjusted phase spread (mean over seeds)".into(),
                             groups: S,
-                            value: Interval::of(&v),
+                            value: Interval::of_nonneg(&v),
                             noise_floor_pp: None,
                             p: None,
                             paper_pp: None,
                             decides: false,
+                            seeds: Some(n),
                         });
                     }
                 }
@@ -97,8 +111,9 @@ impl LedgerClaim for Variant {
             self.id,
             self.claim,
             format!(
-                "in-sequence, seeds pooled: {}'s phase effect at S = 4 holds (v2: either test at {ALPHA}/2 with required_seeds(n) seeds, §8.4); its spread beside w8s4's with their difference is reported, not judged",
-                self.arm
+                "in-sequence, seeds pooled: {}'s phase effect at S = 4 holds ({}); its spread beside w8s4's with their difference is reported, not judged",
+                self.arm,
+                level_words(a.rules, 1)
             ),
             vec![part],
             also,
@@ -135,7 +150,8 @@ impl LedgerClaim for E10 {
             "E10",
             claim,
             format!(
-                "in-sequence, seeds pooled: dsv4-csa's phase effect at S = 4 holds (v2: either test at {ALPHA}/2, §8.4) and the corrected period scan declares 4"
+                "in-sequence, seeds pooled: dsv4-csa's phase effect at S = 4 holds ({}) and the corrected period scan declares 4",
+                level_words(a.rules, 1)
             ),
             vec![part],
             also,

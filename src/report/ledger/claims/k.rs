@@ -47,6 +47,7 @@ impl LedgerClaim for K {
                         if failed.is_empty() { String::new() } else { format!(" ({})", failed.join(", ")) }
                     ),
                     criterion: "no (preset, implementation, invariant) fails".into(),
+                    section: String::new(),
                     verdict: if failed.is_empty() { Verdict::Reproduced } else { Verdict::NotReproduced },
                     figures: vec![],
                     data: vec!["kernels/kernels.json".into()],

@@ -14,6 +14,8 @@ mod e7;
 mod e8;
 mod k;
 mod pooled;
+mod power;
+mod sensitivity;
 mod t1;
 mod t2;
 mod x1;
@@ -25,6 +27,8 @@ pub(super) use crate::lab::{stride_of, EvalResult, KnockoutResult};
 pub(super) use crate::Result;
 use serde::{Deserialize, Serialize};
 pub(super) use std::path::Path;
+
+pub use power::{power_table, PowerRow, PowerTable, POWER_ROUNDS};
 
 /// The stem of a run's knockout figure under `protocol` (in `figures/`).
 pub fn knockout_figure(label: &str, protocol: Protocol) -> String {
@@ -59,6 +63,10 @@ pub struct Claim {
     pub measured: String,
     /// The criterion the verdict applies.
     pub criterion: String,
+    /// The section of `theory/phase-lab.md` the criterion is judged by ([`section_of`]; empty
+    /// in a ledger written before this field).
+    #[serde(default)]
+    pub section: String,
     /// The verdict.
     pub verdict: Verdict,
     /// The verdict of every arm the claim rests on.
@@ -76,6 +84,10 @@ pub struct Claim {
     /// What a reader must know first: changes made after seeing the data, and their reason.
     #[serde(default)]
     pub flags: Vec<String>,
+    /// Where the claim reads otherwise with the seeds the training-success rule excluded
+    /// (issue 38): each verdict and magnitude that differs, recomputed with those seeds kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub with_excluded: Vec<String>,
     /// Figures (relative to the report directory).
     pub figures: Vec<String>,
     /// Data files (relative to the report directory).
@@ -156,6 +168,11 @@ pub struct Measure {
     pub paper_pp: Option<f64>,
     /// Whether the claim's verdict reads it.
     pub decides: bool,
+    /// `Some(n)`: the interval is seed-level (issue 38: the two-stage bootstrap over the arm's
+    /// `n` seeds, then prompts or prompt families within each); `None`: prompts resampled within
+    /// seeds, the seeds held fixed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seeds: Option<usize>,
 }
 
 /// A bootstrap estimate, shown bias-corrected with the basic bootstrap interval
@@ -185,6 +202,13 @@ impl Interval {
         Interval { pp, lo_pp, hi_pp, raw_pp: b.estimate, bias_pp: b.bias(), percentile_pp: (b.lo, b.hi) }
     }
 
+    /// From a bootstrap summary of a statistic that cannot be negative (a spread, a gap):
+    /// each end clamped at 0 ([`stats::BootInterval::corrected_nonneg`], issue 38).
+    pub fn of_nonneg(b: &stats::BootInterval) -> Self {
+        let (pp, lo_pp, hi_pp) = b.corrected_nonneg();
+        Interval { pp, lo_pp, hi_pp, raw_pp: b.estimate, bias_pp: b.bias(), percentile_pp: (b.lo, b.hi) }
+    }
+
     /// `pp [lo, hi]`, bias-corrected.
     pub fn words(&self) -> String {
         format!("{:.1} pp [{:.1}, {:.1}]", self.pp, self.lo_pp, self.hi_pp)
@@ -210,7 +234,8 @@ pub struct SeedLine {
     pub arm: String,
     /// The training seed.
     pub seed: u64,
-    /// Whether the seed meets the claim's rule (`None`: not testable).
+    /// Whether the seed meets the claim's rule (`None`: not judged, because it is not testable
+    /// or the rule does not apply to it; the text says which).
     pub meets: Option<bool>,
     /// What was measured, in words.
     pub text: String,
@@ -254,32 +279,43 @@ pub const LEDGER: &[&dyn LedgerClaim] = &[
 /// method after the v1 run, so it is flagged there; under v2 it is the pre-registered fit.
 pub const FIT_FLAG: &str = "flagged: fit corrected after the run (issue 32, theory/phase-lab.md §8.6, §8.11): the depth-controlled test's likelihood ratio is now the exact supremum under separation (Konis's LP on the all-correct or all-wrong cells, Newton's method on the rest) for the observed statistic and every bootstrap replicate, with ties within LR_PRECISION counted; v1's fit stopped at its 200-iteration cap where a cell was separated, which overstated G and understated the bootstrap p. The v1 criteria are applied to the corrected statistics";
 
-/// The flag on every v2 claim judged on trained models: the v2 task was chosen by §8.1's rule as
-/// amended after seeing the probes' accuracies (`theory/phase-lab.md` §8.1, §8.11).
-pub const TASK_FLAG: &str = "flagged: task rule amended after seeing the probes (theory/phase-lab.md §8.1, §8.11): no candidate task met the pre-registered rule, because w8s4-norope never had a group below 95 % in-sequence in 16 probes; condition 2 was changed to require w8s4 only, after seeing every probe's accuracies (never a phase statistic), and the first candidate in the pre-registered order that meets the amended rule, V1 (records packed, max_gap 0, with recipe R2), is the v2 task";
+/// The section of `theory/phase-lab.md` whose criterion judges claim `id` under `rules`: the
+/// pre-registrations' criteria for the phase claims (§7.5 for v1, §8.8 for v2), §6 for the
+/// theorems and the kernels' invariants (criteria of the ledger, not pre-registered).
+pub fn section_of(id: &str, rules: crate::analysis::verdict::Rules) -> &'static str {
+    match (id, rules) {
+        ("T1" | "T2" | "K", _) => "§6",
+        (_, crate::analysis::verdict::Rules::V1) => "§7.5",
+        (_, crate::analysis::verdict::Rules::V2) => "§8.8",
+    }
+}
 
 /// The claims, verdicts from data.
 pub fn claims(c: &Collected) -> Vec<Claim> {
     let rules = super::collect::rules(c);
-    LEDGER
+    let mut out: Vec<Claim> = LEDGER
         .iter()
         .map(|l| {
             let mut claim = l.check(c);
+            claim.section = section_of(&claim.id, rules).into();
             let judged_on_models = claim.verdict != Verdict::NotRun && (!claim.tests.is_empty() || claim.id == "E6");
-            match rules {
-                crate::analysis::verdict::Rules::V1 if judged_on_models => claim.flags.push(FIT_FLAG.into()),
-                // A v2 claim that is not run because one arm trained in no seed still rests on
-                // the other arms' models: flagged alike.
-                crate::analysis::verdict::Rules::V2
-                    if !claim.tests.is_empty() || ["E6", "E7"].contains(&claim.id.as_str()) =>
-                {
-                    claim.flags.push(TASK_FLAG.into())
+            if rules == crate::analysis::verdict::Rules::V1 && judged_on_models {
+                claim.flags.push(FIT_FLAG.into());
+            }
+            // The changes made after seeing data (§8.11), from their one list. A v2 claim that
+            // is not run because one arm trained in no seed still rests on the other arms'
+            // models: flagged alike.
+            let on_models = !claim.tests.is_empty() || ["E6", "E7"].contains(&claim.id.as_str());
+            for ch in super::changes::changes_for(rules) {
+                if ch.touches(&claim.id, on_models) {
+                    claim.flags.push(ch.flag());
                 }
-                _ => {}
             }
             claim
         })
-        .collect()
+        .collect();
+    sensitivity::compare_with_excluded(c, &mut out);
+    out
 }
 
 /// The figures every claim draws for itself, with captions; `None` when `stop` said stop
@@ -341,12 +377,14 @@ fn not_run(id: &str, claim: &str, data: Vec<String>) -> Claim {
         ours: "-".into(),
         measured: "the data this claim needs are not in the run set".into(),
         criterion: "-".into(),
+        section: String::new(),
         verdict: Verdict::NotRun,
         arms: vec![],
         tests: vec![],
         measures: vec![],
         seeds: vec![],
         flags: vec![],
+        with_excluded: vec![],
         figures: vec![],
         data,
     }

@@ -9,6 +9,7 @@ use crate::analysis::phase_test::{
 };
 use crate::analysis::stats::{GapSummary, Magnitude, PeriodScan, ResampleConfig};
 use crate::analysis::training::enough_seeds;
+pub(super) use crate::analysis::verdict::Combination;
 use crate::analysis::verdict::{
     at_ceiling, at_prob_ceiling, verdict, verdict_v2, Effect, Rules, CEILING_ACCURACY, PROB_CEILING,
 };
@@ -71,13 +72,25 @@ impl Claim {
     /// The claim `id` with its parts' verdicts, tests, magnitudes and seeds, and the reported
     /// tests; `measured` is the parts' texts, then `||` and the reported texts.
     pub(super) fn from_parts(id: &str, claim: &str, criterion: String, parts: Vec<Part>, rep: Reported) -> Claim {
+        Claim::from_parts_by(Combination::EveryPart, id, claim, criterion, parts, rep)
+    }
+
+    /// As [`Claim::from_parts`], the parts combined by `rule`.
+    pub(super) fn from_parts_by(
+        rule: Combination,
+        id: &str,
+        claim: &str,
+        criterion: String,
+        parts: Vec<Part>,
+        rep: Reported,
+    ) -> Claim {
         let measured = if rep.texts.is_empty() {
             texts(&parts)
         } else {
             format!("{} || {}", texts(&parts), rep.texts.join(" | "))
         };
         let mut c = not_run(id, claim, vec![]);
-        c.verdict = combine(&parts);
+        c.verdict = combine_by(rule, &parts);
         c.measured = measured;
         c.criterion = criterion;
         for p in parts {
@@ -137,26 +150,28 @@ pub(super) fn gap_measure(
         protocol: p.name().into(),
         what,
         groups: g.groups,
-        value: Interval::of(&b),
+        value: Interval::of_nonneg(&b),
         noise_floor_pp: Some(g.noise_floor_pp),
         p: Some(g.p),
         paper_pp,
         decides,
+        seeds: None,
     })
 }
 
-/// A claim's verdict from its parts: not reproduced if any part is; otherwise not run (data
-/// missing) if any part is; otherwise not testable (ceiling) if any part is; otherwise the
-/// weakest of reproduced qualitatively (smaller) and reproduced. No parts: not run.
+/// A claim's verdict from its parts by §7.6's rule ([`crate::analysis::verdict::combine`], the
+/// rule's one place): not reproduced if any part is; otherwise not run (data missing) if any
+/// part is; otherwise not testable (ceiling) if any part is; otherwise the weakest of
+/// reproduced qualitatively (smaller) and reproduced; a part the rule does not apply to is left
+/// out. No parts: not run.
 pub(super) fn combine(parts: &[Part]) -> Verdict {
-    let rank = |v: Verdict| match v {
-        Verdict::NotReproduced => 0,
-        Verdict::NotRun => 1,
-        Verdict::NotTestableCeiling => 2,
-        Verdict::ReproducedSmaller => 3,
-        Verdict::Reproduced => 4,
-    };
-    parts.iter().map(|p| p.verdict).min_by_key(|&v| rank(v)).unwrap_or(Verdict::NotRun)
+    combine_by(Combination::EveryPart, parts)
+}
+
+/// A claim's verdict from its parts by `rule`.
+pub(super) fn combine_by(rule: Combination, parts: &[Part]) -> Verdict {
+    let verdicts: Vec<Verdict> = parts.iter().map(|p| p.verdict).collect();
+    crate::analysis::verdict::combine(rule, &verdicts)
 }
 
 /// The joined texts of parts.
@@ -560,7 +575,9 @@ pub(super) fn gap(a: &Arm, p: Protocol, fold: Option<usize>) -> std::result::Res
 }
 
 /// Under the v2 rules (§8.7), the mean over the arm's seeds of each seed's gap under `p`
-/// (folded by `fold`), with its bootstrap summary, and each seed's gap with its training seed.
+/// (folded by `fold`), with its seed-level bootstrap summary (issue 38: seeds, then prompt
+/// families within each seed; read it with `Interval::of_nonneg`), and each seed's gap with its
+/// training seed.
 pub(super) fn seed_gap(
     a: &Arm,
     p: Protocol,
@@ -568,11 +585,92 @@ pub(super) fn seed_gap(
 ) -> std::result::Result<(stats::BootInterval, Vec<(u64, f64)>), String> {
     let m = modulus(a).max(1);
     let seeds = seed_records(a, p).ok_or_else(|| NO_OUTCOMES.to_string())?;
-    let pairs: Vec<Vec<(usize, bool)>> =
-        seeds.iter().map(|s| s.iter().map(|r| (r.position % m, r.correct)).collect()).collect();
-    let (b, each) =
-        stats::seed_mean_gap(&pairs, m, fold, &resample_cfg(a)).map_err(|e| format!("not testable: {e}"))?;
+    // Issue 38: seeds drawn with replacement, then whole prompt families within each seed
+    // (a family's shifts stay paired); prompts without families are families of one.
+    let fams = seed_families(a, p);
+    let prompts: Vec<Vec<(usize, usize, bool)>> = seeds
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let f = fams.as_ref().and_then(|f| f.get(i)).filter(|f| f.len() == s.len());
+            s.iter().enumerate().map(|(j, r)| (f.map_or(j, |f| f[j]), r.position % m, r.correct)).collect()
+        })
+        .collect();
+    let (b, each) = stats::family_gap_two_stage(&prompts, m, fold, stats::SEED_LEVEL_ROUNDS, stat_seed(a))
+        .map_err(|e| format!("not testable: {e}"))?;
     Ok((b, a.runs.iter().map(|r| r.seed).zip(each).collect()))
+}
+
+/// Every seed's prompt families under `p` (aligned with [`seed_records`]), or `None` when a
+/// seed lacks them.
+pub(super) fn seed_families(a: &Arm, p: Protocol) -> Option<Vec<Vec<usize>>> {
+    a.runs.iter().map(|r| r.families.get(&p).cloned()).collect()
+}
+
+/// Whether two arms share their seed numbers in the same order (a comparison is then paired by
+/// seed, issue 38).
+pub(super) fn same_seeds(a: &Arm, b: &Arm) -> bool {
+    a.runs.iter().map(|r| r.seed).eq(b.runs.iter().map(|r| r.seed))
+}
+
+/// The seeds of an arm as the seed-level bootstrap reads them: records and families under `p`.
+pub(super) fn seed_level_input<'a>(
+    recs: &'a [Vec<PhaseRecord>],
+    fams: &'a Option<Vec<Vec<usize>>>,
+) -> Vec<crate::analysis::phase_test::SeedRecords<'a>> {
+    recs.iter()
+        .enumerate()
+        .map(|(i, r)| crate::analysis::phase_test::SeedRecords {
+            records: r,
+            families: fams.as_ref().and_then(|f| f.get(i)).map(|f| f.as_slice()).filter(|f| f.len() == r.len()),
+        })
+        .collect()
+}
+
+/// The seed-level mean spread of an arm over `phases` at `stride` under `p` (two-stage:
+/// seeds, then families within each seed), with each seed's spread.
+pub(super) fn seed_level_spread(
+    a: &Arm,
+    p: Protocol,
+    stride: usize,
+    phases: &[usize],
+) -> std::result::Result<(stats::BootInterval, Vec<(u64, f64)>), String> {
+    let recs = seed_records(a, p).ok_or_else(|| NO_OUTCOMES.to_string())?;
+    let fams = seed_families(a, p);
+    let (est, each, reps) = crate::analysis::phase_test::adjusted_spread_two_stage(
+        &[seed_level_input(&recs, &fams)],
+        false,
+        stride,
+        phases,
+        stats::SEED_LEVEL_ROUNDS,
+        stat_seed(a),
+    )
+    .map_err(|e| e.to_string())?;
+    let b = stats::BootInterval::from_sorted(est[0], &stats::column_sorted(&reps, 0));
+    Ok((b, a.runs.iter().map(|r| r.seed).zip(each[0].iter().copied()).collect()))
+}
+
+/// The seeds of an arm with how many trained longer (v2's extensions, §8.2), in words: `k of n
+/// seeds extended` (issue 38: a comparison states unequal training budgets).
+pub(super) fn extended_words(a: &Arm) -> (usize, String) {
+    let ext = |r: &RunData| r.metrics.as_ref().is_some_and(|m| !m.extensions.is_empty());
+    let k = a.runs.iter().filter(|r| ext(r)).count();
+    let kx = a.excluded.iter().filter(|e| ext(e.0)).count();
+    let extra = if a.excluded.is_empty() {
+        String::new()
+    } else {
+        format!(" ({} of {} with the excluded)", k + kx, a.runs.len() + a.excluded.len())
+    };
+    (k, format!("{} extended in {k} of {} seeds{extra}", a.name, a.runs.len()))
+}
+
+/// The training budgets of two compared arms in words, when they differ (the fraction of seeds
+/// extended), else `None`.
+pub(super) fn budget_difference(a: &Arm, b: &Arm) -> Option<String> {
+    let ((ka, wa), (kb, wb)) = (extended_words(a), extended_words(b));
+    let fa = ka as f64 / a.runs.len().max(1) as f64;
+    let fb = kb as f64 / b.runs.len().max(1) as f64;
+    (fa != fb).then(|| format!("unequal training budgets: {wa}, {wb}"))
 }
 
 /// The largest of per-seed values `(seed, pp)` in words: `x pp (seed k)`.
@@ -599,7 +697,7 @@ pub(super) fn largest_seed_spread(part: &Part) -> Option<String> {
 /// interval beside it), noise floor, permutation p.
 pub(super) fn gap_words(g: &GapSummary) -> String {
     let value = match g.boot() {
-        Some(b) => Interval::of(&b).full_words(),
+        Some(b) => Interval::of_nonneg(&b).full_words(),
         None => format!("{:.1} pp [{:.1}, {:.1}]", g.gap_pp, g.ci_lo_pp, g.ci_hi_pp),
     };
     format!("{value}, noise floor {:.1} pp, perm. p {}", g.noise_floor_pp, g.p)
@@ -650,6 +748,7 @@ pub(super) fn count_ours(c: &Claim) -> String {
         (Verdict::NotReproduced, "not reproduced"),
         (Verdict::NotTestableCeiling, "at the ceiling"),
         (Verdict::NotRun, "not run"),
+        (Verdict::NotApplicable, "not applicable"),
     ];
     let bits: Vec<String> = states
         .iter()
@@ -660,14 +759,18 @@ pub(super) fn count_ours(c: &Claim) -> String {
     format!("arms: {}", bits.join(", "))
 }
 
+/// Arms sharing one count: (seeds meeting the rule, seeds, not applicable) and their names.
+type SeedCountGroup<'a> = ((usize, usize, bool), Vec<&'a str>);
+
 /// Our value of a claim judged seed by seed: per arm, the seeds that meet its rule.
 pub(super) fn seeds_ours(c: &Claim) -> String {
     // Arms with the same count share one entry; more than two of them are counted, not named
     // (the top table's cells stay short; the claim's section names every arm).
-    let mut groups: Vec<((usize, usize), Vec<&str>)> = Vec::new();
+    // An arm the rule does not apply to reads `n/a`, never a count of seeds that "meet" it.
+    let mut groups: Vec<SeedCountGroup> = Vec::new();
     for a in &c.arms {
         let of: Vec<&SeedLine> = c.seeds.iter().filter(|s| s.arm == a.arm).collect();
-        let key = (of.iter().filter(|s| s.meets == Some(true)).count(), of.len());
+        let key = (of.iter().filter(|s| s.meets == Some(true)).count(), of.len(), a.verdict == Verdict::NotApplicable);
         match groups.iter_mut().find(|g| g.0 == key) {
             Some(g) => g.1.push(&a.arm),
             None => groups.push((key, vec![&a.arm])),
@@ -675,13 +778,45 @@ pub(super) fn seeds_ours(c: &Claim) -> String {
     }
     let bits: Vec<String> = groups
         .iter()
-        .map(|((ok, n), arms)| {
+        .map(|((ok, n, na), arms)| {
+            let count = if *na { "n/a".to_string() } else { format!("{ok}/{n}") };
             if arms.len() > 2 {
-                format!("{} arms {ok}/{n}", arms.len())
+                format!("{} arms {count}", arms.len())
             } else {
-                format!("{} {ok}/{n}", arms.join(", "))
+                format!("{} {count}", arms.join(", "))
             }
         })
         .collect();
     format!("seeds meeting the rule: {}", bits.join("; "))
+}
+
+/// A level as the criteria print it (`0.005`, `0.00167`).
+pub(super) fn fmt_level(x: f64) -> String {
+    let s = format!("{x:.5}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The level a phase effect of one model is judged at under `rules`, each of `strides` strides
+/// Bonferroni-corrected, in the criteria's words: v1 one test at `ALPHA / strides` (§7.3); v2
+/// either of two tests at `ALPHA / strides / 2` (§8.3-8.4).
+pub(super) fn level_words(rules: Rules, strides: usize) -> String {
+    let per = ALPHA / strides as f64;
+    let over = if strides > 1 { format!(" (ALPHA / {strides})") } else { String::new() };
+    match rules {
+        Rules::V1 => format!("pooled p < {}{over} and in at least required_seeds(n) seeds (§7.3)", fmt_level(per)),
+        Rules::V2 => format!(
+            "the binary or the continuous test, each at p < {} (ALPHA{} / 2), pooled and in at least required_seeds(n) successful seeds (§8.3-8.4)",
+            fmt_level(per / 2.0),
+            if strides > 1 { format!(" / {strides}") } else { String::new() }
+        ),
+    }
+}
+
+/// The ceiling rule in the criteria's words: v1 a model at the ceiling is not tested (§7.5);
+/// v2 only an absent effect at both ceilings is not testable (§8.5).
+pub(super) fn ceiling_words(rules: Rules) -> &'static str {
+    match rules {
+        Rules::V1 => "a model at the ceiling is not testable (§7.5)",
+        Rules::V2 => "an effect that holds counts at the ceiling; an absent one is not testable when every group is at both the accuracy and the probability ceiling (§8.5)",
+    }
 }

@@ -24,6 +24,7 @@ impl LedgerClaim for T1 {
                     t.t1_verdict.symbol(), t.t1_best_loss, t.t1_f1, t.t1_restarts, t.diagram_agree.0, t.diagram_agree.1
                 ),
                 criterion: "verdict '+' at the defaults: no restart beats the concentrated vertex F_1 and it is KKT".into(),
+                section: String::new(),
                 verdict: if t.t1_verdict == T1_HOLDS { Verdict::Reproduced } else { Verdict::NotReproduced },
                 figures: vec![FIGURE.into()],
                 data: vec!["theory/theory.json".into()],

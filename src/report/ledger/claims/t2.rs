@@ -28,6 +28,7 @@ impl LedgerClaim for T2 {
                     100.0 * t.t2.coincide_fraction
                 ),
                 criterion: format!("at least {} % of seeds converge", 100.0 * T2_MIN_CONVERGED),
+                section: String::new(),
                 verdict: if t.t2.converged_fraction >= T2_MIN_CONVERGED {
                     Verdict::Reproduced
                 } else {

@@ -7,8 +7,8 @@
 
 use super::pooled::*;
 use super::*;
-use crate::analysis::phase_test::{adjusted_gap_replicates, adjusted_phase_accuracies};
-use crate::analysis::stats::{accuracy_difference, BootInterval, BOOTSTRAP_ROUNDS};
+use crate::analysis::phase_test::{adjusted_phase_accuracies, spread_ratio, Level, SpreadRatio};
+use crate::analysis::stats::{accuracy_difference, accuracy_difference_two_stage, BootInterval, BOOTSTRAP_ROUNDS};
 use crate::analysis::verdict::{Effect, StaggerEffect, X1_ACCURACY_MARGIN_PP, X1_HALF};
 use serde::Serialize;
 
@@ -33,30 +33,57 @@ fn named<'a>(arms: &'a [Arm<'a>], name: &str) -> Option<&'a Arm<'a>> {
 
 /// The ratio `R` of the staggered arm's mean depth-adjusted spread at `s` to the twin's (§8.8:
 /// the ratio of the bias-corrected means, with the basic bootstrap interval of the replicate
-/// ratios, replicates paired by index), with both spreads.
-fn ratio(a: &Arm, twin: &Arm, s: usize) -> std::result::Result<(f64, (f64, f64), [BootInterval; 2]), String> {
+/// ratios; `analysis::phase_test::spread_ratio`), at `level`: prompts within seeds (v2 as
+/// run) or seed-level (issue 38; paired by seed where the arms share their seeds).
+fn ratio(a: &Arm, twin: &Arm, s: usize, level: Level) -> std::result::Result<SpreadRatio, String> {
     let phases: Vec<usize> = (0..s).collect();
-    let run = |x: &Arm| -> std::result::Result<(f64, Vec<f64>), String> {
-        let seeds = seed_records(x, PRIMARY).ok_or_else(|| NO_OUTCOMES.to_string())?;
-        adjusted_gap_replicates(&seeds, s, &phases, BOOTSTRAP_ROUNDS, stat_seed(x)).map_err(|e| e.to_string())
+    let (ra, rb) = (
+        seed_records(a, PRIMARY).ok_or_else(|| NO_OUTCOMES.to_string())?,
+        seed_records(twin, PRIMARY).ok_or_else(|| NO_OUTCOMES.to_string())?,
+    );
+    let (fa, fb) = (seed_families(a, PRIMARY), seed_families(twin, PRIMARY));
+    spread_ratio(
+        &seed_level_input(&ra, &fa),
+        &seed_level_input(&rb, &fb),
+        same_seeds(a, twin),
+        s,
+        &phases,
+        level,
+        BOOTSTRAP_ROUNDS,
+        stat_seed(a),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// A ratio in words, with its level and seeds.
+fn ratio_words(r: &SpreadRatio) -> String {
+    let how = match r.level {
+        Level::Prompts => "prompts within seeds".to_string(),
+        Level::Seeds => format!(
+            "seed-level, {}, {}",
+            stats::SeedCount { seeds: r.seeds }.words(),
+            if r.paired { "paired by seed" } else { "unpaired: the seeds differ" }
+        ),
     };
-    let ((va, ra), (vb, rb)) = (run(a)?, run(twin)?);
-    let sorted = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v
-    };
-    let (ia, ib) =
-        (BootInterval::from_sorted(va, &sorted(ra.clone())), BootInterval::from_sorted(vb, &sorted(rb.clone())));
-    let (ca, cb) = (ia.corrected().0, ib.corrected().0);
-    if cb <= 0.0 || vb <= 0.0 {
-        return Err(format!("the twin's spread is {cb:.2} pp (bias-corrected): no ratio"));
-    }
-    let reps = sorted(ra.iter().zip(&rb).filter(|(_, y)| **y > 0.0).map(|(x, y)| x / y).collect());
-    if reps.len() < ra.len() / 2 {
-        return Err("most of the twin's replicate spreads are 0: no ratio interval".into());
-    }
-    let (_, lo, hi) = BootInterval::from_sorted(va / vb, &reps).corrected();
-    Ok((ca / cb, (lo, hi), [ia, ib]))
+    format!("{:.2} [{:.2}, {:.2}] ({how})", r.r, r.lo, r.hi)
+}
+
+/// Our value of X1: each grid's answer (§8.8 states the claim per grid).
+fn per_grid(c: &Claim) -> String {
+    let bits: Vec<String> = PAIRS
+        .iter()
+        .filter_map(|&(stag, twin, grid)| {
+            let label = format!("{stag} vs {twin}");
+            let a = c.arms.iter().find(|a| a.arm == label)?;
+            let word = match a.verdict {
+                Verdict::Reproduced => "holds",
+                Verdict::NotReproduced => "does not hold",
+                v => v.word(),
+            };
+            Some(format!("{grid}: {word}"))
+        })
+        .collect();
+    format!("per grid: {}", bits.join("; "))
 }
 
 /// `(correct, n)` per seed of an arm under `p` (its per-prompt records), or of its held-out set
@@ -75,8 +102,9 @@ fn counts(a: &Arm, p: Option<Protocol>) -> Option<Vec<(usize, usize)>> {
 }
 
 /// The accuracy differences (staggered minus twin), pp with intervals: held-out, then each
-/// protocol; `Err` names what is missing.
-fn cost(a: &Arm, twin: &Arm) -> std::result::Result<Vec<(String, BootInterval)>, String> {
+/// protocol; at `level` prompts within seeds or seed-level (issue 38; paired by seed where the
+/// arms share their seeds); `Err` names what is missing.
+fn cost(a: &Arm, twin: &Arm, level: Level) -> std::result::Result<Vec<(String, BootInterval)>, String> {
     let mut out = Vec::new();
     let what: [(String, Option<Protocol>); 3] = [
         ("held-out exact match".into(), None),
@@ -87,7 +115,12 @@ fn cost(a: &Arm, twin: &Arm) -> std::result::Result<Vec<(String, BootInterval)>,
         let (Some(ca), Some(cb)) = (counts(a, p), counts(twin, p)) else {
             return Err(format!("{name}: missing for a seed"));
         };
-        let d = accuracy_difference(&ca, &cb, BOOTSTRAP_ROUNDS, stat_seed(a) ^ i as u64).map_err(|e| e.to_string())?;
+        let seed = stat_seed(a) ^ i as u64;
+        let d = match level {
+            Level::Prompts => accuracy_difference(&ca, &cb, BOOTSTRAP_ROUNDS, seed),
+            Level::Seeds => accuracy_difference_two_stage(&ca, &cb, same_seeds(a, twin), BOOTSTRAP_ROUNDS, seed),
+        }
+        .map_err(|e| e.to_string())?;
         out.push((name, d));
     }
     Ok(out)
@@ -133,49 +166,78 @@ fn pair_part(arms: &[Arm], (stag, twin_name, grid): (&str, &str, &str)) -> Part 
             None
         }
     };
-    let (r, (lo, hi), [sa, sb]) = match ratio(a, twin, s) {
-        Ok(x) => x,
-        Err(e) => {
+    // Issue 38 (§8.11): the seed-level ratio and costs decide; the prompt-level ones (v2 as
+    // run) are reported beside them.
+    let (rs, rp) = match (ratio(a, twin, s, Level::Seeds), ratio(a, twin, s, Level::Prompts)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => {
             let text = format!("{label} ({grid}): {}; ratio: {e}", lines.join("; "));
             return Part { tests, ..Part::new(&label, Verdict::NotRun, text) };
         }
     };
-    let effect = StaggerEffect::of(at_s, at_half, period == Some(s / 2), r, (lo, hi));
-    let costs = match cost(a, twin) {
-        Ok(c) => c,
-        Err(e) => {
+    let effect = StaggerEffect::of(at_s, at_half, period == Some(s / 2), rs.r, (rs.lo, rs.hi));
+    let prompt_effect = StaggerEffect::of(at_s, at_half, period == Some(s / 2), rp.r, (rp.lo, rp.hi));
+    let (costs, prompt_costs) = match (cost(a, twin, Level::Seeds), cost(a, twin, Level::Prompts)) {
+        (Ok(c), Ok(p)) => (c, p),
+        (Err(e), _) | (_, Err(e)) => {
             let text = format!("{label} ({grid}): {}; cost: {e}", lines.join("; "));
             return Part { tests, ..Part::new(&label, Verdict::NotRun, text) };
         }
     };
-    let cost_lo: Vec<f64> = costs.iter().map(|(_, d)| d.corrected().1).collect();
+    let lows = |c: &[(String, BootInterval)]| -> Vec<f64> { c.iter().map(|(_, d)| d.corrected().1).collect() };
+    let cost_lo = lows(&costs);
     let holds = effect.x1_holds(&cost_lo);
+    let prompt_holds = prompt_effect.x1_holds(&lows(&prompt_costs));
     let no_cost = cost_lo.iter().all(|&l| l >= -X1_ACCURACY_MARGIN_PP);
-    let cost_words: Vec<String> = costs.iter().map(|(n, d)| format!("{n} {}", Interval::of(d).words())).collect();
+    let words = |c: &[(String, BootInterval)]| -> String {
+        c.iter().map(|(n, d)| format!("{n} {}", Interval::of(d).words())).collect::<Vec<_>>().join(", ")
+    };
+    let budget = budget_difference(a, twin).map(|b| format!("; {b}")).unwrap_or_default();
     let text = format!(
-        "{label} ({grid}, S = {s}): {}; spread (mean over seeds, in-sequence) {} against {}, ratio R = {r:.2} [{lo:.2}, {hi:.2}]; period scan declares {}; staggering {}; accuracy difference (staggered minus twin) {}: {}; X1 {}",
+        "{label} ({grid}, S = {s}): {}; spread (mean over seeds, in-sequence; seed-level) {} against {}, ratio R = {}; period scan declares {}; staggering {}; accuracy difference (staggered minus twin) {} (seed-level, {}): {}; X1 {}{budget}; prompts within seeds (v2 as run, reported): R = {}, accuracy difference {}, X1 would {}",
         lines.join("; "),
-        Interval::of(&sa).words(),
-        Interval::of(&sb).words(),
+        Interval::of_nonneg(&rs.a).words(),
+        Interval::of_nonneg(&rs.b).words(),
+        ratio_words(&rs),
         period.map(|p| p.to_string()).unwrap_or_else(|| "none".into()),
         effect.words(),
-        cost_words.join(", "),
+        words(&costs),
+        if same_seeds(a, twin) { "paired by seed" } else { "unpaired: the seeds differ" },
         if no_cost { "no cost" } else { "a cost beyond the margin" },
-        if holds { "holds" } else { "does not hold" }
+        if holds { "holds" } else { "does not hold" },
+        ratio_words(&rp),
+        words(&prompt_costs),
+        if prompt_holds { "hold" } else { "not hold" }
     );
     let mut part = Part::new(&label, if holds { Verdict::Reproduced } else { Verdict::NotReproduced }, text);
     part.tests = tests;
-    for (arm, v) in [(&a.name, sa), (&twin.name, sb)] {
+    let n = rs.seeds;
+    for (arm, v, seeds) in [(&a.name, rs.a, a.runs.len()), (&twin.name, rs.b, twin.runs.len())] {
         part.measures.push(Measure {
             arm: arm.clone(),
             protocol: PRIMARY.name().into(),
             what: "depth-adjusted phase spread (mean over seeds)".into(),
             groups: s,
-            value: Interval::of(&v),
+            value: Interval::of_nonneg(&v),
             noise_floor_pp: None,
             p: None,
             paper_pp: None,
             decides: true,
+            seeds: Some(seeds),
+        });
+    }
+    for (what, d) in &costs {
+        part.measures.push(Measure {
+            arm: label.clone(),
+            protocol: what.split(' ').next().unwrap_or("-").into(),
+            what: format!("{what} difference, staggered minus twin"),
+            groups: s,
+            value: Interval::of(d),
+            noise_floor_pp: None,
+            p: None,
+            paper_pp: None,
+            decides: true,
+            seeds: Some(n),
         });
     }
     part
@@ -190,16 +252,20 @@ impl LedgerClaim for X1 {
             n.measured = format!("no data yet: {}", texts(&parts));
             return n;
         }
-        let mut claim = Claim::from_parts(
+        // §8.8: "the claim is stated per grid (heads, layers, one-KV-head layers), never pooled
+        // across pairs": each pair's verdict is the claim's answer for its grid.
+        let mut claim = Claim::from_parts_by(
+            Combination::PerPart,
             "X1",
             CLAIM,
             format!(
-                "per pair, in-sequence, seeds pooled (§8.8): the staggered arm's effect at S and S/2 (§8.3-8.4), the ratio R of mean depth-adjusted spreads at S (staggered over twin, basic bootstrap interval), the first verdict that applies of removes (absent at S and S/2, R's upper end <= {X1_HALF}), moves the period, reduces (R <= {X1_HALF}, upper end < 1), no effect (interval contains 1), worse, reduces (less than half); X1 holds for a pair when it removes or reduces and no accuracy difference's lower end is below -{X1_ACCURACY_MARGIN_PP} pp; never pooled across pairs"
+                "per pair, in-sequence, seeds pooled (§8.8): the staggered arm's effect at S and S/2 ({}), the ratio R of mean depth-adjusted spreads at S (staggered over twin, basic bootstrap interval), the first verdict that applies of removes (absent at S and S/2, R's upper end <= {X1_HALF}), moves the period, reduces (R <= {X1_HALF}, upper end < 1), no effect (interval contains 1), worse, reduces (less than half); X1 holds for a pair when it removes or reduces and no accuracy difference's lower end is below -{X1_ACCURACY_MARGIN_PP} pp; never pooled across pairs; the claim is stated per grid (KV heads, layers, one-KV-head layers), each pair's verdict its answer",
+                level_words(crate::analysis::verdict::Rules::V2, 1)
             ),
             parts,
             Reported::default(),
         );
-        claim.ours = count_ours(&claim);
+        claim.ours = per_grid(&claim);
         claim.figures = vec![FIGURE.into()];
         claim.data = vec![DATA.into()];
         claim
