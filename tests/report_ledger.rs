@@ -503,10 +503,16 @@ fn an_empty_run_set_gives_not_run_everywhere_and_bad_input_one_error() {
     let run = dir.join(run_dir(&plan, "w8s4"));
     write(&run.join("config.json"), &model(&plan, "w8s4").config);
     std::fs::write(run.join("eval-prefix-outcomes.jsonl"), "{\"id\": 0}\n").unwrap();
-    // The run carries no provenance, so the manifest check refuses it first, naming the file;
+    // A full report refuses the unfinished run (no metrics.json), naming the field;
+    let e = build_report(std::slice::from_ref(&dir), &dir.join("out")).unwrap_err().to_string();
+    assert!(e.contains("metrics"), "{e}");
+    // a partial report takes it without a manifest (none is written before the run ends), and
+    // the one loader refuses its outcomes file in one error naming the file (here: without
+    // its evaluation);
     let e = build_partial(&dir, &dir.join("out")).unwrap_err().to_string();
-    assert!(e.contains("manifest.json") && e.contains("no provenance"), "{e}");
-    // and the migration's loader refuses the outcomes file (here: without its evaluation).
+    assert!(e.contains("eval-prefix-outcomes.jsonl") && e.contains("eval-prefix.json is missing"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    // and the migration's loader refuses it the same way.
     let e = phasekv::reproduce::write_manifest(&run).unwrap_err().to_string();
     assert!(e.contains("eval-prefix-outcomes.jsonl"), "{e}");
     assert!(!run.join("manifest.json").exists(), "no manifest for corrupted data");
