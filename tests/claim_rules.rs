@@ -7,11 +7,13 @@
 //! banner's list of changes made after seeing data, generated from one structured list and
 //! checked against §8.11.
 
+use phasekv::analysis::eval::{KnockoutMap, KnockoutRow};
 use phasekv::analysis::gates::{Branch, GateSnapshot, GateStats, Reads};
 use phasekv::analysis::phase::{self, Outcome};
 use phasekv::analysis::protocol::{Balance, Protocol};
+use phasekv::analysis::stats::GroupAccuracy;
 use phasekv::analysis::verdict::{combine, Combination, Rules};
-use phasekv::lab::{EvalResult, GatesResult};
+use phasekv::lab::{knockout_stem, EvalResult, GatesResult, KnockoutResult};
 use phasekv::report::ledger::{
     banner, changes_for, claims, collect, render_ledger, section_of, Claim, Ledger, Touches, Verdict, CHANGES, LEDGER,
 };
@@ -128,10 +130,57 @@ struct ArmData {
     preset: &'static str,
     acc: fn(usize) -> f64,
     gates: Gates,
+    /// Knockout maps under both protocols: `knock(seed, group)` is the second row's drop in pp
+    /// (the first drops 20 pp everywhere); `None` writes no maps.
+    knock: Option<fn(u64, usize) -> f64>,
 }
 
 fn arm(preset: &'static str, acc: fn(usize) -> f64) -> ArmData {
-    ArmData { preset, acc, gates: Gates::None }
+    ArmData { preset, acc, gates: Gates::None, knock: None }
+}
+
+/// Prompts per group of a constructed knockout map.
+const KO_N: usize = 40;
+
+/// Two KV-head knockout rows over a clean map at 80 % in every group (below the ceiling, so
+/// the interaction test decides, §8.9): the first drops 20 pp everywhere, the second
+/// `drop(group)` pp.
+fn write_knockouts(dir: &Path, preset: &str, seed: u64, drop: impl Fn(usize) -> f64) {
+    let clean_k = 4 * KO_N / 5;
+    let clean: Vec<GroupAccuracy> = (0..M).map(|g| GroupAccuracy::new(g, clean_k, KO_N)).collect();
+    let row = |l: usize, d: &dyn Fn(usize) -> f64| {
+        let groups: Vec<GroupAccuracy> = (0..M)
+            .map(|g| GroupAccuracy::new(g, clean_k - (d(g) / 100.0 * KO_N as f64).round() as usize, KO_N))
+            .collect();
+        let drop_pp: Vec<f64> = groups.iter().map(|k| 100.0 * (0.8 - k.accuracy)).collect();
+        let mean_drop_pp = drop_pp.iter().sum::<f64>() / M as f64;
+        KnockoutRow {
+            layer: l,
+            head: 0,
+            slot: None,
+            replaced_entries: None,
+            groups,
+            drop_pp,
+            mean_drop_pp,
+            knocked: String::new(),
+        }
+    };
+    let rows = vec![row(0, &|_| 20.0), row(1, &drop)];
+    for p in Protocol::ALL {
+        let map = KnockoutMap {
+            intervention: Default::default(),
+            modulus: M,
+            reference: 4,
+            replaced_entries: 10,
+            clean: clean.clone(),
+            rows: rows.clone(),
+            ids: vec![],
+            prompt_groups: vec![],
+            clean_correct: String::new(),
+        };
+        let k = KnockoutResult { preset: preset.into(), protocol: p, per_group: KO_N, seed, map, run_id: None };
+        write(&dir.join(format!("{}.json", knockout_stem(p))), &k);
+    }
 }
 
 /// The report data of `arms` (three seeds each, every seed trained to 95 % held-out) under the
@@ -162,6 +211,9 @@ fn run_set(label: &str, arms: &[ArmData]) -> PathBuf {
             write_eval(&run, a.preset, p, a.acc);
         }
         write_gates(&run, a.preset, a.gates);
+        if let Some(knock) = a.knock {
+            write_knockouts(&run, a.preset, unit.seed, |g| knock(unit.seed, g));
+        }
     }
     dir
 }
@@ -297,7 +349,7 @@ fn e2_and_e10_need_the_period_scan_to_declare_the_stride() {
 /// branch is not applicable (0 of 0 adjacent), never a pass.
 #[test]
 fn e7_is_not_reproduced_when_any_model_fails_and_a_missing_value_branch_is_not_applicable() {
-    let gated = |preset, gates| ArmData { preset, acc: flat, gates };
+    let gated = |preset, gates| ArmData { preset, acc: flat, gates, knock: None };
     let adjacent = Gates::Drift { value_peak: 3 };
     let apart = Gates::Drift { value_peak: 5 };
     // One model meets the rule in every seed, the other in none: not reproduced.
@@ -466,4 +518,82 @@ fn e8_judges_the_effect_and_only_reports_the_difference() {
     assert!(c.measured.contains("reported, not a verdict"), "{}", c.measured);
     let c = claim("e8-none", &[arm("w8s4", planted4), arm("w8s4-scalar", flat)], "E8");
     assert_eq!(c.verdict, Verdict::NotReproduced, "{}", c.measured);
+}
+
+/// E6 (§8.8, §8.9): per seed, a compressed model needs at least one row whose drop depends on
+/// phase at its own S, full attention none at S = 4, 6, 8; each model in at least
+/// `required_seeds(3)` = 2 seeds, and every model must meet it. Readings it must refuse: a
+/// full attention with a phase-dependent row ("compressed models only"), a compressed model
+/// with a phase-dependent row in one seed of three ("some seed"), and a compressed model whose
+/// rows all drop uniformly.
+#[test]
+fn e6_needs_a_phase_row_in_two_seeds_of_every_compressed_model_and_none_in_full_attention() {
+    fn uniform(_: u64, _: usize) -> f64 {
+        20.0
+    }
+    fn phase1(_: u64, g: usize) -> f64 {
+        if g % 4 == 1 {
+            60.0
+        } else {
+            0.0
+        }
+    }
+    fn two_seeds(seed: u64, g: usize) -> f64 {
+        if seed < 2 {
+            phase1(seed, g)
+        } else {
+            uniform(seed, g)
+        }
+    }
+    fn one_seed(seed: u64, g: usize) -> f64 {
+        if seed < 1 {
+            phase1(seed, g)
+        } else {
+            uniform(seed, g)
+        }
+    }
+    let mapped = |preset, knock| ArmData { preset, acc: flat, gates: Gates::None, knock: Some(knock) };
+    let c = claim("e6-holds", &[mapped("full", uniform), mapped("w8s4", phase1)], "E6");
+    assert_eq!((part(&c, "full"), part(&c, "w8s4")), (Verdict::Reproduced, Verdict::Reproduced), "{}", c.measured);
+    assert_eq!(c.verdict, Verdict::Reproduced, "{}", c.measured);
+    assert!(c.measured.contains("3/3 seeds meet the rule (need 2)"), "{}", c.measured);
+    // Two seeds of three suffice; one does not.
+    let c = claim("e6-two", &[mapped("full", uniform), mapped("w8s4", two_seeds)], "E6");
+    assert_eq!(c.verdict, Verdict::Reproduced, "{}", c.measured);
+    assert!(c.measured.contains("w8s4") && c.measured.contains("2/3 seeds meet the rule"), "{}", c.measured);
+    let c = claim("e6-one", &[mapped("full", uniform), mapped("w8s4", one_seed)], "E6");
+    assert_eq!(part(&c, "w8s4"), Verdict::NotReproduced, "{}", c.measured);
+    assert_eq!(c.verdict, Verdict::NotReproduced, "{}", c.measured);
+    // Full attention with a phase-dependent row fails its part and the claim.
+    let c = claim("e6-full-phase", &[mapped("full", phase1), mapped("w8s4", phase1)], "E6");
+    assert_eq!(part(&c, "full"), Verdict::NotReproduced, "{}", c.measured);
+    assert_eq!(c.verdict, Verdict::NotReproduced, "{}", c.measured);
+    // A compressed model whose rows drop uniformly fails, although another holds.
+    let c = claim("e6-flat-comp", &[mapped("full", uniform), mapped("w8s4", phase1), mapped("w8s8", uniform)], "E6");
+    assert_eq!((part(&c, "w8s4"), part(&c, "w8s8")), (Verdict::Reproduced, Verdict::NotReproduced), "{}", c.measured);
+    assert_eq!(c.verdict, Verdict::NotReproduced, "{}", c.measured);
+    // Without full attention's maps the claim is not run.
+    let c = claim("e6-no-full", &[arm("full", flat), mapped("w8s4", phase1)], "E6");
+    assert_eq!(c.verdict, Verdict::NotRun, "{}", c.measured);
+}
+
+/// E9 (§8.8): as E8, for `w8s4-tied` against `w8s4`: the tied model's effect holds and its
+/// spread beside w8s4's is reported, not judged. Control: a tied model without the effect.
+#[test]
+fn e9_judges_the_tied_models_effect_and_only_reports_the_difference() {
+    fn shallow(g: usize) -> f64 {
+        if g % 4 == 1 {
+            0.8
+        } else {
+            0.9
+        }
+    }
+    let c = claim("e9-small", &[arm("w8s4", planted4), arm("w8s4-tied", shallow)], "E9");
+    assert_eq!(c.verdict, Verdict::Reproduced, "{}", c.measured);
+    assert!(c.measured.contains("reported, not a verdict"), "{}", c.measured);
+    let c = claim("e9-none", &[arm("w8s4", planted4), arm("w8s4-tied", flat)], "E9");
+    assert_eq!(c.verdict, Verdict::NotReproduced, "{}", c.measured);
+    // Without the tied arm the claim is not run.
+    let c = claim("e9-absent", &[arm("w8s4", planted4)], "E9");
+    assert_eq!(c.verdict, Verdict::NotRun, "{}", c.measured);
 }

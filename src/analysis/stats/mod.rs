@@ -110,11 +110,40 @@ pub fn max_gap_pp(groups: &[GroupAccuracy]) -> f64 {
     100.0 * (hi - lo)
 }
 
+/// The period a gap folds to: `fold`'s stride when it divides `m` (else the one `stride` error),
+/// or `m` itself (no fold). The one check of a fold for every gap in this module.
+fn fold_period(m: usize, fold: Option<usize>) -> Result<usize> {
+    match fold {
+        Some(s) if s == 0 || !m.is_multiple_of(s) => {
+            Err(Error::invalid("stride", format!("must divide M = {m}, got {s}")))
+        }
+        Some(s) => Ok(s),
+        None => Ok(m),
+    }
+}
+
+/// Every seed of a seed-level statistic needs at least one sample.
+fn check_seeds<T>(seeds: &[Vec<T>]) -> Result<()> {
+    if seeds.is_empty() || seeds.iter().any(|s| s.is_empty()) {
+        return Err(Error::invalid("samples", "every seed needs samples"));
+    }
+    Ok(())
+}
+
+/// Two arms' `(correct, n)` per seed, as every accuracy difference takes them.
+fn check_arm_counts(a: &[(usize, usize)], b: &[(usize, usize)]) -> Result<()> {
+    if a.is_empty() || b.is_empty() || a.iter().chain(b).any(|&(k, n)| n == 0 || k > n) {
+        return Err(Error::invalid(
+            "accuracy difference",
+            "needs at least one seed per arm, each with 1 or more prompts and at most n correct",
+        ));
+    }
+    Ok(())
+}
+
 /// Accuracy folded by phase `rho mod s` (pooling the samples of the groups of each phase).
 pub fn fold_by_phase(groups: &[GroupAccuracy], s: usize) -> Result<Vec<GroupAccuracy>> {
-    if s == 0 || !groups.len().is_multiple_of(s) {
-        return Err(Error::invalid("stride", format!("must divide M = {}, got {s}", groups.len())));
-    }
+    fold_period(groups.len(), Some(s))?;
     let mut n = vec![0usize; s];
     let mut k = vec![0usize; s];
     for g in groups {
@@ -430,12 +459,7 @@ pub fn accuracy_difference(
     rounds: usize,
     seed: u64,
 ) -> Result<BootInterval> {
-    if a.is_empty() || b.is_empty() || a.iter().chain(b).any(|&(k, n)| n == 0 || k > n) {
-        return Err(Error::invalid(
-            "accuracy difference",
-            "needs at least one seed per arm, each with 1 or more prompts and at most n correct",
-        ));
-    }
+    check_arm_counts(a, b)?;
     let mean = |counts: &[(usize, usize)], k: &[usize]| {
         100.0 * counts.iter().zip(k).map(|(&(_, n), &k)| k as f64 / n as f64).sum::<f64>() / counts.len() as f64
     };

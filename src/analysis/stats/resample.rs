@@ -177,16 +177,8 @@ pub fn seed_mean_gap(
     cfg: &ResampleConfig,
 ) -> Result<(super::BootInterval, Vec<f64>)> {
     cfg.check()?;
-    if seeds.is_empty() || seeds.iter().any(|s| s.is_empty()) {
-        return Err(Error::invalid("samples", "every seed needs samples"));
-    }
-    let s = match fold {
-        Some(s) if s == 0 || !m.is_multiple_of(s) => {
-            return Err(Error::invalid("stride", format!("must divide M = {m}, got {s}")))
-        }
-        Some(s) => s,
-        None => m,
-    };
+    check_seeds(seeds)?;
+    let s = fold_period(m, fold)?;
     let per: Vec<(Vec<usize>, Vec<usize>)> = seeds.iter().map(|x| counts(x, m)).collect::<Result<_>>()?;
     let each: Vec<f64> = per.iter().map(|(n, k)| gap_of(&fold_counts(n, s), &fold_counts(k, s))).collect();
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
@@ -218,13 +210,7 @@ pub fn gap_summary(
         return Err(Error::invalid("samples", "no samples to analyse"));
     }
     let (n, k) = counts(samples, m)?;
-    let s = match fold {
-        Some(s) if s == 0 || !m.is_multiple_of(s) => {
-            return Err(Error::invalid("stride", format!("must divide M = {m}, got {s}")))
-        }
-        Some(s) => s,
-        None => m,
-    };
+    let s = fold_period(m, fold)?;
     let (nf, kf) = (fold_counts(&n, s), fold_counts(&k, s));
     let observed = gap_of(&nf, &kf);
     let mut perm = Permuter::new(samples, m, cfg.seed);

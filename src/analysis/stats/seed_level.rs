@@ -192,16 +192,8 @@ pub fn family_gap_two_stage(
     rounds: usize,
     seed: u64,
 ) -> Result<(BootInterval, Vec<f64>)> {
-    if seeds.is_empty() || seeds.iter().any(|s| s.is_empty()) {
-        return Err(Error::invalid("samples", "every seed needs samples"));
-    }
-    let s = match fold {
-        Some(s) if s == 0 || !m.is_multiple_of(s) => {
-            return Err(Error::invalid("stride", format!("must divide M = {m}, got {s}")))
-        }
-        Some(s) => s,
-        None => m,
-    };
+    check_seeds(seeds)?;
+    let s = fold_period(m, fold)?;
     if let Some((i, p)) = seeds.iter().flatten().enumerate().find(|(_, p)| p.1 >= m) {
         return Err(Error::invalid("group", format!("prompt {i} has group {}, allowed 0..{m}", p.1)));
     }
@@ -250,12 +242,7 @@ pub fn accuracy_difference_two_stage(
     rounds: usize,
     seed: u64,
 ) -> Result<BootInterval> {
-    if a.is_empty() || b.is_empty() || a.iter().chain(b).any(|&(k, n)| n == 0 || k > n) {
-        return Err(Error::invalid(
-            "accuracy difference",
-            "needs at least one seed per arm, each with 1 or more prompts and at most n correct",
-        ));
-    }
+    check_arm_counts(a, b)?;
     let arms = [a, b];
     let acc = |c: &[(usize, usize)]| 100.0 * c.iter().map(|&(k, n)| k as f64 / n as f64).sum::<f64>() / c.len() as f64;
     let estimate = acc(a) - acc(b);
