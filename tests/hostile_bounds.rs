@@ -99,11 +99,13 @@ fn zero_outputs(d: &mut Dump) {
     }
 }
 
-/// Peak resident memory of `phasekv args` in KiB, read by GNU time where it is installed.
-fn max_rss_kib(args: &[&str]) -> Option<(i32, u64)> {
-    if !Path::new("/usr/bin/time").exists() {
-        return None;
-    }
+/// Peak resident memory of `phasekv args` in KiB, read by GNU time (`.ci/run` installs it; a
+/// machine without it fails here, never skips).
+fn max_rss_kib(args: &[&str]) -> (i32, u64) {
+    assert!(
+        Path::new("/usr/bin/time").exists(),
+        "GNU time (/usr/bin/time, Debian package `time`) is needed to measure peak memory"
+    );
     let o = Command::new("/usr/bin/time")
         .arg("-v")
         .arg(env!("CARGO_BIN_EXE_phasekv"))
@@ -113,9 +115,12 @@ fn max_rss_kib(args: &[&str]) -> Option<(i32, u64)> {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    let line = err.lines().find(|l| l.contains("Maximum resident set size"))?;
-    let kib = line.rsplit(':').next()?.trim().parse().ok()?;
-    Some((o.status.code().unwrap_or(-1), kib))
+    let kib = err
+        .lines()
+        .find(|l| l.contains("Maximum resident set size"))
+        .and_then(|l| l.rsplit(':').next()?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak memory in GNU time's output:\n{err}"));
+    (o.status.code().unwrap_or(-1), kib)
 }
 
 #[test]
@@ -186,7 +191,8 @@ fn row_2_validate_memory_is_bounded_and_a_dump_beyond_the_bound_is_refused_sayin
     d.save(&file).unwrap();
     let est = phasekv::conformance::validate::memory_estimate(&d).unwrap();
     let old_cache = 2 * 512 * 8 * 2 * (512 + 512) * 8;
-    if let Some((code, kib)) = max_rss_kib(&["kernel", "validate", s(&file)]) {
+    {
+        let (code, kib) = max_rss_kib(&["kernel", "validate", s(&file)]);
         assert_eq!(code, 1);
         // Within the estimate plus the binary's own (24 MB measured), and below what the
         // old profile cache alone held.
@@ -463,9 +469,50 @@ fn row_4_lab_work_is_bounded_up_front_and_knockout_memory_does_not_grow_with_ref
         }
         max_rss_kib(&["analyze", "knockout", s(&run), "--samples", "1", "--reference", reference])
     };
-    if let (Some((c32, m32)), Some((c256, m256))) = (rss("32"), rss("256")) {
+    {
+        let ((c32, m32), (c256, m256)) = (rss("32"), rss("256"));
         assert_eq!((c32, c256), (0, 0));
         assert!(m256 < m32 + 64 * 1024, "{m256} KiB with 256 references, {m32} KiB with 32");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Row 3: `audit analyze` holds the outcomes, never the text, and sizes them once from the line
+/// count it takes first. Short external result lines (about 60 B) become 208 B outcomes, so
+/// the floor is about 3.5 times the file; a vector grown by doubling peaks near twice that
+/// just above a power of two, which is where this file's line count sits (2^17 + 1 000 lines,
+/// about 8 MB: 63 MB over the binary's own before, 33 MB now, measured with the release binaries of
+/// 2b7a573 and its successor). The binary's own
+/// memory is measured on a one-line file.
+#[test]
+fn row_3_audit_analyze_memory_is_a_small_multiple_of_its_results_file() {
+    let dir = scratch("bounds-audit-memory");
+    let line = |i: usize| {
+        let correct = i % 3 == 0;
+        let prob = if correct { 0.75 } else { 0.25 };
+        format!("{{\"id\": {i}, \"group\": {}, \"correct\": {correct}, \"prob\": {prob:.4}}}\n", i % 8)
+    };
+    let small = dir.join("one.jsonl");
+    std::fs::write(&small, (0..8).map(line).collect::<String>()).unwrap();
+    let big = dir.join("results.jsonl");
+    let text: String = (0..(1 << 17) + 1000).map(line).collect();
+    std::fs::write(&big, &text).unwrap();
+    let audit = |f: &Path, out: &str| {
+        let out = dir.join(out);
+        let (code, kib) = max_rss_kib(&["audit", "analyze", s(f), "--modulus", "8", "--out", s(&out)]);
+        assert_eq!(code, 0, "audit analyze {f:?}");
+        assert!(out.join("profile.json").exists());
+        kib * 1024
+    };
+    let base = audit(&small, "a-small");
+    let peak = audit(&big, "a-big");
+    let file = text.len() as u64;
+    assert!(
+        peak.saturating_sub(base) <= 5 * file,
+        "audit analyze peaked {} MB above its own {} MB on a {} MB file (bound: 5 x the file)",
+        peak.saturating_sub(base) >> 20,
+        base >> 20,
+        file >> 20
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -267,12 +267,13 @@ pub fn parse_results_checked(
     manifest: Option<&Manifest>,
     stop: &crate::stop::Stop,
 ) -> Result<Vec<Outcome>> {
-    read_results(text.as_bytes(), m, manifest, u64::MAX, stop)
+    read_results(text.as_bytes(), m, manifest, u64::MAX, 0, stop)
 }
 
 /// [`parse_results_checked`] streamed from `reader` (memory: the outcomes read, never the
 /// whole text), with at most `max_lines` result lines (the work bound of `audit analyze`, an
-/// error naming it beyond). The one reader of per-sample results: `audit analyze` and the
+/// error naming it beyond). `expected_lines` (0: unknown) sizes the outcomes once, so that
+/// memory is the outcomes themselves and not up to twice that from a growing vector. The one reader of per-sample results: `audit analyze` and the
 /// report's loader of outcome files (`lab::load`) both read through it. The suite's optional
 /// columns (`arm`, `preset`, `seed`, `protocol`, `family`, `phase`) are read where present,
 /// each of its type.
@@ -281,10 +282,12 @@ pub fn read_results(
     m: usize,
     manifest: Option<&Manifest>,
     max_lines: u64,
+    expected_lines: u64,
     stop: &crate::stop::Stop,
 ) -> Result<Vec<Outcome>> {
-    let mut out = Vec::new();
-    let mut seen: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    let capacity = expected_lines.min(max_lines) as usize;
+    let mut out = Vec::with_capacity(capacity);
+    let mut seen: std::collections::HashMap<usize, usize> = std::collections::HashMap::with_capacity(capacity);
     let mut buf = Vec::new();
     let mut n = 0;
     loop {

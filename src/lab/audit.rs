@@ -113,7 +113,7 @@ fn read_results_file(
     }
     file.rewind().map_err(|e| Error::io(path, e))?;
     let reader = std::io::BufReader::with_capacity(1 << 16, file.take(cap + 1));
-    crate::analysis::audit::read_results(reader, m, manifest, max + 1, stop).map_err(|e| match e {
+    crate::analysis::audit::read_results(reader, m, manifest, max + 1, lines, stop).map_err(|e| match e {
         Error::Interrupted { .. } => e,
         e => Error::File { path: path.to_path_buf(), reason: e.to_string() },
     })

@@ -173,7 +173,7 @@ fn check_eval(path: &Path, e: &EvalResult, p: Protocol, config: &RunConfig, arm:
 fn read_outcomes(path: &Path, columns: &RunColumns, m: usize) -> Result<Vec<Outcome>> {
     let (file, _) = crate::limits::open_regular(path, crate::limits::MAX_JSONL_BYTES)?;
     let reader = std::io::BufReader::new(std::io::Read::take(file, crate::limits::MAX_JSONL_BYTES + 1));
-    let outcomes = crate::analysis::audit::read_results(reader, m, None, u64::MAX, &crate::stop::Stop::never())
+    let outcomes = crate::analysis::audit::read_results(reader, m, None, u64::MAX, 0, &crate::stop::Stop::never())
         .map_err(|e| Error::File { path: path.to_path_buf(), reason: e.to_string() })?;
     let want = columns.per_group * m;
     if outcomes.len() != want {
