@@ -520,12 +520,23 @@ fn the_protocols_on_the_phase_family_task_have_equal_depth_distributions() {
 /// zero is not read by the key branch at all, although its gate weight is not zero.
 #[test]
 fn reads_weigh_the_gate_by_the_projected_norm() {
-    use phasekv::analysis::gates::{gate_stats, Branch};
+    use phasekv::analysis::gates::{gate_stats, gate_stats_batched, Branch};
+    use phasekv::stop::Stop;
+    let never = Stop::never();
     let cfg = tiny("w4s4");
     let m = Model::new(&cfg, &candle_core::Device::Cpu).unwrap();
     let samples: Vec<_> = (0..4).flat_map(|s| cfg.task.batch(2, s, 4)).collect();
     let w = 4;
-    let before = gate_stats(&m.decoder, &samples).unwrap();
+    let before = gate_stats(&m.decoder, &samples, &never).unwrap();
+    // The batch size of the forward passes changes no number (16 sequences: 1 at a time, the
+    // default, all at once).
+    for batch in [1, samples.len()] {
+        assert_eq!(gate_stats_batched(&m.decoder, &samples, batch, &never).unwrap(), before, "batch {batch}");
+    }
+    // A requested stop ends it before any forward pass, naming the step.
+    let stopped = Stop::when(|| true);
+    let e = gate_stats(&m.decoder, &samples, &stopped).unwrap_err().to_string();
+    assert!(e.contains("gates"), "{e}");
     assert!(!before.is_empty());
     for g in &before {
         let r = g.reads.as_ref().expect("reads of a compressed layer");
@@ -543,7 +554,7 @@ fn reads_weigh_the_gate_by_the_projected_norm() {
             var.set(&candle_core::Tensor::cat(&[&zero, &rest], 0).unwrap()).unwrap();
         }
     }
-    let after = gate_stats(&m.decoder, &samples).unwrap();
+    let after = gate_stats(&m.decoder, &samples, &never).unwrap();
     let key0: Vec<_> = after.iter().filter(|g| g.layer == 0 && g.branch == Branch::Key).collect();
     assert!(!key0.is_empty());
     for g in key0 {

@@ -19,6 +19,7 @@
 
 use crate::model::decoder::Probe;
 use crate::model::Decoder;
+use crate::stop::Stop;
 use crate::task::Sample;
 use crate::Result;
 use candle_core::{Device, Tensor};
@@ -107,20 +108,59 @@ pub fn concentrations(gates: &[Vec<Vec<f64>>]) -> (f64, f64, Vec<f64>) {
     (static_c, input / (nw * nc) as f64, profile)
 }
 
+/// Sequences per forward pass of [`gate_stats`]: `stop` is polled between such batches, and
+/// only the gates and inputs of the batches are kept, not every capture of all sequences.
+pub const GATE_BATCH: usize = 8;
+
+/// What [`gate_stats`] reads of one layer over every sequence: the gates and the compressor's
+/// input of [`crate::model::decoder::LayerCapture`], the batches concatenated in order.
+struct Gathered {
+    gate_k: Option<Tensor>,
+    gate_v: Option<Tensor>,
+    input: Option<Tensor>,
+}
+
+/// The gates and inputs of every layer over `samples`, forwarded `batch` sequences at a time
+/// (each sequence's forward pass is its own, so the batches change no number); `stop` polled
+/// before each batch.
+fn gather(model: &Decoder, samples: &[Sample], batch: usize, stop: &Stop) -> Result<Vec<Gathered>> {
+    let t = samples[0].tokens.len();
+    let mut parts: Vec<[Vec<Tensor>; 3]> = Vec::new();
+    for chunk in samples.chunks(batch.max(1)) {
+        stop.check("gates")?;
+        let flat: Vec<u32> = chunk.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+        let toks = Tensor::from_vec(flat, (chunk.len(), t), &Device::Cpu)?;
+        let fwd = model.forward_probe(&toks, &Probe { capture: true, ..Probe::default() })?;
+        parts.resize_with(fwd.captures.len(), Default::default);
+        for (part, cap) in parts.iter_mut().zip(fwd.captures) {
+            for (into, x) in part.iter_mut().zip([cap.gate_k, cap.gate_v, cap.input]) {
+                into.extend(x);
+            }
+        }
+    }
+    let cat =
+        |v: &[Tensor]| -> Result<Option<Tensor>> { Ok(if v.is_empty() { None } else { Some(Tensor::cat(v, 0)?) }) };
+    parts.iter().map(|[k, v, x]| Ok(Gathered { gate_k: cat(k)?, gate_v: cat(v)?, input: cat(x)? })).collect()
+}
+
 /// Gate preferences of every (layer, KV head, branch) of a compressed `model` over the windows
-/// of `samples` (empty for `full`; the value branch only when it has a gate of its own).
-pub fn gate_stats(model: &Decoder, samples: &[Sample]) -> Result<Vec<GateStats>> {
+/// of `samples` (empty for `full`; the value branch only when it has a gate of its own),
+/// forwarded [`GATE_BATCH`] sequences at a time with `stop` polled between batches.
+pub fn gate_stats(model: &Decoder, samples: &[Sample], stop: &Stop) -> Result<Vec<GateStats>> {
+    gate_stats_batched(model, samples, GATE_BATCH, stop)
+}
+
+/// [`gate_stats`] with `batch` sequences per forward pass (the batch size changes no number:
+/// `tests/phase_lab.rs` checks 1 against all at once).
+pub fn gate_stats_batched(model: &Decoder, samples: &[Sample], batch: usize, stop: &Stop) -> Result<Vec<GateStats>> {
     if model.config().is_full() || samples.is_empty() {
         return Ok(Vec::new());
     }
-    let device = Device::Cpu;
     let t = samples[0].tokens.len();
-    let flat: Vec<u32> = samples.iter().flat_map(|s| s.tokens.iter().copied()).collect();
-    let toks = Tensor::from_vec(flat, (samples.len(), t), &device)?;
-    let fwd = model.forward_probe(&toks, &Probe { capture: true, ..Probe::default() })?;
+    let captures = gather(model, samples, batch, stop)?;
     let spec = model.spec();
     let mut out = Vec::new();
-    for (l, cap) in fwd.captures.iter().enumerate() {
+    for (l, cap) in captures.iter().enumerate() {
         let mut branches = vec![(Branch::Key, cap.gate_k.as_ref())];
         if spec.has_value_gate() {
             branches.push((Branch::Value, cap.gate_v.as_ref()));

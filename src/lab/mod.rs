@@ -415,7 +415,9 @@ pub fn knockout_run(
 }
 
 /// Gate preferences of the finished run in `run` at every saved snapshot and the final model
-/// (`None` for `full`, which has no gates); `stop` as in [`eval_run`], polled per snapshot.
+/// (`None` for `full`, which has no gates); `stop` as in [`eval_run`], polled between batches
+/// of [`gates::GATE_BATCH`] sequences. The work (samples x snapshots forward passes) is
+/// bounded by [`check_lab_work`] before any model is loaded.
 pub fn gates_run(
     run: &Path,
     samples: usize,
@@ -452,13 +454,16 @@ pub fn gates_run(
     if weights.last().map(|w| w.0) != Some(config.train.steps) {
         weights.push((config.train.steps, None));
     }
+    // One forward pass of every sample per snapshot, bounded before any model is loaded.
+    let snaps = weights.len() as u64;
+    check_lab_work("--samples", &config, (samples as u64).checked_mul(snaps), snaps, "samples")?;
     // Every snapshot is loaded (and its hash checked) before any is analysed: a changed one is
     // refused before any work.
     let models = weights.iter().map(|(_, path)| Ok(load_run(run, path.as_deref())?.1)).collect::<Result<Vec<_>>>()?;
     let mut snapshots = Vec::with_capacity(weights.len());
     for (i, ((step, _), model)) in weights.iter().zip(&models).enumerate() {
         stop.check("gates")?;
-        snapshots.push(GateSnapshot { step: *step, gates: gates::gate_stats(&model.decoder, &seqs)? });
+        snapshots.push(GateSnapshot { step: *step, gates: gates::gate_stats(&model.decoder, &seqs, stop)? });
         progress(i + 1, weights.len());
     }
     stop.check("gates")?;
