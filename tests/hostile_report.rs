@@ -424,3 +424,75 @@ fn upgrade_checks_every_file_first_refuses_unknown_fields_busy_runs_and_special_
     assert_eq!(files(&r1), files(&run(src, 1)), "the upgrade did not restore the columns exactly");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Row 9's signal: the first SIGTERM stops `analyze upgrade` of many runs within a second or
+/// two, exit 143, one line saying so; every file is then either as it was or as the full
+/// upgrade writes it, every manifest verifies, and no temporary file is left. The same command
+/// run again finishes the upgrade.
+#[test]
+fn upgrade_stops_on_the_first_signal_leaving_every_file_old_or_new() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let src = reproduction();
+    let dir = scratch("hostile-report-upgrade-signal");
+    let stripped = dir.join("stripped").join(format!("{ARM}-seed1"));
+    copy_dir(&run(src, 1), &stripped);
+    strip_columns(&stripped);
+    let (old, new) = (files(&stripped), files(&run(src, 1)));
+    assert_ne!(old, new);
+    // Enough runs that checking and rewriting them takes seconds.
+    let runs: Vec<PathBuf> = (0..150)
+        .map(|i| {
+            let r = dir.join(format!("c{i}")).join(format!("{ARM}-seed1"));
+            copy_dir(&stripped, &r);
+            r
+        })
+        .collect();
+    let mut args = vec!["analyze".to_string(), "upgrade".to_string()];
+    args.extend(runs.iter().map(|r| s(r).to_string()));
+    let child = Command::new(env!("CARGO_BIN_EXE_phasekv"))
+        .args(&args)
+        .env("RAYON_NUM_THREADS", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The signal comes once the first run's lock is taken: the other 149 are still to check.
+    let started = Instant::now();
+    while !runs[0].join(phasekv::run_dir::LOCK_FILE).exists() {
+        assert!(started.elapsed() < Duration::from_secs(60), "the upgrade never took the first run's lock");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let sent = Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let after = sent.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "exit {:?}: {err}", out.status.code());
+    assert!(after < 2.5, "stopped {after:.1} s after SIGTERM");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("SIGTERM"), "{err}");
+    let (mut untouched, mut done) = (0, 0);
+    for r in &runs {
+        for (name, bytes) in files(r) {
+            let was = old.iter().find(|f| f.0 == name).map(|f| &f.1);
+            let will = new.iter().find(|f| f.0 == name).map(|f| &f.1);
+            assert!(was == Some(&bytes) || will == Some(&bytes), "{}/{name}: neither old nor new", r.display());
+        }
+        let hidden: Vec<String> = std::fs::read_dir(r)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.contains(".tmp."))
+            .collect();
+        assert!(hidden.is_empty(), "{}: temporary files left: {hidden:?}", r.display());
+        manifest::verify(r).unwrap();
+        untouched += usize::from(files(r) == old);
+        done += usize::from(files(r) == new);
+    }
+    assert!(untouched > 0, "the upgrade finished before the signal ({done} runs upgraded): make it longer");
+    // Run again: it finishes, every run as the full upgrade writes it.
+    let (code, o, e) = phasekv(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{o}{e}");
+    assert!(runs.iter().all(|r| files(r) == new));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

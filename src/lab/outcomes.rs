@@ -185,6 +185,9 @@ fn remove_stale_temps(run: &Path) -> Result<usize> {
     Ok(n)
 }
 
+/// Outcome lines between two polls of the stop while an outcome file is planned.
+const STOP_LINES: usize = 4096;
+
 /// The new contents of the files of `run` that the upgrade changes (nothing written).
 fn plan_run(run: &Path, stop: &dyn Fn() -> bool) -> Result<(Vec<(PathBuf, Vec<u8>)>, Upgraded)> {
     let config: RunConfig = read_json(&run.join(crate::run_dir::CONFIG_FILE))?;
@@ -229,6 +232,10 @@ fn plan_run(run: &Path, stop: &dyn Fn() -> bool) -> Result<(Vec<(PathBuf, Vec<u8
         let mut out = String::with_capacity(text.len() * 2);
         let mut changed = 0;
         for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            // A large file stops within it too (nothing of this run is written then).
+            if i % STOP_LINES == 0 && stop() {
+                return Ok((Vec::new(), Upgraded::default()));
+            }
             let mut o: Outcome = serde_json::from_str(line).map_err(|e| Error::File {
                 path: file.clone(),
                 reason: format!("line {}: not an outcome: {e}", i + 1),
