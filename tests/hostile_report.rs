@@ -440,7 +440,7 @@ fn upgrade_stops_on_the_first_signal_leaving_every_file_old_or_new() {
     strip_columns(&stripped);
     let (old, new) = (files(&stripped), files(&run(src, 1)));
     assert_ne!(old, new);
-    // Enough runs that checking and rewriting them takes seconds.
+    // Many runs, so that the upgrade is still checking when the signal comes.
     let runs: Vec<PathBuf> = (0..150)
         .map(|i| {
             let r = dir.join(format!("c{i}")).join(format!("{ARM}-seed1"));
