@@ -117,6 +117,17 @@ impl PhaseProfile {
 /// The phase profile of `outcomes` with modulus `m`, folded by `stride` when it divides `m`
 /// (the permutation test is seeded by `seed`). Every group needs at least one outcome.
 pub fn profile(outcomes: &[Outcome], m: usize, stride: Option<usize>, seed: u64) -> Result<PhaseProfile> {
+    profile_stopping(outcomes, m, stride, seed, &crate::stop::Stop::never())
+}
+
+/// [`profile`] with `stop` polled during its permutation test (seconds on a million outcomes).
+pub fn profile_stopping(
+    outcomes: &[Outcome],
+    m: usize,
+    stride: Option<usize>,
+    seed: u64,
+    stop: &crate::stop::Stop,
+) -> Result<PhaseProfile> {
     if outcomes.is_empty() {
         return Err(Error::invalid("outcomes", "no outcomes to analyse"));
     }
@@ -124,7 +135,7 @@ pub fn profile(outcomes: &[Outcome], m: usize, stride: Option<usize>, seed: u64)
     let groups = stats::group_accuracies(&pairs, m)?;
     let period = stats::estimate_period(&groups, PERIOD_ALPHA)?;
     let (statistic, df, p_value) = stats::chi_square_independence(&groups)?;
-    let permutation_p = stats::permutation_test(&pairs, m, PERMUTATION_ROUNDS, seed)?;
+    let permutation_p = stats::permutation_test_stopping(&pairs, m, PERMUTATION_ROUNDS, seed, stop)?;
     let folded = match stride {
         Some(s) if s > 1 && m.is_multiple_of(s) => {
             let phases = stats::fold_by_phase(&groups, s)?;

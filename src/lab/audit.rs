@@ -46,7 +46,7 @@ pub fn audit_analyze(
     };
     stop.check("audit analyze")?;
     let outcomes = read_results_file(results, m, manifest.as_ref(), stop)?;
-    let profile = phase::profile(&outcomes, m, stride, seed)?;
+    let profile = phase::profile_stopping(&outcomes, m, stride, seed, stop)?;
     stop.check("audit analyze")?;
     // The pre-registered statistics need each prompt's depth: positions from the export, else
     // from the results themselves where every line carries them (the suite's outcome files).

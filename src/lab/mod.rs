@@ -280,7 +280,7 @@ pub fn eval_run(
     for o in &mut outcomes {
         columns.fill(o)?;
     }
-    let profile = phase::profile(&outcomes, task.residue_modulus, stride, seed)?;
+    let profile = phase::profile_stopping(&outcomes, task.residue_modulus, stride, seed, stop)?;
     let records = phase::records(&prompts, &outcomes)?;
     let statistics = Some(phase::statistics(&records, task.residue_modulus, stride, seed)?);
     stop.check("eval")?;

@@ -301,6 +301,18 @@ pub fn chi_square_independence(groups: &[GroupAccuracy]) -> Result<(f64, usize, 
 /// (1 + rounds)` for the max phase gap. Exact under the null of no dependence, whatever the
 /// counts, so it is the test to trust when groups are small.
 pub fn permutation_test(samples: &[(usize, bool)], m: usize, rounds: usize, seed: u64) -> Result<f64> {
+    permutation_test_stopping(samples, m, rounds, seed, &crate::stop::Stop::never())
+}
+
+/// [`permutation_test`] with `stop` polled every round (a round shuffles every sample: on a
+/// million samples, tens of milliseconds).
+pub fn permutation_test_stopping(
+    samples: &[(usize, bool)],
+    m: usize,
+    rounds: usize,
+    seed: u64,
+    stop: &crate::stop::Stop,
+) -> Result<f64> {
     if rounds == 0 {
         return Err(Error::invalid("rounds", "must be at least 1"));
     }
@@ -310,6 +322,7 @@ pub fn permutation_test(samples: &[(usize, bool)], m: usize, rounds: usize, seed
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut at_least = 0usize;
     for _ in 0..rounds {
+        stop.check("the permutation test")?;
         labels.shuffle(&mut rng);
         let shuffled: Vec<(usize, bool)> = groups.iter().copied().zip(labels.iter().copied()).collect();
         if max_gap_pp(&group_accuracies(&shuffled, m)?) >= observed - 1e-12 {
@@ -482,6 +495,23 @@ pub fn accuracy_difference(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The permutation test stops when asked (polled every round: `audit analyze` on a million
+    /// outcomes stopped 6 s after SIGTERM before, 0.03 s now) and gives the same p as the
+    /// unstoppable form when never asked.
+    #[test]
+    fn the_permutation_test_stops_when_asked_and_otherwise_changes_nothing() {
+        let samples: Vec<(usize, bool)> = (0..4000).map(|i| (i % 8, i % 3 == 0)).collect();
+        let never = crate::stop::Stop::never();
+        let p = permutation_test(&samples, 8, 99, 5).unwrap();
+        assert_eq!(permutation_test_stopping(&samples, 8, 99, 5, &never).unwrap(), p);
+        let rounds = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = std::sync::Arc::clone(&rounds);
+        let stop = crate::stop::Stop::when(move || seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 10);
+        let e = permutation_test_stopping(&samples, 8, 99, 5, &stop).unwrap_err();
+        assert!(matches!(e, Error::Interrupted { .. }) && e.to_string().contains("permutation test"), "{e}");
+        assert_eq!(rounds.load(std::sync::atomic::Ordering::SeqCst), 11, "polled once per round until asked");
+    }
 
     /// X1's accuracy cost: the estimate is the difference of the seed-mean accuracies; equal
     /// arms give an interval around 0; a 5 pp worse arm at 5 000 prompts per seed gives an
