@@ -274,6 +274,17 @@ fn under_v2_reproduce_extends_a_seed_below_90_percent_once_then_reports_it_faile
     assert!(lines.iter().any(|l| l.contains("failed, excluded")), "{lines:#?}");
     follows_the_schedule(&train_lines(&dir), &x.schedule).unwrap();
     assert!(dir.join("unit.json").exists() && dir.join("eval-prefix.json").exists(), "analyses ran");
+    // Where the unit's time went (issue 40): every stage, in order, each with its seconds.
+    let u: phasekv::reproduce::ModelUnitResult =
+        serde_json::from_slice(&std::fs::read(dir.join("unit.json")).unwrap()).unwrap();
+    let names: Vec<&str> = u.stages.iter().map(|s| s.stage.as_str()).collect();
+    let want =
+        ["train", "extend", "eval prefix", "eval in-sequence", "knockout prefix", "knockout in-sequence", "gates"];
+    assert_eq!(names, want, "{:?}", u.stages);
+    assert!(u.stages.iter().all(|s| s.seconds.is_finite() && s.seconds >= 0.0), "{:?}", u.stages);
+    assert!(u.stages[0].seconds > 0.0 && u.stages[1].seconds > 0.0, "training and its extension ran: {:?}", u.stages);
+    let analyses: f64 = u.stages[2..].iter().map(|s| s.seconds).sum();
+    assert!(analyses <= u.analysis_seconds + 1e-3, "{analyses} s of stages, {} s of analyses", u.analysis_seconds);
     // The ledger reads the count from metrics.json: failed after its extension.
     assert_eq!(phasekv::analysis::training::run_outcome(&m).unwrap(), phasekv::analysis::training::SeedOutcome::Failed);
     std::fs::remove_dir_all(&out).unwrap();

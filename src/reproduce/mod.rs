@@ -103,6 +103,21 @@ pub struct ModelUnitResult {
     pub preset: String,
     /// Seconds of this invocation's analyses (training time is in `metrics.json`).
     pub analysis_seconds: f64,
+    /// Wall seconds of each stage this invocation ran, in order (`train`, `extend`,
+    /// `eval <protocol>`, `knockout <protocol>` for prefix then in-sequence, `gates`): where a seed's time goes (issue 40).
+    /// A stage done by an earlier, interrupted invocation is reused and takes about 0 here.
+    /// Units written before this field have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageSeconds>,
+}
+
+/// One stage of a model unit and its wall seconds ([`ModelUnitResult::stages`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageSeconds {
+    /// What ran.
+    pub stage: String,
+    /// Wall seconds it took.
+    pub seconds: f64,
 }
 
 /// Progress of a reproduction.
@@ -279,6 +294,12 @@ fn run_model(
         return Ok(false);
     }
     let config = &unit.config;
+    let mut stages = Vec::new();
+    let mut clock = Instant::now();
+    let mut lap = |stage: &str, stages: &mut Vec<StageSeconds>| {
+        stages.push(StageSeconds { stage: stage.to_string(), seconds: clock.elapsed().as_secs_f64() });
+        clock = Instant::now();
+    };
     if !dir.join(crate::run_dir::METRICS_FILE).exists() {
         progress.message(&format!("{preset}: training {} steps", config.train.steps));
         let env = serde_json::json!({ "command": "phasekv reproduce" });
@@ -295,8 +316,10 @@ fn run_model(
     } else {
         progress.message(&format!("{preset}: trained before, reused"));
     }
+    lap("train", &mut stages);
     if rules == Rules::V2 {
         apply_training_rule(&dir, preset, config, progress)?;
+        lap("extend", &mut stages);
     }
     let t0 = Instant::now();
     let s = lab_settings;
@@ -304,6 +327,7 @@ fn run_model(
     for protocol in crate::analysis::protocol::Protocol::ALL {
         let stage = format!("{preset} eval {}", protocol.name());
         lab::eval_run(&dir, protocol, s.eval_per_group, s.seed, &mut |d, t| progress.step(&stage, d, t), &stop)?;
+        lap(&format!("eval {}", protocol.name()), &mut stages);
     }
     // §8.9: under the v2 rules each arm gets its own intervention; v1 knocked out KV heads.
     let intervention = match rules {
@@ -315,13 +339,15 @@ fn run_model(
         let (n, r) = (s.knockout_per_group, s.knockout_reference);
         let bar = &mut |d, t| progress.step(&stage, d, t);
         lab::knockout_run(&dir, protocol, n, r, s.seed, intervention, bar, &stop)?;
+        lap(&format!("knockout {}", protocol.name()), &mut stages);
     }
     let stage = format!("{preset} gates");
     lab::gates_run(&dir, s.gate_samples, s.seed, &mut |d, t| progress.step(&stage, d, t), &stop)?;
+    lap("gates", &mut stages);
     let _lock = crate::run_dir::DirLock::shared(&dir)?;
     write_json(
         &unit_file,
-        &ModelUnitResult { preset: unit.preset().to_string(), analysis_seconds: t0.elapsed().as_secs_f64() },
+        &ModelUnitResult { preset: unit.preset().to_string(), analysis_seconds: t0.elapsed().as_secs_f64(), stages },
     )?;
     crate::run_dir::manifest::record(&dir, &["unit.json".to_string()])?;
     progress.message(&format!("{preset}: analyses done"));
