@@ -212,18 +212,39 @@ pub fn records(prompts: &[Prompt], outcomes: &[Outcome]) -> Result<Vec<PhaseReco
 /// Every issue-17 statistic of `records` with residue modulus `m` and the kernel's `stride`
 /// (pre-registered settings, seeded by `seed`).
 pub fn statistics(records: &[PhaseRecord], m: usize, stride: Option<usize>, seed: u64) -> Result<PhaseStatistics> {
+    statistics_stopping(records, m, stride, seed, &crate::stop::Stop::never())
+}
+
+/// [`statistics`] with `stop` polled every resampling round of every test (seconds each on
+/// hundreds of thousands of outcomes).
+pub fn statistics_stopping(
+    records: &[PhaseRecord],
+    m: usize,
+    stride: Option<usize>,
+    seed: u64,
+    stop: &crate::stop::Stop,
+) -> Result<PhaseStatistics> {
     if records.is_empty() {
         return Err(Error::invalid("outcomes", "no outcomes to analyse"));
     }
     let pairs: Vec<(usize, bool)> = records.iter().map(|r| (r.position % m.max(1), r.correct)).collect();
     let cfg = ResampleConfig { seed, ..ResampleConfig::default() };
-    let period_scan = stats::period_scan(&pairs, m, PERIOD_ALPHA, &cfg)?;
-    let period_stability = stats::period_stability(&pairs, m, period_scan.best, &cfg)?;
-    let gap = stats::gap_summary(&pairs, m, None, &cfg)?;
+    let period_scan = stats::period_scan_stopping(&pairs, m, PERIOD_ALPHA, &cfg, stop)?;
+    let period_stability = stats::period_stability_stopping(&pairs, m, period_scan.best, &cfg, stop)?;
+    let gap = stats::gap_summary_stopping(&pairs, m, None, &cfg, stop)?;
     let (phase_test, folded_gap) = match stride {
         Some(s) if s > 1 => {
-            let t = phase_test::phase_test(records, s, &PhaseTestConfig { seed, ..PhaseTestConfig::default() })?;
-            let f = if m.is_multiple_of(s) { Some(stats::gap_summary(&pairs, m, Some(s), &cfg)?) } else { None };
+            let t = phase_test::phase_test_stopping(
+                records,
+                s,
+                &PhaseTestConfig { seed, ..PhaseTestConfig::default() },
+                stop,
+            )?;
+            let f = if m.is_multiple_of(s) {
+                Some(stats::gap_summary_stopping(&pairs, m, Some(s), &cfg, stop)?)
+            } else {
+                None
+            };
             (Some(t), f)
         }
         _ => (None, None),

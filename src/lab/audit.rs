@@ -55,7 +55,7 @@ pub fn audit_analyze(
         None => crate::analysis::audit::own_records(&outcomes),
     };
     let statistics = match records {
-        Some(r) => Some(phase::statistics(&r, m, stride, seed)?),
+        Some(r) => Some(phase::statistics_stopping(&r, m, stride, seed, stop)?),
         None => None,
     };
     stop.check("audit analyze")?;

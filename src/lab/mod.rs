@@ -282,7 +282,7 @@ pub fn eval_run(
     }
     let profile = phase::profile_stopping(&outcomes, task.residue_modulus, stride, seed, stop)?;
     let records = phase::records(&prompts, &outcomes)?;
-    let statistics = Some(phase::statistics(&records, task.residue_modulus, stride, seed)?);
+    let statistics = Some(phase::statistics_stopping(&records, task.residue_modulus, stride, seed, stop)?);
     stop.check("eval")?;
     let samples: Vec<Sample> = prompts.iter().map(|p| p.sample.clone()).collect();
     let result = EvalResult {

