@@ -7,11 +7,10 @@
 //! banner's list of changes made after seeing data, generated from one structured list and
 //! checked against §8.11.
 
-use phasekv::analysis::eval::{KnockoutMap, KnockoutRow};
+use crate::common;
 use phasekv::analysis::gates::{Branch, GateSnapshot, GateStats, Reads};
 use phasekv::analysis::phase::{self, Outcome};
 use phasekv::analysis::protocol::{Balance, Protocol};
-use phasekv::analysis::stats::GroupAccuracy;
 use phasekv::analysis::verdict::{combine, Combination, Rules};
 use phasekv::lab::{knockout_stem, EvalResult, GatesResult, KnockoutResult};
 use phasekv::report::ledger::{
@@ -146,39 +145,16 @@ const KO_N: usize = 40;
 /// the interaction test decides, §8.9): the first drops 20 pp everywhere, the second
 /// `drop(group)` pp.
 fn write_knockouts(dir: &Path, preset: &str, seed: u64, drop: impl Fn(usize) -> f64) {
-    let clean_k = 4 * KO_N / 5;
-    let clean: Vec<GroupAccuracy> = (0..M).map(|g| GroupAccuracy::new(g, clean_k, KO_N)).collect();
-    let row = |l: usize, d: &dyn Fn(usize) -> f64| {
-        let groups: Vec<GroupAccuracy> = (0..M)
-            .map(|g| GroupAccuracy::new(g, clean_k - (d(g) / 100.0 * KO_N as f64).round() as usize, KO_N))
-            .collect();
-        let drop_pp: Vec<f64> = groups.iter().map(|k| 100.0 * (0.8 - k.accuracy)).collect();
-        let mean_drop_pp = drop_pp.iter().sum::<f64>() / M as f64;
-        KnockoutRow {
-            layer: l,
-            head: 0,
-            slot: None,
-            replaced_entries: None,
-            groups,
-            drop_pp,
-            mean_drop_pp,
-            knocked: String::new(),
-        }
-    };
-    let rows = vec![row(0, &|_| 20.0), row(1, &drop)];
+    let map = common::knockouts::map_at_80(M, KO_N, &[&|_| 20.0, &drop]);
     for p in Protocol::ALL {
-        let map = KnockoutMap {
-            intervention: Default::default(),
-            modulus: M,
-            reference: 4,
-            replaced_entries: 10,
-            clean: clean.clone(),
-            rows: rows.clone(),
-            ids: vec![],
-            prompt_groups: vec![],
-            clean_correct: String::new(),
+        let k = KnockoutResult {
+            preset: preset.into(),
+            protocol: p,
+            per_group: KO_N,
+            seed,
+            map: map.clone(),
+            run_id: None,
         };
-        let k = KnockoutResult { preset: preset.into(), protocol: p, per_group: KO_N, seed, map, run_id: None };
         write(&dir.join(format!("{}.json", knockout_stem(p))), &k);
     }
 }

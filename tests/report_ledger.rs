@@ -2,11 +2,9 @@
 //! set, each verdict follows the data (flipping the data flips it), and sharded reproductions
 //! merge to the same ledger as one run.
 
-use phasekv::analysis::eval::{KnockoutMap, KnockoutRow};
 use phasekv::analysis::gates::{Branch, GateSnapshot, GateStats, Reads};
 use phasekv::analysis::phase::{self, Outcome};
 use phasekv::analysis::protocol::{Balance, Protocol};
-use phasekv::analysis::stats::GroupAccuracy;
 use phasekv::kernel::KernelSpec;
 use phasekv::lab::{EvalResult, GatesResult, KnockoutResult, LabSettings};
 use phasekv::report::ledger::{
@@ -94,40 +92,7 @@ fn write_eval(dir: &Path, preset: &str, protocol: Protocol, acc: &dyn Fn(usize) 
 /// A knockout map whose clean accuracy is 80 % in every group and whose two rows drop
 /// `drop(group)` pp (down to 0 %).
 fn write_knockout(dir: &Path, preset: &str, drop: impl Fn(usize) -> f64) {
-    let clean_k = 4 * N / 5;
-    let clean: Vec<GroupAccuracy> = (0..M).map(|g| GroupAccuracy::new(g, clean_k, N)).collect();
-    let rows = (0..2)
-        .map(|l| {
-            let groups: Vec<GroupAccuracy> = (0..M)
-                .map(|g| {
-                    GroupAccuracy::new(g, clean_k.saturating_sub((drop(g) / 100.0 * N as f64).round() as usize), N)
-                })
-                .collect();
-            let drop_pp: Vec<f64> = groups.iter().map(|k| 100.0 * (0.8 - k.accuracy)).collect();
-            let mean_drop_pp = drop_pp.iter().sum::<f64>() / M as f64;
-            KnockoutRow {
-                layer: l,
-                head: 0,
-                slot: None,
-                replaced_entries: None,
-                groups,
-                drop_pp,
-                mean_drop_pp,
-                knocked: String::new(),
-            }
-        })
-        .collect();
-    let map = KnockoutMap {
-        intervention: Default::default(),
-        modulus: M,
-        reference: 4,
-        replaced_entries: 10,
-        clean,
-        rows,
-        ids: vec![],
-        prompt_groups: vec![],
-        clean_correct: String::new(),
-    };
+    let map = common::knockouts::map_at_80(M, N, &[&drop, &drop]);
     write(
         &dir.join("knockout.json"),
         &KnockoutResult {

@@ -4,6 +4,7 @@
 
 pub mod configs;
 pub mod invariants;
+pub mod knockouts;
 pub mod plans;
 pub mod python;
 pub mod strategies;
