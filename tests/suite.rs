@@ -113,6 +113,8 @@ mod train_fast;
 mod train_loop;
 #[path = "train_model.rs"]
 mod train_model;
+#[path = "train_spec.rs"]
+mod train_spec;
 #[path = "train_task.rs"]
 mod train_task;
 #[path = "triton_kernels.rs"]

@@ -29,7 +29,6 @@ use crate::analysis::phase::{self, PhaseProfile};
 use crate::analysis::protocol::{self, Balance, Protocol};
 use crate::analysis::stats::GroupAccuracy;
 use crate::figures::lab as figures;
-use crate::kernel::spec::KernelSpec;
 use crate::model::{list_snapshots, load_run, verify_run, EVAL_STREAM};
 use crate::run_dir::{atomic_write, manifest, write_csv_atomic, write_json_atomic, DirLock};
 use crate::stop::Stop;
@@ -140,14 +139,6 @@ pub struct GatesResult {
     /// Identity of the run (see [`EvalResult::run_id`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
-}
-
-/// The kernel's stride for phase folding (`None` for `full`).
-pub fn stride_of(preset: &str) -> Result<Option<usize>> {
-    if crate::kernel::spec::presets::is_baseline(preset) {
-        return Ok(None);
-    }
-    Ok(Some(KernelSpec::preset(preset)?.geometry.stride()))
 }
 
 /// Reads a JSON result file.
@@ -275,7 +266,7 @@ pub fn eval_run(
     let prompts = protocol::generate(task, protocol, per_group, seed)?;
     let balance = protocol::balance(&prompts, task.residue_modulus);
     let mut outcomes = eval::evaluate(&model.decoder, &prompts, progress, stop)?;
-    let stride = stride_of(&config.model.preset)?;
+    let stride = config.model.phase_stride()?;
     let columns = outcomes::RunColumns::new(run, &config, protocol, per_group, stride);
     for o in &mut outcomes {
         columns.fill(o)?;
@@ -359,7 +350,7 @@ pub fn knockout_run(
     // Per prompt: its clean pass, its references, and one pass per knocked row (the larger of
     // the KV heads and the window slots of every layer).
     let m = &verified.config.model;
-    let window = if m.is_full() { 0 } else { KernelSpec::preset(&m.preset)?.geometry.window() };
+    let window = if m.is_full() { 0 } else { m.kernel()?.geometry.window() };
     let rows = m.n_layer.saturating_mul(m.n_kv_head.max(window)) as u64;
     let per_prompt = (reference as u64).saturating_add(1).saturating_add(rows);
     let groups = task.residue_modulus as u64;
@@ -462,7 +453,7 @@ pub fn gates_run(
         progress(i + 1, weights.len());
     }
     stop.check("gates")?;
-    let window = KernelSpec::preset(&config.model.preset)?.geometry.window();
+    let window = config.model.kernel()?.geometry.window();
     let result = GatesResult { preset: config.model.preset.clone(), window, samples, seed, snapshots, run_id: id };
     figures::gate_figures(&run.join("gates"), &result.preset, &result.snapshots, window)?;
     write_csv_atomic(&run.join("gates.csv"), &gates_rows(&result))?;
