@@ -53,6 +53,8 @@ mod kernel_invariants;
 mod kernel_mutants;
 #[path = "kernel_regressions.rs"]
 mod kernel_regressions;
+#[path = "kernel_study.rs"]
+mod kernel_study;
 #[path = "kernel_tensor.rs"]
 mod kernel_tensor;
 #[path = "kernel_validate.rs"]
