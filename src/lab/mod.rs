@@ -166,6 +166,28 @@ fn existing<T: DeserializeOwned>(path: &Path, same: impl Fn(&T) -> bool) -> Resu
     }
 }
 
+/// What [`reuse_or_lock`] found: a cached result, or the run's shared lock to compute it under.
+enum Cached<T> {
+    /// An existing result with the same settings.
+    Reuse(T),
+    /// None yet: the lock, held while the result is computed and written.
+    Compute(std::sync::Arc<DirLock>),
+}
+
+/// The one cache, lock, re-check sequence of every lab result: a cached result is read without
+/// the lock; computing one takes the run's shared lock and looks again, in case another writer
+/// just finished the same result. A result with other settings is an error ([`existing`]).
+fn reuse_or_lock<T: DeserializeOwned>(run: &Path, json: &Path, same: impl Fn(&T) -> bool) -> Result<Cached<T>> {
+    if let Some(r) = existing(json, &same)? {
+        return Ok(Cached::Reuse(r));
+    }
+    let lock = DirLock::shared(run)?;
+    Ok(match existing(json, &same)? {
+        Some(r) => Cached::Reuse(r),
+        None => Cached::Compute(lock),
+    })
+}
+
 /// A run directory must exist and hold `config.json`.
 fn check_run(run: &Path) -> Result<()> {
     if !run.join(crate::run_dir::CONFIG_FILE).is_file() {
@@ -252,15 +274,10 @@ pub fn eval_run(
     let json = run.join(format!("eval-{}.json", protocol.name()));
     let id = verified.identity;
     let same = |r: &EvalResult| r.per_group == per_group && r.eval_seed == seed && r.run_id == id;
-    if let Some(r) = existing(&json, same)? {
-        return Ok(r);
-    }
-    // A cached result is read without the lock; computing one takes it (and looks again, in
-    // case another writer just finished the same result).
-    let _lock = DirLock::shared(run)?;
-    if let Some(r) = existing(&json, same)? {
-        return Ok(r);
-    }
+    let _lock = match reuse_or_lock(run, &json, same)? {
+        Cached::Reuse(r) => return Ok(r),
+        Cached::Compute(lock) => lock,
+    };
     let (config, model) = load_run(run, None)?;
     let task = &config.task;
     let prompts = protocol::generate(task, protocol, per_group, seed)?;
@@ -374,13 +391,10 @@ pub fn knockout_run(
             && r.run_id == id
             && r.map.intervention == intervention
     };
-    if let Some(r) = existing(&json, same)? {
-        return Ok(r);
-    }
-    let _lock = DirLock::shared(run)?;
-    if let Some(r) = existing(&json, same)? {
-        return Ok(r);
-    }
+    let _lock = match reuse_or_lock(run, &json, same)? {
+        Cached::Reuse(r) => return Ok(r),
+        Cached::Compute(lock) => lock,
+    };
     let (config, model) = load_run(run, None)?;
     let prompts = protocol::generate(&config.task, protocol, per_group, seed)?;
     let map = eval::knockout_by(&model.decoder, &config.task, &prompts, reference, seed, intervention, progress, stop)?;
@@ -429,13 +443,10 @@ pub fn gates_run(
     let json = run.join("gates.json");
     let id = verified.identity;
     let same = |r: &GatesResult| r.samples == samples && r.seed == seed && r.run_id == id;
-    if let Some(r) = existing(&json, same)? {
-        return Ok(Some(r));
-    }
-    let _lock = DirLock::shared(run)?;
-    if let Some(r) = existing(&json, same)? {
-        return Ok(Some(r));
-    }
+    let _lock = match reuse_or_lock(run, &json, same)? {
+        Cached::Reuse(r) => return Ok(Some(r)),
+        Cached::Compute(lock) => lock,
+    };
     let task = &config.task;
     let seqs = task.batch(seed, EVAL_STREAM - 1, samples);
     let mut weights: Vec<(usize, Option<PathBuf>)> =
