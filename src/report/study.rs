@@ -7,7 +7,9 @@
 //!
 //! Every step resumes: a finished run is reused, an unfinished one continues from its last
 //! checkpoint ([`crate::model::train`]), and finished evaluations are reused
-//! ([`crate::lab::eval_run`]); a stop request ends the work with [`Error::Interrupted`].
+//! ([`crate::lab::eval_run`]). A stop request during training stops after the current step with
+//! a checkpoint (`Ok(None)`); during an evaluation it ends with [`Error::Interrupted`] (nothing
+//! of that evaluation written).
 
 use crate::analysis::protocol::Protocol;
 use crate::analysis::stats::GroupAccuracy;
@@ -119,8 +121,9 @@ pub fn validate(s: &StudySettings) -> Result<()> {
 }
 
 /// Trains and evaluates every (arm, seed) not done yet in `out`, then writes `study.json`,
-/// `study.md` and the figure; returns the result.
-pub fn run_study(s: &StudySettings, out: &Path, progress: &mut dyn Progress) -> Result<StudyResult> {
+/// `study.md` and the figure; returns the result, or `None` when a stop request stopped a
+/// training run with a checkpoint (the same call resumes it).
+pub fn run_study(s: &StudySettings, out: &Path, progress: &mut dyn Progress) -> Result<Option<StudyResult>> {
     validate(s)?;
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     let settings_path = out.join("study-settings.json");
@@ -148,7 +151,8 @@ pub fn run_study(s: &StudySettings, out: &Path, progress: &mut dyn Progress) -> 
             progress.message(&format!("{name}: training {} steps", config.train.steps));
             let env = serde_json::json!({ "command": "phasekv kernel study" });
             if let Outcome::Interrupted { step } = crate::model::train(&config, &dir, env, progress.trainer())? {
-                return Err(Error::Interrupted { what: format!("{name} training, stopped at step {step}") });
+                progress.message(&format!("{name}: stopped after step {step} with a checkpoint"));
+                return Ok(None);
             }
         } else {
             progress.message(&format!("{name}: trained before, reused"));
@@ -170,7 +174,7 @@ pub fn run_study(s: &StudySettings, out: &Path, progress: &mut dyn Progress) -> 
     write_figure(s, out)?;
     crate::run_dir::atomic_write(&out.join("study.md"), render(&result).as_bytes())?;
     progress.message(&format!("study written to {}", out.join("study.md").display()));
-    Ok(result)
+    Ok(Some(result))
 }
 
 /// The protocols in the order of [`ArmData::prompts`]: the test, then its control.

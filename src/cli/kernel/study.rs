@@ -83,6 +83,10 @@ pub fn run(args: StudyArgs) -> anyhow::Result<ExitCode> {
     if let Some(b) = bars.bar.take() {
         b.finish();
     }
+    let Some(result) = result else {
+        println!("stopped with a checkpoint; rerun the same command to resume");
+        return Ok(crate::cli::interrupted_exit_code());
+    };
     let page = phasekv::report::study::render(&result);
     for line in page.lines().skip(2).take_while(|l| l.starts_with("- ")) {
         println!("{line}");
