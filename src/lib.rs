@@ -12,7 +12,7 @@
 //! |---|---|
 //! | [`error`] | the one error enum |
 //! | [`geometry`] | windows, phases, multiplicity, visibility, entry positions, the local raw window: the only place those formulas live |
-//! | [`numeric`] | the one softmax and log-sum-exp over a slice (bottom layer: imports nothing from the crate) |
+//! | [`numeric`] | the scalar formulas every layer shares: softmax and log-sum-exp over a slice, the one f32 GEMM of the CPU fast paths, the shipped cache formats (bottom layer: imports nothing from the crate) |
 //! | [`kernel`] | kernel specs (the preset registry and the JSON spec language), the f64 reference, the candle implementation, streaming, compressed attention: the kernel only |
 //! | [`conformance`] | what checks a kernel: the invariant harness K1-K14 (also for a kernel in another process), mutants, dumps and their validation, the kernel bench |
 //! | [`analysis`] | the phase lab: padding protocols, phase statistics and the pre-registered phase test, verdict states, evaluation and knockouts, gate preferences, the JSONL audit |
@@ -21,11 +21,11 @@
 //! | [`lab`] | the phase lab on a run directory: evaluation, knockouts, gates, written as data and figures |
 //! | [`reproduce`] | the reproduction: plan files and sweeps, units (kernels, theory, one per model), shards, resume, Slurm array scripts |
 //! | [`theory`] | the idealized induction task, Theorem 1 (oracle, argmin, critical-point classification) and Theorem 2 (gradient flow) |
-//! | [`report`] | the claims ledger: collected from run data, one module per claim, rendered as Markdown, JSON and figures |
+//! | [`report`] | the claims ledger: collected from run data, one module per claim, rendered as Markdown, JSON and figures; the one-page kernel study (`kernel study`) |
 //! | [`stop`] | a stop request (a signal the CLI caught) passed down to long work, which ends with `Error::Interrupted` before writing |
 //! | [`run_dir`] | run directories: config, results, environment; a finished run is never overwritten |
 //! | [`task`] | the synthetic retrieval task: seeded generator, per-sample records with positions |
-//! | [`model`] | the small decoder with compressed attention, training, checkpoints, run directories |
+//! | [`model`] | the small decoder with compressed attention (its kernel resolved once, `ModelConfig::kernel`), the training engines, training, checkpoints (run directories are [`run_dir`]'s) |
 
 #![warn(missing_docs)]
 

@@ -107,6 +107,23 @@ impl<'a> View<'a> {
     }
 }
 
+/// The 95 % normal quantile, `z_{0.975}`.
+const Z95: f64 = 1.959_963_984_540_054;
+
+/// Wilson score interval at 95 % for `k` successes in `n` trials (`(0, 1)` for `n = 0`).
+pub fn wilson95(k: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let (k, n) = (k as f64, n as f64);
+    let p = k / n;
+    let z2 = Z95 * Z95;
+    let denom = 1.0 + z2 / n;
+    let centre = (p + z2 / (2.0 * n)) / denom;
+    let half = Z95 * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denom;
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
 /// `dst[m, n] = (acc ? dst : 0) + a[m, k] @ b[k, n]`, `dst` with row stride `dst_rs`.
 #[allow(clippy::too_many_arguments)] // the BLAS shape: sizes, output, flag, two operands
 pub fn gemm(m: usize, n: usize, k: usize, dst: &mut [f32], dst_rs: usize, acc: bool, a: View, b: View) {

@@ -10,11 +10,10 @@ use std::path::{Path, PathBuf};
 /// Floors from the bottom: a module may import only modules on floors below its own.
 const FLOORS: &[&[&str]] = &[
     &["error", "numeric", "limits", "geometry", "stop"],
-    &["run_dir", "task"],
+    &["run_dir", "task", "theory"],
     &["kernel"],
     &["conformance", "model"],
     &["analysis"],
-    &["theory"],
     &["figures"],
     &["lab"],
     &["reproduce"],
@@ -392,4 +391,39 @@ fn one_engine_trait_in_one_file() {
         }
     }
     assert_eq!(traits, ["TrainEngine (model/engine.rs)"]);
+}
+
+/// The test files `tests/suite.rs` does not list: each `#[path = "F.rs"] mod F;` pair names
+/// one file of `tests/` (the binary has `autotests = false`, so an unlisted file never runs).
+fn unlisted_test_files(suite: &str, files: &[String]) -> Vec<String> {
+    let listed: BTreeSet<String> = suite
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("#[path = \"")?.strip_suffix("\"]").map(str::to_string))
+        .collect();
+    let mods: BTreeSet<String> = suite
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("mod ")?.strip_suffix(';').map(|m| format!("{m}.rs")))
+        .collect();
+    files.iter().filter(|f| !(listed.contains(*f) && mods.contains(*f))).cloned().collect()
+}
+
+/// Every `tests/*.rs` but `suite.rs` is a module of the one test binary (issue 39); a file added
+/// and not listed would silently never run. Negative controls: a suite without one file's line,
+/// or with its path but no module, is caught.
+#[test]
+fn the_suite_lists_every_test_file() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let suite = std::fs::read_to_string(dir.join("suite.rs")).unwrap();
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".rs") && n != "suite.rs")
+        .collect();
+    files.sort();
+    assert!(files.len() >= 50, "{files:?}");
+    assert_eq!(unlisted_test_files(&suite, &files), Vec::<String>::new());
+    let without = suite.replace("#[path = \"train_spec.rs\"]\n", "");
+    assert_eq!(unlisted_test_files(&without, &files), ["train_spec.rs"]);
+    let no_mod = suite.replace("mod kernel_study;\n", "");
+    assert_eq!(unlisted_test_files(&no_mod, &files), ["kernel_study.rs"]);
 }

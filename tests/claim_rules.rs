@@ -60,7 +60,7 @@ fn outcomes(acc: fn(usize) -> f64) -> Vec<Outcome> {
 }
 
 fn write_eval(dir: &Path, preset: &str, p: Protocol, acc: fn(usize) -> f64) {
-    let s = phasekv::lab::stride_of(preset).unwrap();
+    let s = phasekv::model::ModelConfig { preset: preset.into(), ..Default::default() }.phase_stride().unwrap();
     let o = outcomes(acc);
     let r = EvalResult {
         preset: preset.into(),

@@ -53,7 +53,7 @@ fn outcomes(acc: &dyn Fn(usize) -> f64, prob: &dyn Fn(usize, bool) -> f64) -> Ve
 }
 
 fn write_eval(dir: &Path, preset: &str, p: Protocol, acc: &dyn Fn(usize) -> f64, prob: &dyn Fn(usize, bool) -> f64) {
-    let s = phasekv::lab::stride_of(preset).unwrap();
+    let s = phasekv::model::ModelConfig { preset: preset.into(), ..Default::default() }.phase_stride().unwrap();
     let o = outcomes(acc, prob);
     let r = EvalResult {
         preset: preset.into(),

@@ -302,3 +302,48 @@ fn a_changed_ledger_does_not_render_to_the_committed_readme() {
     assert!(!(b.lo - b.bias() <= pp && pp <= b.hi - b.bias()));
     assert!(!(b.lo <= b.estimate && b.estimate <= b.hi) && lo <= pp && pp <= hi);
 }
+
+/// Issue 39 (the kernel carried as data): every committed run's `config.json` reads into a
+/// [`RunConfig`] and writes back byte for byte as a run directory writes it (pretty JSON of its
+/// value, one newline), its identity is still the `config_hash` its `metrics.json` recorded, and
+/// its kernel resolves once ([`phasekv::model::ModelConfig::kernel`]) to the preset its name
+/// says. Negative controls: a config that carries a custom spec, or another engine, writes other
+/// bytes and has another identity; a custom spec under a listed preset's name with another knob
+/// is refused naming `spec.name`.
+#[test]
+fn committed_configs_round_trip_byte_for_byte_with_their_identities() {
+    let mut checked = 0;
+    for dir in run_dirs() {
+        let path = dir.join("config.json");
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let config = RunConfig::from_json(&text).unwrap();
+        let written = format!("{}\n", serde_json::to_string_pretty(&serde_json::to_value(&config).unwrap()).unwrap());
+        assert_eq!(written, text, "{path:?}");
+        let metrics: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("metrics.json")).unwrap()).unwrap();
+        assert_eq!(metrics["config_hash"].as_str(), Some(config.identity().as_str()), "{dir:?}");
+        let kernel = config.model.kernel().unwrap();
+        assert_eq!(kernel, phasekv::kernel::KernelSpec::preset(&config.model.preset).unwrap(), "{dir:?}");
+        assert!(config.model.spec.is_none(), "{dir:?}: a preset run carries no spec");
+
+        let mut custom = config.clone();
+        let mut spec = kernel.clone();
+        spec.name = format!("{}-custom", config.model.preset);
+        spec.tied = !spec.tied;
+        custom.model.preset = spec.name.clone();
+        custom.model.spec = Some(spec.clone());
+        assert_ne!(custom.identity(), config.identity());
+        assert!(serde_json::to_string(&custom).unwrap().contains("\"spec\""));
+        let mut candle = config.clone();
+        candle.train.engine = phasekv::model::Engine::Candle;
+        assert_ne!(candle.identity(), config.identity());
+        let mut squatter = custom.clone();
+        spec.name = config.model.preset.clone();
+        squatter.model.preset = spec.name.clone();
+        squatter.model.spec = Some(spec);
+        let err = squatter.model.kernel().unwrap_err().to_string();
+        assert!(err.contains("spec.name"), "{err}");
+        checked += 1;
+    }
+    assert!(checked >= 40, "only {checked} committed configs found");
+}

@@ -57,7 +57,7 @@ fn outcomes(acc: impl Fn(usize) -> f64) -> Vec<Outcome> {
 }
 
 fn stride(preset: &str) -> Option<usize> {
-    phasekv::lab::stride_of(preset).unwrap()
+    phasekv::model::ModelConfig { preset: preset.into(), ..Default::default() }.phase_stride().unwrap()
 }
 
 /// Periodic accuracy: high on the first half of each stride, low on the rest.

@@ -53,6 +53,8 @@ mod kernel_invariants;
 mod kernel_mutants;
 #[path = "kernel_regressions.rs"]
 mod kernel_regressions;
+#[path = "kernel_study.rs"]
+mod kernel_study;
 #[path = "kernel_tensor.rs"]
 mod kernel_tensor;
 #[path = "kernel_validate.rs"]
@@ -113,6 +115,8 @@ mod train_fast;
 mod train_loop;
 #[path = "train_model.rs"]
 mod train_model;
+#[path = "train_spec.rs"]
+mod train_spec;
 #[path = "train_task.rs"]
 mod train_task;
 #[path = "triton_kernels.rs"]

@@ -80,9 +80,10 @@ fn print_config_shows_the_recorded_defaults() {
 }
 
 /// `phasekv train` with no config trains the task of the committed reproduction: its
-/// `--print-config` task is the one `plans/full.json` composes, and on the fast engine (which
-/// the plan names); a preset the fast engine does not implement falls back to candle, and an
-/// explicit `--engine` wins.
+/// `--print-config` task is the one `plans/full.json` composes, and on the one default engine
+/// (fast, which the plan names). A config file that names no engine trains on the same default
+/// (issue 39: it used to be candle), an explicit `--engine` wins, and an engine that does not
+/// exist is one line from clap naming the allowed values (exit 2).
 #[test]
 fn the_default_task_is_the_committed_reproductions() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -99,19 +100,27 @@ fn the_default_task_is_the_committed_reproductions() {
         (printed.train.engine, plan.run.train.engine),
         (phasekv::model::Engine::Fast, phasekv::model::Engine::Fast)
     );
-    let mut dsv4 = phasekv::model::RunConfig::recommended().model;
-    dsv4.preset = "dsv4-csa".into();
-    let dsv4_engine = phasekv::model::preferred_engine(&dsv4).name();
+    let dir = std::env::temp_dir().join(format!("phasekv-cli-engine-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let no_engine = dir.join("no-engine.json");
+    std::fs::write(&no_engine, r#"{"model": {"preset": "w8s4"}, "train": {"steps": 10}}"#).unwrap();
+    let no_engine = no_engine.to_str().unwrap();
     for (args, engine) in [
         (&["train", "--preset", "w8s6-scalar", "--print-config"][..], "fast"),
-        (&["train", "--preset", "dsv4-csa", "--print-config"][..], dsv4_engine),
+        (&["train", "--preset", "dsv4-csa", "--print-config"][..], "fast"),
+        (&["train", "--config", no_engine, "--print-config"][..], "fast"),
+        (&["train", "--config", no_engine, "--engine", "candle", "--print-config"][..], "candle"),
         (&["train", "--preset", "w8s4", "--engine", "candle", "--print-config"][..], "candle"),
     ] {
         let (code, out, err) = phasekv(args);
         assert_eq!(code, 0, "{args:?}: {err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(v["train"]["engine"].as_str().unwrap_or("candle"), engine, "{args:?}");
+        assert_eq!(v["train"]["engine"].as_str(), Some(engine), "{args:?}: the engine is always written");
     }
+    let (code, _, err) = phasekv(&["train", "--engine", "cuda", "--print-config"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--engine") && err.contains("fast") && err.contains("candle"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Ctrl-C (SIGINT) stops training after the current step with a checkpoint at that step,

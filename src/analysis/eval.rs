@@ -126,15 +126,6 @@ impl Intervention {
         }
     }
 
-    /// Parses [`Intervention::name`].
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "kv-head" => Ok(Intervention::KvHead),
-            "window-slot" => Ok(Intervention::WindowSlot),
-            _ => Err(Error::invalid("intervention", format!("'{s}' is not one of kv-head, window-slot"))),
-        }
-    }
-
     /// §8.9's intervention for a model: window slots where a layer has one KV head or the
     /// kernel shares keys and values (`dsv4-csa`), KV heads otherwise (and always for `full`,
     /// which has no windows).

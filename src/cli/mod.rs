@@ -125,8 +125,30 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// The command line parsed by clap; help and version print as clap prints them, and a usage
+/// error is one line (its message and the allowed values, without clap's usage block), exit 2.
+fn parse() -> Result<Cli, ExitCode> {
+    Cli::try_parse().map_err(|e| {
+        if !e.use_stderr() {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        let text = e.render().to_string();
+        let line: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"))
+            .collect();
+        eprintln!("{}", line.join(" "));
+        ExitCode::from(2)
+    })
+}
+
 fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     install_interrupt_handler();
     let result: anyhow::Result<ExitCode> = match cli.command {
         Command::Kernel(cmd) => kernel::run(cmd),

@@ -1,11 +1,11 @@
 //! `phasekv train`: train one model on the retrieval task and print its accuracy. Without
-//! `--config` it trains [`RunConfig::recommended`] (the committed reproduction's task, the fast
-//! engine, which implements every preset; `--engine candle` chooses the autodiff reference).
+//! `--config` it trains [`RunConfig::recommended`] (the committed reproduction's task, on the
+//! default engine [`Engine::default`], fast; `--engine candle` chooses the autodiff reference).
 
 use super::progress::Progress as Bar;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use phasekv::model::train::{Observer, Outcome};
-use phasekv::model::{EvalReport, RunConfig, StepReport};
+use phasekv::model::{Engine, EvalReport, RunConfig, StepReport};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,10 +13,15 @@ use std::process::ExitCode;
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     /// Kernel preset of the attention layers (`full`, `w8s4`, `w8s4-norope`, `dsv4-csa`, ...).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "spec")]
     preset: Option<String>,
+    /// A kernel spec file (the JSON `kernel list --json NAME` prints, `kernel check --spec`
+    /// reads) for the attention layers: any spec both accept, preset or not. The run's
+    /// `config.json` keeps it, under its `name`.
+    #[arg(long)]
+    spec: Option<PathBuf>,
     /// JSON config (sections `task`, `model`, `train`; missing fields take the serde defaults,
-    /// `train.engine` candle among them). Without it: the committed reproduction's task
+    /// `train.engine` fast among them). Without it: the committed reproduction's task
     /// (`plans/full.json`) on the fast engine (`--print-config` shows it).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -29,13 +34,13 @@ pub struct TrainArgs {
     /// Peak learning rate (overrides the config).
     #[arg(long)]
     lr: Option<f64>,
-    /// Engine of the forward and backward pass and of the evaluations: `fast` (the default:
-    /// hand-derived f32 CPU path, 3-4x candle's step, every preset `kernel list` shows; see
-    /// `theory/training.md` §5b) or `candle` (autodiff, the reference the fast engine's
-    /// gradients are tested against, every preset; chosen explicitly, and by a config file
-    /// that names no engine). Recorded in the run's config and metrics.
-    #[arg(long)]
-    engine: Option<String>,
+    /// Engine of the forward and backward pass and of the evaluations (overrides the config):
+    /// `fast` (the default, with or without a config: hand-derived f32 CPU path, 3-4x candle's
+    /// step, every preset `kernel list` shows; see `theory/training.md` §5b) or `candle`
+    /// (autodiff, the reference the fast engine's gradients are tested against, every preset).
+    /// Recorded in the run's config and metrics.
+    #[arg(long, value_enum)]
+    engine: Option<EngineArg>,
     /// Run directory (default `runs/<preset>-seed<seed>`); an unfinished run there with the
     /// same config is resumed, a finished one is never overwritten.
     #[arg(long)]
@@ -50,6 +55,24 @@ pub struct TrainArgs {
     /// No progress bar (log lines only).
     #[arg(long)]
     quiet: bool,
+}
+
+/// A training engine on the command line (`fast`, `candle`).
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum EngineArg {
+    /// The hand-derived f32 CPU path (the default).
+    Fast,
+    /// candle autodiff, the reference.
+    Candle,
+}
+
+impl From<EngineArg> for Engine {
+    fn from(e: EngineArg) -> Self {
+        match e {
+            EngineArg::Fast => Engine::Fast,
+            EngineArg::Candle => Engine::Candle,
+        }
+    }
 }
 
 struct Progress {
@@ -103,9 +126,12 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(p) = &args.preset {
         config.model.preset = p.clone();
+        config.model.spec = None;
     }
-    if args.config.is_none() {
-        config.train.engine = phasekv::model::preferred_engine(&config.model);
+    if let Some(path) = &args.spec {
+        config.model.set_kernel(phasekv::kernel::KernelSpec::from_file(path)?);
+        // The spec's own errors (its name) name the spec file, not the config.
+        config.model.kernel().map_err(|e| phasekv::Error::File { path: path.clone(), reason: e.to_string() })?;
     }
     if let Some(s) = args.steps {
         config.train.steps = s;
@@ -116,8 +142,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(lr) = args.lr {
         config.train.lr = lr;
     }
-    if let Some(e) = &args.engine {
-        config.train.engine = e.parse()?;
+    if let Some(e) = args.engine {
+        config.train.engine = e.into();
     }
     match (&args.config, phasekv::model::validate(&config)) {
         (_, Ok(())) => {}

@@ -18,7 +18,7 @@
 //! | `gates.json` | preset the config's, positive window and samples |
 
 use super::outcomes::RunColumns;
-use super::{knockout_file, read_json, stride_of, EvalResult, GatesResult, KnockoutResult};
+use super::{knockout_file, read_json, EvalResult, GatesResult, KnockoutResult};
 use crate::analysis::phase::Outcome;
 use crate::analysis::protocol::Protocol;
 use crate::analysis::stats::GroupAccuracy;
@@ -149,7 +149,7 @@ fn check_eval(path: &Path, e: &EvalResult, p: Protocol, config: &RunConfig, arm:
     if e.per_group == 0 {
         return Err(bad(path, "per_group", "0; at least one prompt per group"));
     }
-    let stride = stride_of(&e.preset)?;
+    let stride = config.model.phase_stride()?;
     if e.stride != stride {
         return Err(bad(path, "stride", format!("{:?}, the preset {:?} has {stride:?}", e.stride, e.preset)));
     }

@@ -29,7 +29,6 @@ use crate::analysis::phase::{self, PhaseProfile};
 use crate::analysis::protocol::{self, Balance, Protocol};
 use crate::analysis::stats::GroupAccuracy;
 use crate::figures::lab as figures;
-use crate::kernel::spec::KernelSpec;
 use crate::model::{list_snapshots, load_run, verify_run, EVAL_STREAM};
 use crate::run_dir::{atomic_write, manifest, write_csv_atomic, write_json_atomic, DirLock};
 use crate::stop::Stop;
@@ -142,14 +141,6 @@ pub struct GatesResult {
     pub run_id: Option<String>,
 }
 
-/// The kernel's stride for phase folding (`None` for `full`).
-pub fn stride_of(preset: &str) -> Result<Option<usize>> {
-    if crate::kernel::spec::presets::is_baseline(preset) {
-        return Ok(None);
-    }
-    Ok(Some(KernelSpec::preset(preset)?.geometry.stride()))
-}
-
 /// Reads a JSON result file.
 pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T> {
     let text = crate::limits::read_text(path, crate::limits::MAX_JSON_BYTES)?;
@@ -173,6 +164,28 @@ fn existing<T: DeserializeOwned>(path: &Path, same: impl Fn(&T) -> bool) -> Resu
                 .into(),
         })
     }
+}
+
+/// What [`reuse_or_lock`] found: a cached result, or the run's shared lock to compute it under.
+enum Cached<T> {
+    /// An existing result with the same settings.
+    Reuse(T),
+    /// None yet: the lock, held while the result is computed and written.
+    Compute(std::sync::Arc<DirLock>),
+}
+
+/// The one cache, lock, re-check sequence of every lab result: a cached result is read without
+/// the lock; computing one takes the run's shared lock and looks again, in case another writer
+/// just finished the same result. A result with other settings is an error ([`existing`]).
+fn reuse_or_lock<T: DeserializeOwned>(run: &Path, json: &Path, same: impl Fn(&T) -> bool) -> Result<Cached<T>> {
+    if let Some(r) = existing(json, &same)? {
+        return Ok(Cached::Reuse(r));
+    }
+    let lock = DirLock::shared(run)?;
+    Ok(match existing(json, &same)? {
+        Some(r) => Cached::Reuse(r),
+        None => Cached::Compute(lock),
+    })
 }
 
 /// A run directory must exist and hold `config.json`.
@@ -261,21 +274,16 @@ pub fn eval_run(
     let json = run.join(format!("eval-{}.json", protocol.name()));
     let id = verified.identity;
     let same = |r: &EvalResult| r.per_group == per_group && r.eval_seed == seed && r.run_id == id;
-    if let Some(r) = existing(&json, same)? {
-        return Ok(r);
-    }
-    // A cached result is read without the lock; computing one takes it (and looks again, in
-    // case another writer just finished the same result).
-    let _lock = DirLock::shared(run)?;
-    if let Some(r) = existing(&json, same)? {
-        return Ok(r);
-    }
+    let _lock = match reuse_or_lock(run, &json, same)? {
+        Cached::Reuse(r) => return Ok(r),
+        Cached::Compute(lock) => lock,
+    };
     let (config, model) = load_run(run, None)?;
     let task = &config.task;
     let prompts = protocol::generate(task, protocol, per_group, seed)?;
     let balance = protocol::balance(&prompts, task.residue_modulus);
     let mut outcomes = eval::evaluate(&model.decoder, &prompts, progress, stop)?;
-    let stride = stride_of(&config.model.preset)?;
+    let stride = config.model.phase_stride()?;
     let columns = outcomes::RunColumns::new(run, &config, protocol, per_group, stride);
     for o in &mut outcomes {
         columns.fill(o)?;
@@ -359,7 +367,7 @@ pub fn knockout_run(
     // Per prompt: its clean pass, its references, and one pass per knocked row (the larger of
     // the KV heads and the window slots of every layer).
     let m = &verified.config.model;
-    let window = if m.is_full() { 0 } else { KernelSpec::preset(&m.preset)?.geometry.window() };
+    let window = if m.is_full() { 0 } else { m.kernel()?.geometry.window() };
     let rows = m.n_layer.saturating_mul(m.n_kv_head.max(window)) as u64;
     let per_prompt = (reference as u64).saturating_add(1).saturating_add(rows);
     let groups = task.residue_modulus as u64;
@@ -383,13 +391,10 @@ pub fn knockout_run(
             && r.run_id == id
             && r.map.intervention == intervention
     };
-    if let Some(r) = existing(&json, same)? {
-        return Ok(r);
-    }
-    let _lock = DirLock::shared(run)?;
-    if let Some(r) = existing(&json, same)? {
-        return Ok(r);
-    }
+    let _lock = match reuse_or_lock(run, &json, same)? {
+        Cached::Reuse(r) => return Ok(r),
+        Cached::Compute(lock) => lock,
+    };
     let (config, model) = load_run(run, None)?;
     let prompts = protocol::generate(&config.task, protocol, per_group, seed)?;
     let map = eval::knockout_by(&model.decoder, &config.task, &prompts, reference, seed, intervention, progress, stop)?;
@@ -440,13 +445,10 @@ pub fn gates_run(
     let json = run.join("gates.json");
     let id = verified.identity;
     let same = |r: &GatesResult| r.samples == samples && r.seed == seed && r.run_id == id;
-    if let Some(r) = existing(&json, same)? {
-        return Ok(Some(r));
-    }
-    let _lock = DirLock::shared(run)?;
-    if let Some(r) = existing(&json, same)? {
-        return Ok(Some(r));
-    }
+    let _lock = match reuse_or_lock(run, &json, same)? {
+        Cached::Reuse(r) => return Ok(Some(r)),
+        Cached::Compute(lock) => lock,
+    };
     let task = &config.task;
     let seqs = task.batch(seed, EVAL_STREAM - 1, samples);
     let mut weights: Vec<(usize, Option<PathBuf>)> =
@@ -467,7 +469,7 @@ pub fn gates_run(
         progress(i + 1, weights.len());
     }
     stop.check("gates")?;
-    let window = KernelSpec::preset(&config.model.preset)?.geometry.window();
+    let window = config.model.kernel()?.geometry.window();
     let result = GatesResult { preset: config.model.preset.clone(), window, samples, seed, snapshots, run_id: id };
     figures::gate_figures(&run.join("gates"), &result.preset, &result.snapshots, window)?;
     write_csv_atomic(&run.join("gates.csv"), &gates_rows(&result))?;

@@ -53,7 +53,7 @@ pub fn step_flops(config: &RunConfig, scored_positions: usize) -> f64 {
     let mut attn_keys = t;
     let mut per_seq_layer = 0.0;
     if !m.is_full() {
-        if let Ok(spec) = crate::kernel::KernelSpec::preset(&m.preset) {
+        if let Ok(spec) = m.kernel() {
             attn_keys += spec.geometry.num_windows(config.task.seq_len()) as f64;
             if let Ok(dims) = crate::kernel::KernelDims::new(m.d_model, m.d_head) {
                 per_seq_layer = hkv * crate::kernel::forward_flops(&spec, dims, config.task.seq_len());

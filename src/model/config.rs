@@ -11,8 +11,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
-    /// Kernel preset of every attention layer (`full` = ordinary causal attention).
+    /// Kernel preset of every attention layer (`full` = ordinary causal attention), or the name
+    /// of the custom kernel [`ModelConfig::spec`] when there is one.
     pub preset: String,
+    /// A kernel spec that is no preset (`phasekv train --spec FILE`, a plan arm's `spec`): the
+    /// kernel of every attention layer, written into `config.json` whole so that the run
+    /// directory keeps it. Absent (and left out of the JSON, so that the configs and identities
+    /// of preset runs are unchanged) when the kernel is the preset `preset` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<KernelSpec>,
     /// Hidden width `d`.
     pub d_model: usize,
     /// Number of decoder blocks.
@@ -38,6 +45,7 @@ impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
             preset: "full".into(),
+            spec: None,
             d_model: 64,
             n_layer: 2,
             n_head: 4,
@@ -62,9 +70,67 @@ impl ModelConfig {
         (0..self.n_kv_head).map(|h| spec.for_head(layer, self.n_layer, h, self.n_kv_head)).collect()
     }
 
-    /// Checks every field (and that the preset exists).
+    /// The kernel of every attention layer: [`ModelConfig::spec`] when the config carries one,
+    /// the preset `preset` names otherwise. The one place a model's kernel is resolved from its
+    /// name; every consumer (engines, lab, reproduction, report) reads the stride, window and
+    /// grid from what it returns. A custom spec must carry `preset` as its name and must not
+    /// take a listed preset's name for another kernel (its results would be reported under
+    /// that preset).
+    pub fn kernel(&self) -> Result<KernelSpec> {
+        let listed = KernelSpec::preset(&self.preset);
+        let Some(spec) = &self.spec else { return listed };
+        let ok = |c: char| c.is_ascii_alphanumeric() || "-_.@".contains(c);
+        if spec.name.is_empty() || spec.name.len() > 64 || !spec.name.chars().all(ok) || spec.name.starts_with('.') {
+            return Err(Error::invalid(
+                "spec.name",
+                format!(
+                    "{:?} must be 1 to 64 letters, digits or -_.@, not starting with a dot (it names run directories)",
+                    spec.name
+                ),
+            ));
+        }
+        if spec.name != self.preset {
+            return Err(Error::invalid(
+                "model.preset",
+                format!("{:?} must be the name of the config's kernel spec, {:?}", self.preset, spec.name),
+            ));
+        }
+        if listed.is_ok_and(|p| p != *spec) {
+            return Err(Error::invalid(
+                "spec.name",
+                format!(
+                    "{:?} is a listed preset with other knobs; name the custom kernel otherwise (e.g. {:?})",
+                    spec.name,
+                    format!("{}-custom", spec.name)
+                ),
+            ));
+        }
+        spec.check_deserialized()?;
+        Ok(spec.clone())
+    }
+
+    /// This model on kernel `spec`: `preset` becomes the spec's name, and the spec is carried
+    /// whole ([`ModelConfig::spec`]) unless it is exactly the listed preset of that name (then
+    /// the config is that preset's, with its identity).
+    pub fn set_kernel(&mut self, spec: KernelSpec) {
+        self.preset = spec.name.clone();
+        self.spec = None;
+        if self.kernel().ok().as_ref() != Some(&spec) {
+            self.spec = Some(spec);
+        }
+    }
+
+    /// The stride phases are folded by: `None` for the uncompressed baseline.
+    pub fn phase_stride(&self) -> Result<Option<usize>> {
+        if self.is_full() {
+            return Ok(None);
+        }
+        Ok(Some(self.kernel()?.geometry.stride()))
+    }
+
+    /// Checks every field (and that the kernel resolves: [`ModelConfig::kernel`]).
     pub fn validate(&self) -> Result<()> {
-        let spec = KernelSpec::preset(&self.preset)?;
+        let spec = self.kernel()?;
         use crate::limits::*;
         let range = |field: &str, v: usize, min: usize, max: usize| check_range(&format!("model.{field}"), v, min, max);
         range("d_model", self.d_model, 1, MAX_WIDTH)?;
@@ -129,11 +195,12 @@ pub struct TrainConfig {
     pub checkpoint_every: usize,
     /// Seed of initialisation and of every batch.
     pub seed: u64,
-    /// Which implementation computes the loss, the gradients and the evaluations ([`Engine`]);
-    /// left out of the JSON when it is `candle`, and `candle` when a config file leaves it out,
-    /// so configs (and run identities) from before the field existed are unchanged. What
-    /// `phasekv train` picks without a config is [`RunConfig::recommended`]'s `fast`.
-    #[serde(skip_serializing_if = "Engine::is_candle")]
+    /// Which implementation computes the loss, the gradients and the evaluations ([`Engine`]).
+    /// Always written to the JSON (every committed run names it); a config file that leaves it
+    /// out takes [`Engine::default`], the one engine default, as `phasekv train` and
+    /// [`RunConfig::recommended`] do. Run directories written before the field existed (the
+    /// candle runs of `theory/training-runs/`) carry no identity, and their `metrics.json` says
+    /// which engine trained them ([`crate::model::Metrics::engine`], absent = candle).
     pub engine: Engine,
 }
 
@@ -141,38 +208,22 @@ pub struct TrainConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
-    /// candle autodiff (the reference; every preset; chosen explicitly, or by a config file
-    /// that names no engine).
-    #[default]
+    /// candle autodiff (the reference the fast engine's gradients are tested against; every
+    /// preset; chosen explicitly).
     Candle,
     /// The hand-derived f32 CPU path of [`crate::model::fast`], every preset
-    /// ([`crate::model::fast::SUPPORTED`]): the engine of [`RunConfig::recommended`] and of
-    /// `phasekv train` without `--config`.
+    /// ([`crate::model::fast::SUPPORTED`]), 3-4x candle's step: the one default, of a config
+    /// file that names no engine, of [`RunConfig::recommended`] and of `phasekv train`.
+    #[default]
     Fast,
 }
 
 impl Engine {
-    /// Whether this is the default engine.
-    pub fn is_candle(&self) -> bool {
-        *self == Engine::Candle
-    }
-
     /// The name used in configs, metrics and on the command line.
     pub fn name(&self) -> &'static str {
         match self {
             Engine::Candle => "candle",
             Engine::Fast => "fast",
-        }
-    }
-}
-
-impl std::str::FromStr for Engine {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "candle" => Ok(Engine::Candle),
-            "fast" => Ok(Engine::Fast),
-            _ => Err(Error::invalid("--engine", format!("must be candle or fast, got {s}"))),
         }
     }
 }
@@ -194,7 +245,7 @@ impl Default for TrainConfig {
             eval_samples: 256,
             checkpoint_every: 250,
             seed: 0,
-            engine: Engine::Candle,
+            engine: Engine::default(),
         }
     }
 }
@@ -327,7 +378,7 @@ impl RunConfig {
     /// recipe of the committed reproduction (`plans/full.json`, the second pre-registration's,
     /// `theory/phase-lab.md` §8.1: v1's task of §7.1.1, the query block right after the records
     /// with a filler tail of up to 24 tokens and the first query scored, with the records packed,
-    /// `max_gap` 0; recipe R2, 300 warm-up steps of 3 000) on the fast engine.
+    /// `max_gap` 0; recipe R2, 300 warm-up steps of 3 000) on the default engine.
     /// [`RunConfig::default`] stays the serde default (a config file's missing fields, and with
     /// them the identity of every run recorded before these fields existed);
     /// `tests/train_cli.rs` keeps this config equal to the plan's.
@@ -339,7 +390,6 @@ impl RunConfig {
         c.task.max_gap = 0;
         c.train.warmup_steps = 300;
         c.train.steps = 3000;
-        c.train.engine = Engine::Fast;
         c
     }
 
@@ -357,7 +407,7 @@ impl RunConfig {
             // Degenerate geometry: a window or stride longer than the sequence leaves no
             // compressed entry, and the run would train a local-window model under the
             // preset's name.
-            let g = KernelSpec::preset(&self.model.preset)?.geometry;
+            let g = self.model.kernel()?.geometry;
             let (w, s) = (g.window(), g.stride());
             if w > t || s > t || g.num_windows(t) == 0 {
                 return Err(Error::invalid(
@@ -413,7 +463,9 @@ impl RunConfig {
         let (copies, entries) = if m.is_full() {
             (0, 0)
         } else {
-            let g = KernelSpec::preset(&m.preset).ok()?.geometry;
+            // `None` (no estimate) only for a kernel that does not resolve, which
+            // [`RunConfig::validate`] refuses, naming it, before it asks for this estimate.
+            let g = m.kernel().ok()?.geometry;
             (g.window().div_ceil(g.stride()) as u64, g.num_windows(t as usize) as u64)
         };
         let heads = (m.n_head as u64 + 2 * m.n_kv_head as u64) * m.d_head as u64;

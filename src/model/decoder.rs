@@ -151,7 +151,7 @@ impl Decoder {
         if vocab_size == 0 {
             return Err(Error::invalid("vocab_size", "must be at least 1, got 0"));
         }
-        let spec = KernelSpec::preset(&config.preset)?;
+        let spec = config.kernel()?;
         let (d, dh, hq, hkv, ff) = (config.d_model, config.d_head, config.n_head, config.n_kv_head, config.d_ff);
         let device = vb.device().clone();
         let out_scale = 1.0 / (2.0 * config.n_layer as f64).sqrt();

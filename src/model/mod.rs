@@ -54,5 +54,5 @@ pub use decoder::{BatchLoss, Decoder};
 pub use engine::{evaluate, EngineStep, TrainEngine};
 pub use extend::extend;
 pub use record::{before_extension, BatchScore, EvalReport, ExtensionRecord, Metrics, StepReport};
-pub use train::{engine_for, preferred_engine, train, validate, Observer, Outcome, Silent, DIVERGENCE_FACTOR};
+pub use train::{engine_for, train, validate, Observer, Outcome, Silent, DIVERGENCE_FACTOR};
 pub use weights::{load_run, verify_run, Model, VerifiedRun, FINAL_WEIGHTS, SNAPSHOT_HASH_EXT};

@@ -6,7 +6,7 @@
 
 use super::batch::{training_batch, Batch};
 use super::checkpoint::{Checkpointer, Progress};
-use super::config::{Engine, ModelConfig, RunConfig};
+use super::config::{Engine, RunConfig};
 use super::decoder::Decoder;
 use super::engine::{evaluate, TrainEngine};
 use super::fast::FastDecoder;
@@ -63,17 +63,6 @@ pub fn validate(config: &RunConfig) -> Result<()> {
     match config.train.engine {
         Engine::Candle => <&Decoder as TrainEngine>::supports(&config.model),
         Engine::Fast => FastDecoder::supports(&config.model),
-    }
-}
-
-/// The engine a model trains on when nobody chose one: `fast`, which implements every listed
-/// preset (`candle` only for a model it refuses, an unknown preset, whose validation then names
-/// the problem as the model's).
-pub fn preferred_engine(model: &ModelConfig) -> Engine {
-    if FastDecoder::supports(model).is_ok() {
-        Engine::Fast
-    } else {
-        Engine::Candle
     }
 }
 

@@ -25,7 +25,8 @@ use crate::analysis::verdict::Rules;
 use crate::conformance::harness::fast_subject::FastSubject;
 use crate::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
 use crate::conformance::harness::{run_all, Invariant};
-use crate::kernel::spec::{preset_names, KernelSpec};
+use crate::kernel::spec::presets::listed_specs;
+use crate::kernel::spec::KernelSpec;
 use crate::lab::{self, LabSettings};
 use crate::model::train::Observer;
 use crate::model::{Metrics, RunConfig};
@@ -203,14 +204,14 @@ fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<b
         return Ok(false);
     }
     let t0 = Instant::now();
-    let names = preset_names();
+    let specs = listed_specs()?;
     let mut rows = Vec::new();
     // A staggered preset is checked on every grid its heads sit on in the default model shape,
     // as `kernel check` does, each grid's rows named `NAME@o{k}` (`theory/kernels.md`).
     let shape = crate::model::config::ModelConfig::default();
     let mut grids = 0;
-    for (i, name) in names.iter().enumerate() {
-        for spec in KernelSpec::preset(name)?.head_kernels(shape.n_layer, shape.n_kv_head)? {
+    for (i, listed) in specs.iter().enumerate() {
+        for spec in listed.head_kernels(shape.n_layer, shape.n_kv_head)? {
             grids += 1;
             for subject in kernel_paths(&spec) {
                 let implementation = subject.label();
@@ -226,7 +227,7 @@ fn run_kernels(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<b
                 }
             }
         }
-        progress.step("kernel invariants", i + 1, names.len());
+        progress.step("kernel invariants", i + 1, specs.len());
     }
     debug_assert_eq!(rows.len(), grids * KERNEL_PATHS * Invariant::ALL.len());
     let failed = rows.iter().filter(|r| r.status == InvariantStatus::Fail).count();
@@ -331,7 +332,7 @@ fn run_model(
     }
     // §8.9: under the v2 rules each arm gets its own intervention; v1 knocked out KV heads.
     let intervention = match rules {
-        Rules::V2 => Intervention::for_model(&config.model, &KernelSpec::preset(&config.model.preset)?),
+        Rules::V2 => Intervention::for_model(&config.model, &config.model.kernel()?),
         _ => Intervention::KvHead,
     };
     for protocol in crate::analysis::protocol::Protocol::ALL {

@@ -6,7 +6,7 @@
 use super::flow::{run_flow, run_seeds, FlowConfig, FlowRun, FlowSummary, Integrator};
 use super::profile::{phase_profile, PhaseProfile};
 use super::task::OracleGates;
-use crate::analysis::stats::wilson95;
+use crate::numeric::wilson95;
 use crate::Result;
 use serde::Serialize;
 

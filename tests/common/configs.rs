@@ -21,6 +21,7 @@ pub fn tiny_config(preset: &str) -> RunConfig {
         },
         model: ModelConfig {
             preset: preset.into(),
+            spec: None,
             d_model: 16,
             n_layer: 2,
             n_head: 2,

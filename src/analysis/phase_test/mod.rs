@@ -33,7 +33,8 @@
 //! the pooled test rejects *and* at least [`required_seeds`] of the seeds reject on their own
 //! ([`SeedAgreement`]).
 
-use super::stats::{wilson95, GroupAccuracy, PValue};
+use super::stats::{GroupAccuracy, PValue};
+use crate::numeric::wilson95;
 use crate::{Error, Result};
 use nalgebra::{DMatrix, DVector};
 use rand::{Rng, SeedableRng};

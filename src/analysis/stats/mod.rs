@@ -32,6 +32,8 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ChiSquared, ContinuousCDF, FisherSnedecor};
 
+use crate::numeric::wilson95;
+
 mod power;
 mod resample;
 mod seed_level;
@@ -41,8 +43,6 @@ pub use resample::*;
 pub use seed_level::*;
 
 /// z for a two-sided 95 % interval.
-const Z95: f64 = 1.959_963_984_540_054;
-
 /// Accuracy of one residue group.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GroupAccuracy {
@@ -67,20 +67,6 @@ impl GroupAccuracy {
         let accuracy = if n > 0 { correct as f64 / n as f64 } else { f64::NAN };
         GroupAccuracy { group, n, correct, accuracy, wilson_lo, wilson_hi }
     }
-}
-
-/// Wilson score interval at 95 % for `k` successes in `n` trials (`(0, 1)` for `n = 0`).
-pub fn wilson95(k: usize, n: usize) -> (f64, f64) {
-    if n == 0 {
-        return (0.0, 1.0);
-    }
-    let (k, n) = (k as f64, n as f64);
-    let p = k / n;
-    let z2 = Z95 * Z95;
-    let denom = 1.0 + z2 / n;
-    let centre = (p + z2 / (2.0 * n)) / denom;
-    let half = Z95 * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / denom;
-    ((centre - half).max(0.0), (centre + half).min(1.0))
 }
 
 /// Per-group accuracies from `(group, correct)` samples; groups must lie in `0..m`.

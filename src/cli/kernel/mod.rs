@@ -6,6 +6,7 @@ use clap::{Subcommand, ValueEnum};
 
 mod bench;
 mod check;
+mod study;
 
 use phasekv::kernel::spec::presets;
 use phasekv::kernel::KernelSpec;
@@ -93,6 +94,10 @@ pub enum KernelCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Study a kernel against a baseline: train N seeds of each, evaluate both padding
+    /// protocols, and write a one-page report (phase sensitive? at which period, how much,
+    /// next to the baseline, at what accuracy cost; theory/study.md). Resumes when run again.
+    Study(study::StudyArgs),
     /// Validate a kernel dumped from elsewhere (safetensors file or .npy folder, see
     /// theory/dump-format.md) against the reference. Exit status 0 when the kernel passes,
     /// 1 when it fails, 2 when the dump is unusable.
@@ -159,6 +164,7 @@ pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
                 "(any w{{W}}s{{S}} with 1 <= S <= W is accepted, with the same suffixes; dsv4-hca{{m}} and dsv41-c{{m}} too)"
             );
         }
+        KernelCmd::Study(args) => return study::run(args),
         KernelCmd::Validate { dump, dtype, report } => {
             return super::validate::run(&dump, dtype.as_deref(), report.as_ref())
         }

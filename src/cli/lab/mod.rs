@@ -34,6 +34,24 @@ impl From<ProtocolArg> for Protocol {
     }
 }
 
+/// A knockout intervention on the command line (`kv-head`, `window-slot`).
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum InterventionArg {
+    /// One KV head's haystack entries.
+    KvHead,
+    /// One window slot's gated contribution to every entry of a layer.
+    WindowSlot,
+}
+
+impl From<InterventionArg> for Intervention {
+    fn from(i: InterventionArg) -> Self {
+        match i {
+            InterventionArg::KvHead => Intervention::KvHead,
+            InterventionArg::WindowSlot => Intervention::WindowSlot,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// A finished run directory (from `phasekv train`).
@@ -69,8 +87,8 @@ pub enum AnalyzeCmd {
         seed: u64,
         /// What a row replaces: kv-head (one KV head's haystack entries) or window-slot (one
         /// window slot's gated contribution to every entry of a layer, theory/phase-lab.md §8.9).
-        #[arg(long, default_value = "kv-head")]
-        intervention: String,
+        #[arg(long, value_enum, default_value_t = InterventionArg::KvHead)]
+        intervention: InterventionArg,
     },
     /// Gate preferences (static vs input-dependent concentration) at every saved checkpoint.
     Gates {
@@ -156,7 +174,7 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
         }
         AnalyzeCmd::Knockout { run, samples, protocol, reference, seed, intervention } => {
             let protocol = Protocol::from(protocol);
-            let intervention = Intervention::parse(&intervention)?;
+            let intervention = Intervention::from(intervention);
             let (bar, stop) = (&mut bar("knockout"), &super::stop());
             let r = lab::knockout_run(&run, protocol, samples, reference, seed, intervention, bar, stop)?;
             println!(

@@ -7,9 +7,9 @@ use phasekv::model::{EvalReport, StepReport};
 use phasekv::reproduce::Progress;
 use std::ops::ControlFlow;
 
-pub(super) struct Bars {
-    pub(super) bar: Option<Bar>,
-    pub(super) stage: String,
+pub(crate) struct Bars {
+    pub(crate) bar: Option<Bar>,
+    pub(crate) stage: String,
 }
 
 impl Bars {

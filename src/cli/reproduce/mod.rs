@@ -5,7 +5,7 @@ mod bars;
 mod report;
 mod slurm;
 
-use bars::Bars;
+pub(crate) use bars::Bars;
 pub use report::{report, ReportArgs};
 use slurm::emit_slurm;
 

@@ -136,8 +136,24 @@ impl KernelSpec {
     pub fn from_json(text: &str) -> Result<Self> {
         let spec: KernelSpec =
             serde_json::from_str(text).map_err(|e| Error::invalid("spec", format!("not a kernel spec: {e}")))?;
-        let g = spec.geometry.revalidate()?;
-        if let ParamGroups::Map(m) = &spec.groups {
+        spec.check_deserialized()?;
+        Ok(spec)
+    }
+
+    /// A spec file (a regular file of at most [`crate::limits::MAX_JSON_BYTES`], read by
+    /// [`Self::from_json`]); every error names the file.
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
+        let text = crate::limits::read_text(path, crate::limits::MAX_JSON_BYTES)?;
+        Self::from_json(&text).map_err(|e| Error::File { path: path.to_path_buf(), reason: e.to_string() })
+    }
+
+    /// The checks a spec read by serde needs (inside [`Self::from_json`], and for the spec a
+    /// run's `config.json` carries): the geometry re-validated (serde does not call
+    /// [`Geometry::new`]), group maps checked before any code indexes with them, then
+    /// [`Self::validate`].
+    pub fn check_deserialized(&self) -> Result<()> {
+        let g = self.geometry.revalidate()?;
+        if let ParamGroups::Map(m) = &self.groups {
             if let Some(&bad) = m.iter().find(|&&k| k >= g.window().max(m.len())) {
                 return Err(Error::invalid(
                     "groups",
@@ -145,8 +161,7 @@ impl KernelSpec {
                 ));
             }
         }
-        spec.validate()?;
-        Ok(spec)
+        self.validate()
     }
 
     /// Checks the knobs against each other (group map length and coverage); presets always pass.

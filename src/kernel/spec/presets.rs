@@ -197,6 +197,12 @@ pub fn names() -> Vec<&'static str> {
     ALL.iter().map(|p| p.name).collect()
 }
 
+/// Every listed preset's spec, in table order (what the kernels unit of a reproduction and its
+/// plan's validation check).
+pub fn listed_specs() -> Result<Vec<KernelSpec>> {
+    ALL.iter().map(|p| KernelSpec::preset(p.name)).collect()
+}
+
 /// The listed names as owned strings (what callers that build labels use).
 pub fn preset_names() -> Vec<String> {
     ALL.iter().map(|p| p.name.to_string()).collect()

@@ -88,7 +88,7 @@ pub fn check_supported(model: &ModelConfig) -> Result<()> {
     if model.is_full() {
         return Ok(());
     }
-    KernelSpec::preset(&model.preset).map_err(|e| Error::invalid("train.engine", e.to_string()))?;
+    model.kernel().map_err(|e| Error::invalid("train.engine", e.to_string()))?;
     Ok(())
 }
 
@@ -260,7 +260,7 @@ impl FastDecoder {
     pub fn new(config: &ModelConfig, vocab: usize, store_vars: Vec<(String, Var)>) -> Result<Self> {
         config.validate()?;
         check_supported(config)?;
-        let spec = KernelSpec::preset(&config.preset)?;
+        let spec = config.kernel()?;
         let comp =
             (!config.is_full()).then(|| CompressorShape::new(&spec, config.d_model, config.d_head, config.n_kv_head));
         let knames = comp.as_ref().map(|c| c.param_names()).unwrap_or_default();

@@ -8,6 +8,7 @@ use crate::analysis::phase_test::{NllRecord, PhaseRecord};
 use crate::analysis::protocol::Protocol;
 use crate::analysis::training::{run_outcome, SeedOutcome};
 use crate::analysis::verdict::Rules;
+use crate::kernel::spec::KernelSpec;
 use crate::lab::load::{load_run, Expected};
 use crate::lab::{read_json, EvalResult, GatesResult, KnockoutResult};
 use crate::model::{Metrics, RunConfig};
@@ -19,8 +20,12 @@ use std::path::{Path, PathBuf};
 /// Everything one trained model left behind.
 #[derive(Clone, Debug)]
 pub struct RunData {
-    /// Preset.
+    /// Preset (or the name of the run's custom kernel spec).
     pub preset: String,
+    /// Its kernel, resolved once from its config ([`crate::model::ModelConfig::kernel`]).
+    pub kernel: KernelSpec,
+    /// The stride its phases fold by (`None` for full attention).
+    pub stride: Option<usize>,
     /// Name in figures and tables: the preset, or the run directory's name where several runs
     /// share a preset (seeds, arms of a sweep).
     pub label: String,
@@ -148,6 +153,8 @@ fn read_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunData>> 
     let name = dir.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     Ok(Some(RunData {
         preset: f.config.model.preset.clone(),
+        kernel: f.config.model.kernel()?,
+        stride: f.config.model.phase_stride()?,
         label: f.config.model.preset.clone(),
         arm: arm_of(&name).to_string(),
         seed: f.config.train.seed,
@@ -307,6 +314,10 @@ pub struct Arm<'a> {
     pub name: String,
     /// Its preset.
     pub preset: String,
+    /// Its kernel (its first run's [`RunData::kernel`]).
+    pub kernel: KernelSpec,
+    /// The stride its phases fold by (its first run's [`RunData::stride`]).
+    pub stride: Option<usize>,
     /// Its runs, one per seed: under the v2 rules only the seeds that trained
     /// (`theory/phase-lab.md` §8.2); under v1 every seed.
     pub runs: Vec<&'a RunData>,
@@ -338,7 +349,15 @@ pub fn arms(c: &Collected) -> Vec<Arm<'_>> {
         let i = match out.iter().position(|a| a.name == r.arm) {
             Some(i) => i,
             None => {
-                out.push(Arm { name: r.arm.clone(), preset: r.preset.clone(), runs: vec![], excluded: vec![], rules });
+                out.push(Arm {
+                    name: r.arm.clone(),
+                    preset: r.preset.clone(),
+                    kernel: r.kernel.clone(),
+                    stride: r.stride,
+                    runs: vec![],
+                    excluded: vec![],
+                    rules,
+                });
                 out.len() - 1
             }
         };

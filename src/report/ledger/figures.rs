@@ -83,7 +83,12 @@ fn arm_panels(c: &Collected, p: Protocol, panels: &mut Vec<Panel>, fpanels: &mut
         .filter(|g| !g.is_empty())
         .map(|g| figures::pool_groups(&g.iter().map(Vec::as_slice).collect::<Vec<_>>()));
     for (i, a) in arms.iter().enumerate() {
-        let stride = a.runs.iter().filter_map(|r| r.evals.get(&p)).find_map(|e| e.stride);
+        // The arm's kernel's stride (each evaluation's stored stride is checked equal to it
+        // when the run is loaded), marked only where a pooled seed has this protocol's
+        // evaluation, as before issue 39 (an arm whose seeds were all excluded, w12s12 in the
+        // committed report, has its panels drawn without marks; kept so reports/ stays
+        // byte-identical).
+        let stride = a.stride.filter(|_| a.runs.iter().any(|r| r.evals.contains_key(&p)));
         // Under v2 the training-success rule's excluded seeds (§8.2) are drawn apart too.
         let apart = a.runs.iter().copied().filter(|r| !trained(r)).chain(a.excluded.iter().map(|e| e.0));
         for r in apart {

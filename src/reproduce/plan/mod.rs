@@ -24,9 +24,9 @@ use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
-/// Config fields an arm may not set: the plan sets them (the preset from the arm, the seed from
-/// `seeds`), and an override would be silently replaced.
-const FIXED_FIELDS: [&str; 2] = ["model.preset", "train.seed"];
+/// Config fields an arm may not set: the plan sets them (the preset or spec from the arm, the
+/// seed from `seeds`), and an override would be silently replaced.
+const FIXED_FIELDS: [&str; 3] = ["model.preset", "model.spec", "train.seed"];
 
 /// Refuses an override (`path`, dotted, with `value`, possibly a section) that sets one of
 /// [`FIXED_FIELDS`], naming it.
@@ -35,7 +35,7 @@ fn refuse_fixed(path: &str, value: &Value, field: &str) -> Result<()> {
         return o.iter().try_for_each(|(k, x)| refuse_fixed(&format!("{path}.{k}"), x, field));
     }
     if FIXED_FIELDS.contains(&path) {
-        let why = if path == "train.seed" { "the plan's `seeds` set it" } else { "the arm's preset sets it" };
+        let why = if path == "train.seed" { "the plan's `seeds` set it" } else { "the arm's preset or spec sets it" };
         return Err(Error::invalid(field, format!("'{path}' may not be overridden ({why})")));
     }
     Ok(())
@@ -71,6 +71,12 @@ pub struct Arm {
     /// Kernel preset or spec name (default: the name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preset: Option<String>,
+    /// A kernel spec that is no preset ([`crate::model::ModelConfig::spec`]): inline, or in a
+    /// plan file the path of a spec file (what `kernel check --spec` reads), relative to the
+    /// plan's folder, which [`Plan::from_file`] reads into the plan. The arm's preset, if
+    /// given, must be the spec's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<crate::kernel::spec::KernelSpec>,
     /// Config overrides over `run`: keys are dotted paths (`"model.n_kv_head": 1`) or nested
     /// sections (`"model": {"n_kv_head": 1}`).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
@@ -271,7 +277,25 @@ impl Plan {
                 format!("{} is TOML; plans are JSON (`phasekv reproduce --print-plan` writes one)", path.display()),
             ));
         }
-        Plan::from_json(&text, &path.display().to_string())
+        let origin = path.display().to_string();
+        let mut value: Value =
+            serde_json::from_str(&text).map_err(|e| Error::invalid(format!("plan {origin}"), e.to_string()))?;
+        // An arm's `spec` given as a file is read into the plan, so that the plan a
+        // reproduction records holds the spec itself.
+        let folder = path.parent().unwrap_or(Path::new("."));
+        if let Some(arms) = value.get_mut("arms").and_then(Value::as_array_mut) {
+            for (i, arm) in arms.iter_mut().enumerate() {
+                let Some(Value::String(file)) = arm.get("spec") else { continue };
+                let file = folder.join(file);
+                let spec = crate::kernel::spec::KernelSpec::from_file(&file)
+                    .map_err(|e| Error::invalid(format!("plan.arms[{i}].spec"), e.to_string()))?;
+                arm["spec"] = serde_json::to_value(spec).map_err(|e| Error::invalid("plan.arms", e.to_string()))?;
+            }
+        }
+        let plan: Plan =
+            serde_json::from_value(value).map_err(|e| Error::invalid(format!("plan {origin}"), e.to_string()))?;
+        plan.validate()?;
+        Ok(plan)
     }
 
     /// Checks every arm, seed and setting against the bounds of the command it feeds, and that
@@ -290,8 +314,7 @@ impl Plan {
         }
         // The kernels unit checks every shipped preset with kernel_cases cases.
         if self.kernels {
-            for name in crate::kernel::spec::preset_names() {
-                let spec = crate::kernel::spec::KernelSpec::preset(&name)?;
+            for spec in crate::kernel::spec::presets::listed_specs()? {
                 crate::conformance::harness::checkable_with(&spec, self.kernel_cases, 1)
                     .map_err(|e| Error::invalid("plan.kernel_cases", e.to_string()))?;
             }
@@ -346,7 +369,12 @@ impl Plan {
         let mut names: HashSet<String> = HashSet::new();
         let base = serde_json::to_value(&self.run).map_err(|e| Error::invalid("plan.run", e.to_string()))?;
         let lab = &self.lab;
-        let mut add = |name: String, preset: &str, overrides: &Map<String, Value>, field: &str| -> Result<()> {
+        let mut add = |name: String,
+                       preset: &str,
+                       spec: Option<&crate::kernel::spec::KernelSpec>,
+                       overrides: &Map<String, Value>,
+                       field: &str|
+         -> Result<()> {
             check_name(&name, field)?;
             if !names.insert(name.clone()) {
                 return Err(Error::invalid(field, format!("arm name '{name}' appears twice")));
@@ -357,8 +385,18 @@ impl Plan {
                 set_path(&mut v, k, x, &format!("{field}.overrides"))?;
             }
             v["model"]["preset"] = Value::String(preset.to_string());
-            let config: RunConfig =
+            let mut config: RunConfig =
                 serde_json::from_value(v).map_err(|e| Error::invalid(format!("{field}.overrides"), e.to_string()))?;
+            if let Some(spec) = spec {
+                spec.check_deserialized().map_err(|e| Error::invalid(field, format!("arm '{name}': spec: {e}")))?;
+                if preset != spec.name {
+                    return Err(Error::invalid(
+                        field,
+                        format!("arm '{name}': preset {preset:?} is not its spec's name {:?}", spec.name),
+                    ));
+                }
+                config.model.set_kernel(spec.clone());
+            }
             crate::model::validate(&config).map_err(|e| Error::invalid(field, format!("arm '{name}': {e}")))?;
             let (groups, t) = (config.task.residue_modulus, config.task.seq_len());
             for (f, per_group) in [
@@ -378,10 +416,11 @@ impl Plan {
             Ok(())
         };
         for p in &self.presets {
-            add(p.clone(), p, &Map::new(), "plan.presets")?;
+            add(p.clone(), p, None, &Map::new(), "plan.presets")?;
         }
         for a in &self.arms {
-            add(a.name.clone(), a.preset.as_deref().unwrap_or(&a.name), &a.overrides, "plan.arms")?;
+            let preset = a.preset.as_deref().or(a.spec.as_ref().map(|s| s.name.as_str())).unwrap_or(&a.name);
+            add(a.name.clone(), preset, a.spec.as_ref(), &a.overrides, "plan.arms")?;
         }
         if let Some(s) = &self.sweep {
             for combo in s.combinations()? {
@@ -392,7 +431,7 @@ impl Plan {
                 let preset = fill(&s.preset, &combo);
                 let overrides: Map<String, Value> =
                     s.overrides.iter().map(|(k, v)| (k.clone(), fill_value(v, &combo))).collect();
-                add(name, &preset, &overrides, "plan.sweep")?;
+                add(name, &preset, None, &overrides, "plan.sweep")?;
             }
         }
         Ok(out)

@@ -25,12 +25,12 @@ impl LedgerClaim for E1 {
             arms.iter().filter(|a| !arm_is_full(a) && !on_staggered_grids(a)).filter_map(untrained_part).collect();
         let mut also = Reported::default();
         for a in staggered {
-            if let Some(s) = stride_of(&a.preset).ok().flatten() {
+            if let Some(s) = a.stride {
                 also.part("on staggered grids (X1's arm, reported): ", holds(a, PRIMARY, s).0);
             }
         }
         for a in comp {
-            match stride_of(&a.preset).ok().flatten() {
+            match a.stride {
                 Some(s) => {
                     parts.push(holds(a, PRIMARY, s).0);
                     also.test(a, Protocol::Prefix, s, ALPHA);

@@ -16,7 +16,7 @@ pub const E4_FLAG: &str = "flagged: quantity corrected after seeing the data (is
 
 /// The phases of `a`'s kernel whose key-value pair shares a window, or why there are none.
 pub(super) fn sharing_phases(a: &Arm) -> std::result::Result<Vec<usize>, String> {
-    let spec = crate::kernel::KernelSpec::preset(&a.preset).map_err(|e| format!("not testable: {e}"))?;
+    let spec = &a.kernel;
     let task = &a.runs.first().ok_or("not run: no successful seed")?.config.task;
     let (w, s) = (spec.geometry.window(), spec.geometry.stride());
     Ok(window_sharing_phases(w, s, task.key_len, task.val_len))

@@ -53,7 +53,7 @@ fn seed_mean(a: &Arm, s: usize, paper: Option<f64>, decides: bool) -> Option<(Ma
 fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>, measures: &mut Vec<Measure>) -> Part {
     let mut best: Option<(&Arm, usize, GapSummary, f64)> = None;
     for &a in comp {
-        let Some(s) = stride_of(&a.preset).ok().flatten() else { continue };
+        let Some(s) = a.stride else { continue };
         let all = gap(a, P, None);
         let all_words = all.as_ref().map(gap_words).unwrap_or_else(|e| e.clone());
         if let Ok(g) = &all {
@@ -82,7 +82,7 @@ fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>, measures: &mut Vec<Mea
     };
     let v2 = a.rules == verdict::Rules::V2;
     for &x in comp {
-        if let Some(sx) = stride_of(&x.preset).ok().flatten() {
+        if let Some(sx) = x.stride {
             if let Ok(gx) = gap(x, P, Some(sx)) {
                 let paper = (x.name == a.name).then_some(PAPER_COMPRESSED_GAP_PP);
                 measures.extend(gap_measure(x, P, &gx, paper, x.name == a.name && !v2));

@@ -55,7 +55,7 @@ fn part(a: &Arm, full: bool) -> Part {
     let strides: Vec<usize> = if full {
         BASELINE_STRIDES.to_vec()
     } else {
-        match stride_of(&a.preset).ok().flatten() {
+        match a.stride {
             Some(s) => vec![s],
             None => return Part::new(&a.name, Verdict::NotRun, format!("{}: no stride", a.name)),
         }

@@ -23,7 +23,7 @@ mod x1;
 pub(super) use super::collect::{arms, Arm, Collected, RunData};
 pub(super) use crate::analysis::protocol::Protocol;
 pub(super) use crate::analysis::stats::{self, GroupAccuracy};
-pub(super) use crate::lab::{stride_of, EvalResult, KnockoutResult};
+pub(super) use crate::lab::{EvalResult, KnockoutResult};
 pub(super) use crate::Result;
 use serde::{Deserialize, Serialize};
 pub(super) use std::path::Path;

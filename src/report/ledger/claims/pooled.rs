@@ -222,7 +222,7 @@ pub(super) fn untrained_arm<'a>(arms: &'a [Arm<'a>], name: &str) -> Option<&'a A
 
 /// Whether an arm's preset puts its KV heads or layers on different grids (issue 30).
 pub(super) fn on_staggered_grids(a: &Arm) -> bool {
-    crate::kernel::spec::KernelSpec::preset(&a.preset).is_ok_and(|s| s.stagger != crate::kernel::spec::Stagger::None)
+    a.kernel.stagger != crate::kernel::spec::Stagger::None
 }
 
 /// Whether an arm has one KV head per layer (the capacity arm of E3).

@@ -181,7 +181,7 @@ fn e5_rows(arms: &[Arm], rounds: usize, rows: &mut Vec<PowerRow>) -> Result<()> 
     let has = |a: &&Arm| a.runs.iter().all(|r| r.records.contains_key(&Protocol::Prefix)) && !a.runs.is_empty();
     let mut best: Option<(String, usize, Components)> = None;
     for a in arms.iter().filter(|a| !arm_is_full(a)).filter(has) {
-        let Some(s) = stride_of(&a.preset).ok().flatten() else { continue };
+        let Some(s) = a.stride else { continue };
         let c = gap_components(a, s, rounds)?;
         if best.as_ref().is_none_or(|b| c.mean > b.2.mean) {
             best = Some((a.name.clone(), s, c));
@@ -215,7 +215,7 @@ fn x1_rows(arms: &[Arm], rounds: usize, rows: &mut Vec<PowerRow>) -> Result<()> 
     for &(stag, twin_name, _) in &super::x1::PAIRS {
         let find = |n: &str| arms.iter().find(|a| a.name == n && evaluated(a));
         let (Some(a), Some(b)) = (find(stag), find(twin_name)) else { continue };
-        let Some(s) = stride_of(&b.preset).ok().flatten().filter(|&s| s >= 2) else { continue };
+        let Some(s) = b.stride.filter(|&s| s >= 2) else { continue };
         let claim = format!("X1 {stag} vs {twin_name}");
         let phases: Vec<usize> = (0..s).collect();
         let ((ca, unit), (cb, _)) =

@@ -140,8 +140,8 @@ fn pair_part(arms: &[Arm], (stag, twin_name, grid): (&str, &str, &str)) -> Part 
     let (Some(a), Some(twin)) = (named(arms, stag), named(arms, twin_name)) else {
         return Part::new(&label, Verdict::NotRun, format!("{label} ({grid}): not trained in this run set"));
     };
-    let s = match stride_of(&twin.preset) {
-        Ok(Some(s)) if s >= 2 => s,
+    let s = match twin.stride {
+        Some(s) if s >= 2 => s,
         _ => return Part::new(&label, Verdict::NotRun, format!("{label}: the twin {} has no stride", twin.preset)),
     };
     let mut tests = Vec::new();
@@ -277,7 +277,7 @@ impl LedgerClaim for X1 {
         let mut rows: Vec<ProfileRow> = Vec::new();
         for &(stag, twin_name, grid) in &PAIRS {
             let (Some(a), Some(twin)) = (named(&arms, stag), named(&arms, twin_name)) else { continue };
-            let Ok(Some(s)) = stride_of(&twin.preset) else { continue };
+            let Some(s) = twin.stride else { continue };
             let mut series = Vec::new();
             for (colour, x) in [a, twin].into_iter().enumerate() {
                 for r in &x.runs {
