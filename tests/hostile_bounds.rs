@@ -469,3 +469,53 @@ fn row_4_lab_work_is_bounded_up_front_and_knockout_memory_does_not_grow_with_ref
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 47's leftover: `Dump::load` checks a safetensors header's declared sizes against the
+/// file's length and the limits before reading or widening anything. A hostile header declaring
+/// a huge tensor is refused at once (exit 2, one line naming the tensor), in small memory.
+#[test]
+fn a_hostile_safetensors_header_is_refused_before_anything_is_read() {
+    let dir = scratch("hostile-header");
+    let write = |name: &str, header: &str, data: usize| {
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend(std::iter::repeat_n(0u8, data));
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let cases = [
+        // A tensor of 10^15 elements, offsets claiming 4e15 bytes, 16 bytes of data in the file.
+        (
+            write(
+                "huge.safetensors",
+                r#"{"keys":{"dtype":"F32","shape":[1,1000000000,1000000],"data_offsets":[0,4000000000000000]}}"#,
+                16,
+            ),
+            vec!["keys", "data_offsets"],
+        ),
+        // Offsets that fit the file, a shape that does not (2^40 elements in 16 bytes).
+        (
+            write(
+                "shape.safetensors",
+                r#"{"keys":{"dtype":"BF16","shape":[1048576,1048576],"data_offsets":[0,16]}}"#,
+                16,
+            ),
+            vec!["keys", "shape"],
+        ),
+        // A header length beyond the file.
+        (write("len.safetensors", "", 0).with_extension("safetensors"), vec!["header length"]),
+    ];
+    // The third file: an 8-byte length of 2^40 and nothing after it.
+    std::fs::write(&cases[2].0, (1u64 << 40).to_le_bytes()).unwrap();
+    for (path, needles) in &cases {
+        let started = Instant::now();
+        refused(&["kernel", "validate", s(path)], needles);
+        assert!(started.elapsed().as_secs_f64() < 10.0, "{path:?}: slow refusal");
+        if let Some((code, kib)) = max_rss_kib(&["kernel", "validate", s(path)]) {
+            assert_eq!(code, 2);
+            assert!(kib < 200 * 1024, "{path:?}: {kib} KiB to refuse a header");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
