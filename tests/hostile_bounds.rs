@@ -483,7 +483,7 @@ fn row_4_lab_work_is_bounded_up_front_and_knockout_memory_does_not_grow_with_ref
 /// just above a power of two, which is where this file's line count sits (2^17 + 1 000 lines,
 /// about 8 MB: 63 MB over the binary's own before, 33 MB now, measured with the release binaries of
 /// 2b7a573 and its successor). The binary's own
-/// memory is measured on a one-line file.
+/// memory is measured on an eight-line file.
 #[test]
 fn row_3_audit_analyze_memory_is_a_small_multiple_of_its_results_file() {
     let dir = scratch("bounds-audit-memory");
@@ -514,5 +514,54 @@ fn row_3_audit_analyze_memory_is_a_small_multiple_of_its_results_file() {
         base >> 20,
         file >> 20
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 47's leftover: `Dump::load` checks a safetensors header's declared sizes against the
+/// file's length and the limits before reading or widening anything. A hostile header declaring
+/// a huge tensor is refused at once (exit 2, one line naming the tensor), in small memory.
+#[test]
+fn a_hostile_safetensors_header_is_refused_before_anything_is_read() {
+    let dir = scratch("hostile-header");
+    let write = |name: &str, header: &str, data: usize| {
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend(std::iter::repeat_n(0u8, data));
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let cases = [
+        // A tensor of 10^15 elements, offsets claiming 4e15 bytes, 16 bytes of data in the file.
+        (
+            write(
+                "huge.safetensors",
+                r#"{"keys":{"dtype":"F32","shape":[1,1000000000,1000000],"data_offsets":[0,4000000000000000]}}"#,
+                16,
+            ),
+            vec!["keys", "data_offsets"],
+        ),
+        // Offsets that fit the file, a shape that does not (2^40 elements in 16 bytes).
+        (
+            write(
+                "shape.safetensors",
+                r#"{"keys":{"dtype":"BF16","shape":[1048576,1048576],"data_offsets":[0,16]}}"#,
+                16,
+            ),
+            vec!["keys", "shape"],
+        ),
+        // A header length beyond the file.
+        (write("len.safetensors", "", 0).with_extension("safetensors"), vec!["header length"]),
+    ];
+    // The third file: an 8-byte length of 2^40 and nothing after it.
+    std::fs::write(&cases[2].0, (1u64 << 40).to_le_bytes()).unwrap();
+    for (path, needles) in &cases {
+        let started = Instant::now();
+        refused(&["kernel", "validate", s(path)], needles);
+        assert!(started.elapsed().as_secs_f64() < 10.0, "{path:?}: slow refusal");
+        let (code, kib) = max_rss_kib(&["kernel", "validate", s(path)]);
+        assert_eq!(code, 2);
+        assert!(kib < 200 * 1024, "{path:?}: {kib} KiB to refuse a header");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -178,4 +178,60 @@ fn smallest_relative_error_caught() {
         let pooled = smallest_caught(&good, dtype, true);
         println!("{preset:<10} {w:>4} {:<5} {post:>14.3e} {pooled:>14.3e}", format!("{dtype:?}").to_lowercase());
     }
+    // Quantized records (issue 41): the bf16 kernel's keys wrong before encoding, then stored in
+    // the format; the smallest error any K13 row of the keys catches, for a relative error
+    // `y (1 + e)` and for the deterministic `y + e sigma sin(2 y / sigma + 1)`.
+    println!("{:<10} {:>4} {:<44} {:>12} {:>12}", "preset", "W", "cache_format", "relative", "smooth");
+    let formats = [
+        r#"{"element": "e4m3", "scale": "pow2", "block": 32, "channels": "all", "amax_min": 1e-4}"#,
+        r#"{"element": "e4m3", "scale": "e8m0", "block": 32, "channels": "all"}"#,
+        r#"{"element": "e2m1", "scale": "e4m3", "block": 16, "channels": "all"}"#,
+        r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope", "amax_min": 1e-4}"#,
+    ];
+    for (preset, w, tokens) in [("dsv4-csa", 8, 67), ("dsv4-hca", 128, 259)] {
+        let good = correct(preset, tokens, DType::BF16);
+        for json in formats {
+            let f = phasekv::numeric::formats::CacheFormat::from_json(json).unwrap();
+            let caught = |smooth: bool| {
+                let fails = |e: f64| {
+                    let mut d = good.clone();
+                    let a = &good.main.keys;
+                    let sigma = (a.iter().map(|v| v * v).sum::<f64>() / a.len() as f64).sqrt();
+                    d.main.keys = if smooth {
+                        a.mapv(|y| round_to(DType::BF16, y + e * sigma * (2.0 * y / sigma + 1.0).sin()))
+                    } else {
+                        corrupt(a, Wrong::Relative(e), DType::BF16)
+                    };
+                    let r = d.spec.rope.as_ref().map_or(0, |rs| rs.rotated_channels(D_HEAD));
+                    let q = f.quantized_channels(D_HEAD, r);
+                    for mut row in d.main.keys.rows_mut() {
+                        let mut v = row.to_vec();
+                        f.round_entry(&mut v, q);
+                        row.assign(&ndarray::Array1::from(v));
+                    }
+                    d.cache_format = Some(f.clone());
+                    validate(&d)
+                        .unwrap()
+                        .rows
+                        .iter()
+                        .any(|r| r.status == Status::Fail && r.id == "K13" && r.name.contains(": keys"))
+                };
+                assert!(!fails(0.0), "{preset} {json}: the correct record fails");
+                let (mut lo, mut hi) = (1e-5f64, 1.0f64);
+                assert!(fails(hi));
+                for _ in 0..16 {
+                    let mid = (lo * hi).sqrt();
+                    if fails(mid) {
+                        hi = mid;
+                    } else {
+                        lo = mid;
+                    }
+                }
+                hi
+            };
+            let (rel, smooth) = (caught(false), caught(true));
+            let json = json.replace(' ', "");
+            println!("{preset:<10} {w:>4} {json:<44} {rel:>12.3e} {smooth:>12.3e}");
+        }
+    }
 }

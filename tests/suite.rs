@@ -61,6 +61,8 @@ mod kernel_tensor;
 mod kernel_validate;
 #[path = "kernel_validate_mutants.rs"]
 mod kernel_validate_mutants;
+#[path = "kernel_validate_quantized.rs"]
+mod kernel_validate_quantized;
 #[path = "kernel_validate_strict.rs"]
 mod kernel_validate_strict;
 #[path = "kernel_validate_tolerance.rs"]

@@ -13,6 +13,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod bounds;
+pub use bounds::Allowance;
+
 /// Smallest accepted `global_scale`: the smallest normal f32 (`2^-126`), as engines store it.
 pub const MIN_GLOBAL_SCALE: f64 = f32::MIN_POSITIVE as f64;
 /// Largest accepted `global_scale`: the largest f32.

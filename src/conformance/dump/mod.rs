@@ -153,6 +153,9 @@ impl Dump {
             let (meta, tensors) = read_npy_dir(path)?;
             return Dump::from_parts(path, &meta, tensors, dtype_override);
         }
+        // The header's declared sizes against the file and the limits first (issue 47): nothing
+        // is read or widened for a tensor the file cannot hold.
+        safetensors_io::check_header(path)?;
         let bytes = crate::limits::read_file(path, crate::limits::MAX_DUMP_BYTES)?;
         Dump::from_safetensors_bytes(path, &bytes, dtype_override)
     }

@@ -7,6 +7,78 @@ use candle_core::DType;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+/// Largest safetensors header read before the tensors (the JSON of names, shapes and offsets):
+/// 100 MB, the safetensors crate's own limit.
+pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// Checks a safetensors file's header against its length and the limits before anything else
+/// is read (issue 47): every tensor's declared shape and offsets must fit in the file, and the
+/// tensors widened to f64 (how the loader holds them) must fit in
+/// [`crate::limits::MAX_VALIDATION_BYTES`]. A hostile header declaring a huge tensor is refused
+/// in one line naming the tensor, having read at most the header. Returns the file's length.
+pub fn check_header(path: &Path) -> Result<u64> {
+    use std::io::Read;
+    let err = |r: String| file_err(path, r);
+    let (file, len) = crate::limits::open_regular(path, crate::limits::MAX_DUMP_BYTES)?;
+    let mut file = file.take(8 + MAX_HEADER_BYTES);
+    let mut n8 = [0u8; 8];
+    file.read_exact(&mut n8).map_err(|_| {
+        err(format!("not a readable safetensors file: {len} bytes, shorter than the 8-byte header length"))
+    })?;
+    let n = u64::from_le_bytes(n8);
+    if n > MAX_HEADER_BYTES || n > len - 8 {
+        return Err(err(format!(
+            "not a readable safetensors file: header length: declares {n} bytes, the file holds {} after it (limit {MAX_HEADER_BYTES})",
+            len - 8
+        )));
+    }
+    let mut header = vec![0u8; n as usize];
+    file.read_exact(&mut header).map_err(|e| err(format!("header: {e}")))?;
+    let json: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
+        .map_err(|e| err(format!("not a readable safetensors file: header is not a JSON object: {e}")))?;
+    let data_len = len - 8 - n;
+    let mut widened: u64 = 0;
+    for (name, v) in &json {
+        if name == "__metadata__" {
+            continue;
+        }
+        let shape: Option<Vec<u64>> =
+            v.get("shape").and_then(|s| s.as_array()).and_then(|a| a.iter().map(|x| x.as_u64()).collect());
+        let offsets: Option<Vec<u64>> =
+            v.get("data_offsets").and_then(|s| s.as_array()).and_then(|a| a.iter().map(|x| x.as_u64()).collect());
+        let (Some(shape), Some(offsets)) = (shape, offsets) else {
+            return Err(err(format!(
+                "not a readable safetensors file: tensor {name}: the header has no shape or data_offsets of integers"
+            )));
+        };
+        let count = shape.iter().try_fold(1u64, |a, &s| a.checked_mul(s));
+        let [start, end] = offsets[..] else {
+            return Err(err(format!(
+                "not a readable safetensors file: tensor {name}: data_offsets must be [start, end], got {offsets:?}"
+            )));
+        };
+        if start > end || end > data_len {
+            return Err(err(format!(
+                "not a readable safetensors file: tensor {name}: data_offsets [{start}, {end}] lie outside the {data_len} bytes of data the file holds \
+                 (truncated, or a hostile header)"
+            )));
+        }
+        let Some(count) = count.filter(|&c| c <= data_len) else {
+            return Err(err(format!(
+                "not a readable safetensors file: tensor {name}: shape {shape:?} declares more elements than the file's {data_len} bytes of data hold"
+            )));
+        };
+        widened = widened.saturating_add(count.saturating_mul(8));
+    }
+    if widened > crate::limits::MAX_VALIDATION_BYTES {
+        return Err(err(format!(
+            "tensors: {widened} bytes widened to f64, above the limit of {} (MAX_VALIDATION_BYTES)",
+            crate::limits::MAX_VALIDATION_BYTES
+        )));
+    }
+    Ok(len)
+}
+
 /// Reads the metadata and every tensor of a safetensors buffer.
 pub fn read_safetensors(path: &Path, bytes: &[u8]) -> Result<(HashMap<String, String>, BTreeMap<String, RawTensor>)> {
     use safetensors::tensor::{Dtype, SafeTensors};

@@ -305,7 +305,8 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize), 
         low.push(l);
     }
     let positions: Vec<usize> = ref64[0].positions[..n].to_vec();
-    rows.extend(tolerance::rows(d, &ref64, &low, n, &positions, terms));
+    let (k13_rows, bounds) = tolerance::rows(d, &ref64, &low, n, &positions, terms);
+    rows.extend(k13_rows);
     rows.push(checks::k5(d, n));
     rows.push(match &d.perturbed {
         None => not_checkable("K2", "locality (perturbed token)", "the dump has no perturbed run"),
@@ -313,16 +314,7 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize), 
     });
     rows.push(match &d.shifted {
         None => not_checkable("K3", "stride shift (S tokens prepended)", "the dump has no shifted run"),
-        Some(sh) => {
-            // The rounding model's bound on one output (the largest of the K13 rows): two
-            // correct runs of the same entry differ by at most twice it.
-            let k13 = rows
-                .iter()
-                .filter(|r| r.id == "K13" && r.name.starts_with("tolerance:"))
-                .map(|r| r.bound)
-                .fold(0.0f64, f64::max);
-            checks::k3(d, sh, terms, k13)
-        }
+        Some(sh) => checks::k3(d, sh, terms, &bounds),
     });
 
     let window_bound = rows.iter().find(|r| r.name.starts_with("tolerance: keys")).map(|r| r.bound).unwrap_or(0.0);

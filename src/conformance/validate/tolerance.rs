@@ -11,6 +11,7 @@ use crate::conformance::harness::tolerance::{
     accumulator, max_abs_diff, rounding_bound, rounding_bound_rms, unit_roundoff, STAGE_ROUNDINGS, STAGE_ROUNDINGS_RMS,
 };
 use crate::kernel::Compressed;
+use crate::numeric::formats::CacheFormat;
 use candle_core::DType;
 use ndarray::{s, Array2, Axis};
 
@@ -20,8 +21,252 @@ use ndarray::{s, Array2, Axis};
 /// inside and catches a 16-ulp systematic error with room to spare.
 pub const SCALE_FLOOR_ULPS: f64 = 4.0;
 
+/// What K3 needs of the K13 rule of each output: the max-norm bound of a plain row (by the
+/// output's name), and for an encoded output the rounding model's inputs and targets.
+#[derive(Default)]
+pub(super) struct Bounds {
+    /// `(output name, max-norm bound)` of every plain (not encoded) output.
+    pub plain: Vec<(String, f64)>,
+    /// The rounding model of every encoded output.
+    pub encoded: Vec<EncodedModel>,
+}
+
+impl Bounds {
+    /// The max-norm bound of the plain output `name` (a prefix of the row's name).
+    pub fn plain(&self, name: &str) -> Option<f64> {
+        self.plain.iter().find(|(n, _)| n.starts_with(name)).map(|(_, b)| *b)
+    }
+}
+
+/// An encoded output's rounding model (`theory/dump-format.md`, "Quantized keys: the rounding
+/// model"): the pre-encoding bounds and the f64 values the reference encodes.
+pub(super) struct EncodedModel {
+    /// The output (`keys ...`, `values ...`).
+    pub name: String,
+    /// Largest pre-encoding error of a correct kernel (the plain max-norm bound).
+    pub delta: f64,
+    /// RMS of the pre-encoding error of a correct kernel (the plain RMS bound).
+    pub rho: f64,
+    /// RMS of the reference over the output.
+    pub rms_ref: f64,
+    /// Per sequence, the f64 values before encoding (`[n, d_h]`).
+    pub targets: Vec<Array2<f64>>,
+}
+
+/// The outcome of comparing stored entries with the reference's encoding under the rounding
+/// model, accumulated entry by entry ([`Encoded::add`]).
+#[derive(Default)]
+pub(super) struct Encoded {
+    /// Largest `|impl - enc(ref)| / allowance` (1: at the allowance).
+    pub worst: f64,
+    /// `|impl - enc(ref)|` and the allowance at the worst channel.
+    pub at_worst: (f64, f64),
+    /// Per channel group (the channels before `split`, the rest): squared errors, expected
+    /// squared flips, channels.
+    group_sq: [f64; 2],
+    group_allowed: [f64; 2],
+    group_count: [usize; 2],
+    /// The first rotated channel (the RMS half holds on the NoPE and the RoPE channels each:
+    /// a RoPE bug is confined to the latter).
+    split: usize,
+    step_max: f64,
+    count: usize,
+    cross: f64,
+    cross_low: f64,
+    noise: f64,
+    norm: f64,
+    entries: usize,
+    entry_sq: f64,
+    entry_noise: f64,
+    rho: f64,
+    rms_ref: f64,
+    /// Per rotated pair: the error's component along the pair's rotation direction, the
+    /// reference's squared norm, the flips' variance of that component.
+    pairs: Vec<[f64; 3]>,
+}
+
+impl Encoded {
+    /// Adds one entry: `got` stored by the kernel, `y` the f64 value the reference encodes,
+    /// `low` the twin's (None: not compared), under pre-encoding bounds `delta` and `rho`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add(
+        &mut self,
+        f: &CacheFormat,
+        quantized: usize,
+        got: &[f64],
+        y: &[f64],
+        low: Option<&[f64]>,
+        delta: f64,
+        rho: f64,
+        rms_ref: f64,
+    ) {
+        let mut t = y.to_vec();
+        f.round_entry(&mut t, quantized);
+        let lt = low.map(|l| {
+            let mut l = l.to_vec();
+            f.round_entry(&mut l, quantized);
+            l
+        });
+        let a = f.allowance(y, quantized, delta, rho, rms_ref);
+        self.rho = self.rho.max(rho);
+        self.rms_ref = rms_ref;
+        let n_pairs = y.len().saturating_sub(self.split) / 2;
+        if self.pairs.len() < n_pairs {
+            self.pairs.resize(n_pairs, [0.0; 3]);
+        }
+        for (p, acc) in self.pairs.iter_mut().enumerate().take(n_pairs) {
+            let (c0, c1) = (self.split + 2 * p, self.split + 2 * p + 1);
+            let (d0, d1) = (got[c0] - t[c0], got[c1] - t[c1]);
+            // `J y = (-y1, y0)`: the direction a rotation by a small angle moves the pair.
+            acc[0] += -d0 * y[c1] + d1 * y[c0];
+            acc[1] += y[c0] * y[c0] + y[c1] * y[c1];
+            acc[2] += a.sq[c0] * y[c1] * y[c1] + a.sq[c1] * y[c0] * y[c0];
+        }
+        let (mut e_cross, mut e_norm, mut e_noise) = (0.0f64, 0.0f64, 0.0f64);
+        for c in 0..y.len() {
+            e_cross += (got[c] - t[c]) * y[c];
+            e_norm += y[c] * y[c];
+            e_noise += a.sq[c] * y[c] * y[c];
+            let diff = (got[c] - t[c]).abs();
+            let ratio = if diff.is_nan() {
+                f64::INFINITY
+            } else if diff == 0.0 {
+                0.0
+            } else {
+                diff / a.max[c]
+            };
+            if ratio > self.worst || (self.count == 0 && c == 0) {
+                self.worst = self.worst.max(ratio);
+                self.at_worst = (diff, a.max[c]);
+            }
+            let grp = usize::from(c >= self.split);
+            self.group_sq[grp] += diff * diff;
+            self.group_allowed[grp] += a.sq[c];
+            self.group_count[grp] += 1;
+            self.count += 1;
+            self.cross += (got[c] - t[c]) * y[c];
+            if let Some(lt) = &lt {
+                self.cross_low += (lt[c] - t[c]) * y[c];
+            }
+            self.noise += a.sq[c] * y[c] * y[c];
+            self.norm += y[c] * y[c];
+        }
+        self.step_max = self.step_max.max(a.step_max);
+        if e_norm > 0.0 {
+            let c = e_cross / e_norm;
+            self.entries += 1;
+            self.entry_sq += if c.is_nan() { f64::INFINITY } else { c * c * e_norm };
+            self.entry_noise += e_noise / e_norm;
+        }
+    }
+
+    /// The entry-scale half, `(statistic, bound)`: each entry's least-squares scale `c_j` of
+    /// `impl - enc(ref)` on its reference (what an RMSNorm bug changes), weighted,
+    /// `sqrt(sum_j c_j^2 |y_j|^2 / N)`. Before encoding it is at most the RMS of the error, so at
+    /// most `rho`; the encoding's flips add their variance `V` (expected, with three standard
+    /// deviations of its sum over the entries and of the cross term).
+    pub fn entry_scales(&self) -> (f64, f64) {
+        if self.count == 0 || self.entries == 0 {
+            return (0.0, 0.0);
+        }
+        let n = self.count as f64;
+        let m = self.entries as f64;
+        let v = self.entry_noise / n;
+        let rho = self.rho;
+        let bound = (rho * rho + v * (1.0 + 3.0 * (2.0 / m).sqrt()) + 6.0 * rho * (v / m).sqrt()).sqrt();
+        ((self.entry_sq / n).sqrt(), bound)
+    }
+
+    /// The rotation half, `(pair, angle, bound)` of the pair closest to failing: each rotated
+    /// pair's least-squares rotation angle of `impl - enc(ref)` over every entry (what a wrong
+    /// RoPE frequency or position gives). Before encoding, the error's component along the
+    /// rotation is at most its RMS, `rho` (at the pair's magnitude when above the output's), so
+    /// `|angle| <= rho' / rms(pair)`; the flips add four standard deviations of their noise.
+    pub fn pair_angles(&self) -> Option<(usize, f64, f64)> {
+        let mut worst: Option<(usize, f64, f64)> = None;
+        for (p, &[cross, norm, noise]) in self.pairs.iter().enumerate() {
+            if norm <= 0.0 || self.entries == 0 {
+                continue;
+            }
+            let rms_pair = (norm / (2.0 * self.entries as f64)).sqrt();
+            let rho = self.rho * (rms_pair / self.rms_ref.max(f64::MIN_POSITIVE)).max(1.0);
+            let angle = cross / norm;
+            let bound = rho / rms_pair + 4.0 * noise.sqrt() / norm;
+            let ratio = |a: f64, b: f64| if b > 0.0 { a.abs() / b } else { f64::INFINITY };
+            if worst.is_none_or(|(_, a, b)| ratio(angle, bound) > ratio(a, b) || angle.is_nan()) {
+                worst = Some((p, angle, bound));
+            }
+        }
+        worst
+    }
+
+    /// The RMS half on the channel groups: a new accumulator whose RoPE channels start at
+    /// `split` (`d_h` or 0: one group).
+    pub fn new(split: usize) -> Self {
+        Encoded { split, ..Default::default() }
+    }
+
+    /// `(rms, bound)` of the channel group whose RMS of `impl - enc(ref)` is largest against
+    /// its bound: the expected squared flips, plus three standard deviations of their sum (each
+    /// flip at most `step_max`).
+    fn rms_half(&self) -> (f64, f64) {
+        let mut worst = (0.0, 0.0);
+        let mut ratio = -1.0f64;
+        for g in 0..2 {
+            let n = self.group_count[g];
+            if n == 0 {
+                continue;
+            }
+            let a = self.group_allowed[g];
+            let rms = (self.group_sq[g] / n as f64).sqrt();
+            let bound = ((a + 3.0 * a.sqrt() * self.step_max) / n as f64).sqrt();
+            let r = if rms == 0.0 {
+                0.0
+            } else if bound > 0.0 {
+                rms / bound
+            } else {
+                f64::INFINITY
+            };
+            if r > ratio {
+                ratio = r;
+                worst = (rms, bound);
+            }
+        }
+        worst
+    }
+
+    /// RMS of `impl - enc(ref)` on the channel group closest to failing.
+    pub fn rms(&self) -> f64 {
+        self.rms_half().0
+    }
+
+    /// The RMS half's bound on that group.
+    pub fn rms_bound(&self) -> f64 {
+        self.rms_half().1
+    }
+
+    /// Whether either half fails.
+    pub fn fails(&self) -> bool {
+        let (es, eb) = self.entry_scales();
+        let rotation = self.pair_angles().is_some_and(|(_, a, b)| a.is_nan() || a.abs() > b);
+        self.worst > 1.0 || self.rms() > self.rms_bound() || es > eb || rotation
+    }
+
+    /// `(scale, twin's scale, noise)`: the least-squares scale of `impl - enc(ref)` on the
+    /// reference, the twin's, and four standard deviations of the scale the encoding's flips
+    /// alone give.
+    pub fn scale(&self) -> (f64, f64, f64) {
+        if self.norm > 0.0 {
+            (self.cross / self.norm, self.cross_low / self.norm, 4.0 * self.noise.sqrt() / self.norm)
+        } else {
+            (0.0, 0.0, 0.0)
+        }
+    }
+}
+
 /// The K13 rows of the main run: `ref64`/`low` are the f64 reference and the twin of each
-/// sequence, `n` the entries compared, `positions` theirs, `terms` the summation length.
+/// sequence, `n` the entries compared, `positions` theirs, `terms` the summation length. Also
+/// returns what K3 needs of each output's rule ([`Bounds`]).
 pub(super) fn rows(
     d: &Dump,
     ref64: &[Compressed<f64>],
@@ -29,115 +274,120 @@ pub(super) fn rows(
     n: usize,
     positions: &[usize],
     terms: usize,
-) -> Vec<CheckRow> {
+) -> (Vec<CheckRow>, Bounds) {
     let spec = &d.spec;
     let run = &d.main;
     let b = run.batch();
     let mut rows = Vec::new();
+    let bounds = std::cell::RefCell::new(Bounds::default());
     let cut2 = |a: &ndarray::Array3<f64>, k: usize| a.slice(s![k, ..n, ..]).to_owned();
     let u = unit_roundoff(d.dtype);
     let format = d.cache_format.as_ref();
-    let quantized = format.map_or(0, |f| {
-        let r = spec.rope.as_ref().map_or(0, |rs| rs.rotated_channels(d.dims.d_head));
-        f.quantized_channels(d.dims.d_head, r)
-    });
+    let rotated = spec.rope.as_ref().map_or(0, |rs| rs.rotated_channels(d.dims.d_head));
+    let quantized = format.map_or(0, |f| f.quantized_channels(d.dims.d_head, rotated));
     // `encoded`: the output is a stored cache entry in `format` (keys and values), compared with
-    // the reference's own encoding of its f64 result, each channel allowed two grid steps of the
-    // format at its block's scale (a pre-encoding difference may flip a rounding, or the block
-    // scale by a power of two) on top of the pre-encoding rule.
+    // the reference's own encoding of its f64 result under the rounding model.
     let rule = |name: &str,
                 got: &dyn Fn(usize) -> Array2<f64>,
                 r: &dyn Fn(usize) -> (Array2<f64>, Array2<f64>),
                 encoded: bool| {
         let fmt = format.filter(|_| encoded);
-        let (mut err, mut err_low, mut mag) = (0.0f64, 0.0f64, 0.0f64);
-        let (mut sq, mut sq_low, mut sq_ref, mut count) = (0.0f64, 0.0f64, 0.0f64, 0usize);
-        let (mut cross, mut cross_low, mut norm) = (0.0f64, 0.0f64, 0.0f64);
-        let mut off_grid: Option<String> = None;
-        for k in 0..b {
-            let (r64, rlow) = r(k);
-            let g = got(k);
-            if g.shape() != r64.shape() {
-                err = f64::INFINITY;
-                continue;
+        let refs: Vec<(Array2<f64>, Array2<f64>)> = (0..b).map(r).collect();
+        let gots: Vec<Array2<f64>> = (0..b).map(got).collect();
+        // The pre-encoding statistics of the reference and its twin.
+        let (mut err_low, mut mag, mut sq_low, mut sq_ref, mut count) = (0.0f64, 0.0f64, 0.0f64, 0.0f64, 0usize);
+        for (r64, rlow) in &refs {
+            for (y, l) in r64.iter().zip(rlow.iter()) {
+                err_low = err_low.max((l - y).abs());
+                mag = mag.max(y.abs());
+                sq_low += (l - y) * (l - y);
+                sq_ref += y * y;
+                count += 1;
             }
-            for (j, ((gr, rr), lr)) in g.rows().into_iter().zip(r64.rows()).zip(rlow.rows()).enumerate() {
-                let (rr, lr) = (rr.to_vec(), lr.to_vec());
-                // What the comparison is against: the f64 result, encoded like the kernel's.
-                let (target, low_t, slack) = match fmt {
-                    Some(f) => {
-                        let (mut t, mut l) = (rr.clone(), lr.clone());
-                        f.round_entry(&mut t, quantized);
-                        f.round_entry(&mut l, quantized);
-                        let sp = f.spacing_entry(&rr, quantized);
+        }
+        let rms = |v: f64| if count > 0 { (v / count as f64).sqrt() } else { 0.0 };
+        let (rms_low, rms_ref) = (rms(sq_low), rms(sq_ref));
+        let bound = rounding_bound(err_low, d.dtype, mag, terms);
+        let bound_rms = rounding_bound_rms(rms_low, d.dtype, rms_ref, terms);
+        let shape_ok = gots.iter().zip(&refs).all(|(g, (r, _))| g.shape() == r.shape());
+        let mut off_grid: Option<String> = None;
+        let (magnitude, systematic) = match fmt {
+            Some(f) => {
+                let mut e = Encoded::new(d.dims.d_head - rotated);
+                for (k, (g, (r64, rlow))) in gots.iter().zip(&refs).enumerate() {
+                    if g.shape() != r64.shape() {
+                        continue;
+                    }
+                    for (j, ((gr, rr), lr)) in g.rows().into_iter().zip(r64.rows()).zip(rlow.rows()).enumerate() {
+                        let (gr, rr, lr) = (gr.to_vec(), rr.to_vec(), lr.to_vec());
                         if off_grid.is_none() {
-                            if let Some(c) = f.off_grid(&gr.to_vec(), quantized) {
+                            if let Some(c) = f.off_grid(&gr, quantized) {
                                 off_grid = Some(format!("sequence {k}, entry {j}, channel {c} = {:e}", gr[c]));
                             }
                         }
-                        (t, l, sp.into_iter().map(|v| 2.0 * v).collect())
+                        e.add(f, quantized, &gr, &rr, Some(&lr), bound, bound_rms, rms_ref);
                     }
-                    None => (rr.clone(), lr.clone(), vec![0.0; rr.len()]),
-                };
-                for c in 0..rr.len() {
-                    let (x, y, l) = (gr[c], rr[c], lr[c]);
-                    let e = (x - target[c]).abs() - slack[c];
-                    err = if e.is_nan() { f64::INFINITY } else { err.max(e) };
-                    err_low = err_low.max((l - y).abs());
-                    mag = mag.max(y.abs());
-                    sq += (x - y) * (x - y);
-                    sq_low += (l - y) * (l - y);
-                    sq_ref += y * y;
-                    count += 1;
-                    cross += (x - y) * y;
-                    cross_low += (low_t[c] - y) * y;
-                    norm += y * y;
                 }
+                bounds.borrow_mut().encoded.push(EncodedModel {
+                    name: name.to_string(),
+                    delta: bound,
+                    rho: bound_rms,
+                    rms_ref,
+                    targets: refs.iter().map(|(r, _)| r.clone()).collect(),
+                });
+                let max_fails = !shape_ok || e.worst > 1.0;
+                let (es, eb) = e.entry_scales();
+                let (pair, angle, angle_bound) = e.pair_angles().unwrap_or((0, 0.0, 0.0));
+                let rotation_fails = angle.is_nan() || angle.abs() > angle_bound;
+                let rms_fails = e.rms() > e.rms_bound() || es > eb || rotation_fails;
+                let (error, shown) = match (max_fails, e.rms() > e.rms_bound()) {
+                    (true, _) => e.at_worst,
+                    (false, true) => (e.rms(), e.rms_bound()),
+                    (false, false) if es > eb => (es, eb),
+                    (false, false) if rotation_fails => (angle.abs(), angle_bound),
+                    _ => e.at_worst,
+                };
+                let magnitude = CheckRow {
+                    id: "K13",
+                    name: format!("tolerance: {name}"),
+                    status: if max_fails || rms_fails { Status::Fail } else { Status::Pass },
+                    error: if shape_ok { error } else { f64::INFINITY },
+                    bound: shown,
+                    note: format!(
+                        "rounding model of the stored entry, pre-encoding error <= {bound:.3e} (max), {bound_rms:.3e} \
+                         (rms): max|impl - enc(ref64)| / allowance = {:.3e} ({:.3e} vs {:.3e}); rms {:.3e} vs \
+                         expected flips {:.3e}; entry scales {es:.3e} vs {eb:.3e}; rotation of pair {pair} \
+                         {angle:.3e} vs {angle_bound:.3e}",
+                        e.worst,
+                        e.at_worst.0,
+                        e.at_worst.1,
+                        e.rms(),
+                        e.rms_bound()
+                    ),
+                };
+                // A systematic scale `c` before encoding is an RMS error `|c| rms(ref)`, which the
+                // plain RMS rule bounds by `bound_rms`; the encoding's flips add noise only.
+                let (scale, scale_low, noise) = e.scale();
+                let scale_bound = 2.0 * scale_low.abs() + bound_rms / rms_ref.max(f64::MIN_POSITIVE) + noise;
+                let systematic = CheckRow {
+                    id: "K13",
+                    name: format!("systematic scale: {name}"),
+                    status: if scale.abs() <= scale_bound { Status::Pass } else { Status::Fail },
+                    error: scale.abs(),
+                    bound: scale_bound,
+                    note: format!(
+                        "impl - enc(ref64) = ref64 * {scale:.3e} in least squares ({:.1} units of roundoff); \
+                         twin: {scale_low:.3e}; bound: the pre-encoding RMS bound / rms(ref64) + flip noise \
+                         {noise:.3e}",
+                        scale / u
+                    ),
+                };
+                (magnitude, systematic)
             }
-        }
-        let bound = rounding_bound(err_low, d.dtype, mag, terms);
-        let rms = |v: f64| if count > 0 { (v / count as f64).sqrt() } else { 0.0 };
-        let (rms_err, rms_low, rms_ref) = (rms(sq), rms(sq_low), rms(sq_ref));
-        let bound_rms = rounding_bound_rms(rms_low, d.dtype, rms_ref, terms);
-        // The RMS half of the rule is for plain outputs; an encoded output's error is the
-        // format's rounding, held per channel above.
-        let rms_fails = fmt.is_none() && rms_err > bound_rms;
-        let max_fails = err.is_nan() || err > bound;
-        let what = if fmt.is_some() { "max(|impl - enc(ref64)| - 2 steps)" } else { "max|impl - ref64|" };
-        let rms_note = if fmt.is_some() {
-            String::new()
-        } else {
-            format!("; rms {rms_err:.3e} vs 2 * rms|twin - ref64| ({rms_low:.3e}) + {STAGE_ROUNDINGS_RMS} u rms|ref64| = {bound_rms:.3e}")
-        };
-        let (error, shown_bound) = if rms_fails && !max_fails { (rms_err, bound_rms) } else { (err, bound) };
-        let magnitude = CheckRow {
-            id: "K13",
-            name: format!("tolerance: {name}"),
-            status: if max_fails || rms_fails { Status::Fail } else { Status::Pass },
-            error,
-            bound: shown_bound,
-            note: format!(
-                "{what} = {err:.3e} vs 2 * max|twin - ref64| ({err_low:.3e}) + {STAGE_ROUNDINGS} u max|ref64| = \
-                 {bound:.3e}{rms_note}"
-            ),
-        };
-        // A systematic relative error (impl = ref * (1 + c)) hides under the magnitude rule
-        // when c is a few units of roundoff; rounding errors are unbiased, so the least-squares
-        // scale of the error on the reference, `sum (impl - ref) ref / sum ref^2`, is near 0 for
-        // a correct kernel and c for a scaled one. Held to the same two-reference rule with a
-        // floor of SCALE_FLOOR_ULPS units of roundoff.
-        let (scale, scale_low) = if norm > 0.0 { (cross / norm, cross_low / norm) } else { (0.0, 0.0) };
-        let scale_bound = 2.0 * scale_low.abs() + SCALE_FLOOR_ULPS * u;
-        let systematic = CheckRow {
-            id: "K13",
-            name: format!("systematic scale: {name}"),
-            status: if scale.abs() <= scale_bound { Status::Pass } else { Status::Fail },
-            error: scale.abs(),
-            bound: scale_bound,
-            note: format!(
-                "impl = ref64 * (1 + {scale:.3e}) in least squares ({:.1} units of roundoff); twin: {scale_low:.3e}",
-                scale / u
-            ),
+            None => {
+                bounds.borrow_mut().plain.push((name.to_string(), bound));
+                plain_rows(name, &gots, &refs, bound, bound_rms, (err_low, rms_low, rms_ref), u, shape_ok)
+            }
         };
         let grid = fmt.map(|f| CheckRow {
             id: "K13",
@@ -259,5 +509,70 @@ pub(super) fn rows(
         rows.push(row);
     }
 
-    rows
+    (rows, bounds.into_inner())
+}
+
+/// The magnitude and systematic-scale rows of a plain (not encoded) output.
+#[allow(clippy::too_many_arguments)]
+fn plain_rows(
+    name: &str,
+    gots: &[Array2<f64>],
+    refs: &[(Array2<f64>, Array2<f64>)],
+    bound: f64,
+    bound_rms: f64,
+    (err_low, rms_low, rms_ref): (f64, f64, f64),
+    u: f64,
+    shape_ok: bool,
+) -> (CheckRow, CheckRow) {
+    let (mut err, mut sq, mut count) = (if shape_ok { 0.0f64 } else { f64::INFINITY }, 0.0f64, 0usize);
+    let (mut cross, mut cross_low, mut norm) = (0.0f64, 0.0f64, 0.0f64);
+    for (g, (r64, rlow)) in gots.iter().zip(refs) {
+        if g.shape() != r64.shape() {
+            continue;
+        }
+        for ((x, y), l) in g.iter().zip(r64.iter()).zip(rlow.iter()) {
+            let e = (x - y).abs();
+            err = if e.is_nan() { f64::INFINITY } else { err.max(e) };
+            sq += (x - y) * (x - y);
+            count += 1;
+            cross += (x - y) * y;
+            cross_low += (l - y) * y;
+            norm += y * y;
+        }
+    }
+    let rms_err = if count > 0 { (sq / count as f64).sqrt() } else { 0.0 };
+    let rms_fails = rms_err > bound_rms;
+    let max_fails = err.is_nan() || err > bound;
+    let (error, shown_bound) = if rms_fails && !max_fails { (rms_err, bound_rms) } else { (err, bound) };
+    let magnitude = CheckRow {
+        id: "K13",
+        name: format!("tolerance: {name}"),
+        status: if max_fails || rms_fails { Status::Fail } else { Status::Pass },
+        error,
+        bound: shown_bound,
+        note: format!(
+            "max|impl - ref64| = {err:.3e} vs 2 * max|twin - ref64| ({err_low:.3e}) + {STAGE_ROUNDINGS} u max|ref64| = \
+             {bound:.3e}; rms {rms_err:.3e} vs 2 * rms|twin - ref64| ({rms_low:.3e}) + {STAGE_ROUNDINGS_RMS} u \
+             rms|ref64| ({rms_ref:.3e}) = {bound_rms:.3e}"
+        ),
+    };
+    // A systematic relative error (impl = ref * (1 + c)) hides under the magnitude rule when c is
+    // a few units of roundoff; rounding errors are unbiased, so the least-squares scale of the
+    // error on the reference, `sum (impl - ref) ref / sum ref^2`, is near 0 for a correct kernel
+    // and c for a scaled one. Held to the same two-reference rule with a floor of
+    // SCALE_FLOOR_ULPS units of roundoff.
+    let (scale, scale_low) = if norm > 0.0 { (cross / norm, cross_low / norm) } else { (0.0, 0.0) };
+    let scale_bound = 2.0 * scale_low.abs() + SCALE_FLOOR_ULPS * u;
+    let systematic = CheckRow {
+        id: "K13",
+        name: format!("systematic scale: {name}"),
+        status: if scale.abs() <= scale_bound { Status::Pass } else { Status::Fail },
+        error: scale.abs(),
+        bound: scale_bound,
+        note: format!(
+            "impl = ref64 * (1 + {scale:.3e}) in least squares ({:.1} units of roundoff); twin: {scale_low:.3e}",
+            scale / u
+        ),
+    };
+    (magnitude, systematic)
 }

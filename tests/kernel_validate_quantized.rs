@@ -1,0 +1,256 @@
+//! Issue 41's table, in Rust (no Python): quantized records of wrong kernels at production width
+//! (`d_h = 512`) fail `validate`, while the correct kernel's record passes in every shipped format.
+//! A dump is the reference as a bf16 kernel computes it (`reference_dump`), with a planted bug,
+//! then its keys encoded in the labelled format in every run (the kernel's stored cache); its
+//! pooled entries and gates are what it computed before encoding. The rounding model that judges
+//! them is `theory/dump-format.md`, "Quantized keys: the rounding model".
+
+use candle_core::DType;
+use ndarray::{s, Array3};
+use phasekv::conformance::dump::{round_to, Dump, Run};
+use phasekv::conformance::known::{mutant_dump, reference_dump};
+use phasekv::conformance::mutants::Mutant;
+use phasekv::conformance::validate::{validate, Status, Validation};
+use phasekv::kernel::post::rope;
+use phasekv::kernel::{KernelDims, KernelParams, KernelSpec};
+use phasekv::numeric::formats::CacheFormat;
+
+const D_MODEL: usize = 32;
+const D_HEAD: usize = 512;
+
+/// The quantized formats of the issue: (name, label).
+fn formats() -> Vec<(&'static str, CacheFormat)> {
+    [
+        ("MXFP8 pow2/32", r#"{"element": "e4m3", "scale": "pow2", "block": 32, "channels": "all", "amax_min": 1e-4}"#),
+        ("OCP MXFP8", r#"{"element": "e4m3", "scale": "e8m0", "block": 32, "channels": "all"}"#),
+        ("FP4 e4m3/16", r#"{"element": "e2m1", "scale": "e4m3", "block": 16, "channels": "all"}"#),
+        ("V4 FP8 NoPE", r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope", "amax_min": 1e-4}"#),
+    ]
+    .into_iter()
+    .map(|(n, j)| (n, CacheFormat::from_json(j).unwrap()))
+    .collect()
+}
+
+fn format(name: &str) -> CacheFormat {
+    formats().into_iter().find(|(n, _)| *n == name).unwrap().1
+}
+
+/// The inputs of one case: spec, dims, parameters (RMSNorm weight centred at 1, spread 0.2,
+/// bf16 values), one sequence of `tokens`, the prepended tokens of the shifted run.
+struct Case {
+    spec: KernelSpec,
+    dims: KernelDims,
+    params: KernelParams<f64>,
+    x: Array3<f64>,
+    pre: ndarray::Array2<f64>,
+}
+
+fn case(preset: &str, tokens: usize) -> Case {
+    let spec = KernelSpec::preset(preset).unwrap();
+    let dims = KernelDims::new(D_MODEL, D_HEAD).unwrap();
+    let mut params = KernelParams::random(&spec, dims, 21);
+    let spread = phasekv::kernel::random_input(D_HEAD, 1, 22);
+    if let Some(g) = &mut params.gamma {
+        for (v, r) in g.iter_mut().zip(spread.iter()) {
+            *v = round_to(DType::BF16, 1.0 + 0.2 * r);
+        }
+    }
+    let x = phasekv::kernel::random_input(tokens, D_MODEL, 23).into_shape_with_order((1, tokens, D_MODEL)).unwrap();
+    let pre = phasekv::kernel::random_input(spec.geometry.stride(), D_MODEL, 24);
+    Case { spec, dims, params, x, pre }
+}
+
+impl Case {
+    /// The dump of the kernel that computes `computed` with `params` (a bug when they differ
+    /// from the case's), labelled with the case's spec and parameters.
+    fn dump_of(&self, computed: &KernelSpec, params: &KernelParams<f64>, mutant: Option<Mutant>) -> Dump {
+        let mut d =
+            mutant_dump(&self.spec, computed, mutant, self.dims, params, &self.x, DType::BF16, Some((&self.pre, 1)))
+                .unwrap();
+        d.params = reference_dump(&self.spec, self.dims, &self.params, &self.x, DType::BF16, None).unwrap().params;
+        d
+    }
+
+    fn correct(&self) -> Dump {
+        self.dump_of(&self.spec, &self.params, None)
+    }
+}
+
+fn runs(d: &mut Dump) -> Vec<&mut Run> {
+    [Some(&mut d.main), d.shifted.as_mut(), d.perturbed.as_mut().map(|p| &mut p.0)].into_iter().flatten().collect()
+}
+
+/// The dump as stored: every run's keys (and values) encoded in `f`, labelled `f`.
+fn stored(mut d: Dump, f: &CacheFormat) -> Dump {
+    let r = d.spec.rope.as_ref().map_or(0, |rs| rs.rotated_channels(d.dims.d_head));
+    let q = f.quantized_channels(d.dims.d_head, r);
+    for run in runs(&mut d) {
+        for a in [Some(&mut run.keys), run.values.as_mut()].into_iter().flatten() {
+            for mut row in a.rows_mut() {
+                let mut v = row.to_vec();
+                f.round_entry(&mut v, q);
+                row.assign(&ndarray::Array1::from(v));
+            }
+        }
+    }
+    d.cache_format = Some(f.clone());
+    d
+}
+
+/// Applies `bug` to every key of every run before encoding (`bug(entry position, key)`),
+/// rounding to bf16 after it as the kernel stores its result.
+/// A bug on one key: `(entry position, key, its pooled entry)`.
+type KeyBug<'a> = &'a dyn Fn(usize, &mut Vec<f64>, &[f64]);
+
+fn keys_bug(mut d: Dump, bug: KeyBug) -> Dump {
+    let spec = d.spec.clone();
+    for run in runs(&mut d) {
+        let pooled = run.pooled_keys.clone().unwrap();
+        for k in 0..run.keys.shape()[0] {
+            for j in 0..run.keys.shape()[1] {
+                let mut v = run.keys.slice(s![k, j, ..]).to_vec();
+                bug(spec.entry_position(j), &mut v, &pooled.slice(s![k, j, ..]).to_vec());
+                let v: Vec<f64> = v.into_iter().map(|x| round_to(DType::BF16, x)).collect();
+                run.keys.slice_mut(s![k, j, ..]).assign(&ndarray::Array1::from(v));
+            }
+        }
+    }
+    d
+}
+
+fn without_pooled(mut d: Dump) -> Dump {
+    for run in runs(&mut d) {
+        run.pooled_keys = None;
+        run.pooled_values = None;
+    }
+    d
+}
+
+fn failing(v: &Validation) -> Vec<String> {
+    v.rows.iter().filter(|r| r.status == Status::Fail).map(|r| format!("{}: {}", r.id, r.name)).collect()
+}
+
+fn assert_fails(d: &Dump, what: &str) -> Validation {
+    let v = validate(d).unwrap();
+    assert!(!v.passed, "{what} passes: {:#?}", v.rows);
+    v
+}
+
+fn rotated(d: &Dump) -> (usize, Vec<f64>) {
+    let rs = d.spec.rope.as_ref().unwrap();
+    let r = rs.rotated_channels(d.dims.d_head);
+    (d.dims.d_head - r, rs.inv_frequencies(r))
+}
+
+#[test]
+fn the_correct_kernel_passes_in_every_format_with_and_without_pooled_entries() {
+    for preset in ["dsv41-c4", "dsv4-csa"] {
+        let c = case(preset, 259);
+        for (name, f) in formats() {
+            for d in [stored(c.correct(), &f), stored(without_pooled(c.correct()), &f)] {
+                let v = validate(&d).unwrap();
+                assert!(v.passed, "{preset} {name}: {:#?}", v.rows);
+            }
+        }
+    }
+}
+
+#[test]
+fn rms_norm_bugs_fail_in_mxfp8_and_fp4() {
+    let c = case("dsv41-c4", 259);
+    let mut off = c.params.clone();
+    let g = off.gamma.as_mut().unwrap();
+    let first = g[0];
+    for i in 0..D_HEAD - 1 {
+        g[i] = g[i + 1];
+    }
+    g[D_HEAD - 1] = first;
+    let mut missing = c.params.clone();
+    missing.gamma.as_mut().unwrap().fill(1.0);
+    for (fname, pooled) in [("MXFP8 pow2/32", true), ("MXFP8 pow2/32", false), ("FP4 e4m3/16", true)] {
+        let f = format(fname);
+        let d = c.dump_of(&c.spec, &off, None);
+        let d = if pooled { d } else { without_pooled(d) };
+        assert_fails(&stored(d, &f), &format!("gamma one channel off, {fname}, pooled {pooled}"));
+    }
+    assert_fails(&stored(c.dump_of(&c.spec, &missing, None), &format("FP4 e4m3/16")), "gamma missing, FP4");
+    // RMSNorm over 448 of 512 channels: every key times rms_512(pooled) / rms_448(pooled).
+    let partial = keys_bug(c.correct(), &|_, v, p| {
+        let ms = |a: &[f64]| a.iter().map(|x| x * x).sum::<f64>() / a.len() as f64;
+        let factor = ((ms(p) + 1e-6) / (ms(&p[..448]) + 1e-6)).sqrt();
+        v.iter_mut().for_each(|x| *x *= factor);
+    });
+    assert_fails(&stored(partial, &format("MXFP8 pow2/32")), "RMSNorm over 448 channels, MXFP8");
+}
+
+#[test]
+fn scale_and_rope_bugs_fail_in_mxfp8_and_fp4() {
+    let c = case("dsv41-c4", 259);
+    let f = format("MXFP8 pow2/32");
+    let scaled = keys_bug(c.correct(), &|_, v, _| v.iter_mut().for_each(|x| *x *= 1.015));
+    let v = assert_fails(&stored(scaled, &f), "keys x 1.015, MXFP8");
+    assert!(failing(&v).iter().any(|r| r.contains("systematic scale: keys")), "{:?}", failing(&v));
+    let (first_rot, _) = rotated(&c.correct());
+    let rot = keys_bug(c.correct(), &|_, v, _| v[first_rot..].iter_mut().for_each(|x| *x *= 1.1));
+    assert_fails(&stored(rot, &f), "rotated channels x 1.1, MXFP8");
+    // No YaRN: FP4 at ratio 4, and the V4 FP8 NoPE record (its RoPE channels bf16).
+    for (preset, fname) in [("dsv41-c4", "FP4 e4m3/16"), ("dsv4-csa", "V4 FP8 NoPE")] {
+        let c = case(preset, 259);
+        let mut plain = c.spec.clone();
+        plain.rope.as_mut().unwrap().scaling = None;
+        assert_fails(
+            &stored(c.dump_of(&plain, &c.params, None), &format(fname)),
+            &format!("no YaRN, {preset} {fname}"),
+        );
+    }
+}
+
+/// The grid one token late for windows starting at token 256 and after: with 259 tokens only the
+/// shifted run has such a window, so K3 (on the pooled entries, gates and stored keys, each
+/// against its own bound) is what must fail.
+#[test]
+fn a_grid_late_from_token_256_fails_k3_in_every_format() {
+    let c = case("dsv41-c4", 259);
+    let good = c.correct();
+    let late = c.dump_of(&c.spec, &c.params, Some(Mutant::WindowStartOffByOne));
+    let g = c.spec.geometry;
+    let mut bad = good.clone();
+    for (run, late_run) in runs(&mut bad).into_iter().zip([Some(&late.main), late.shifted.as_ref()]) {
+        let Some(l) = late_run else { continue };
+        for j in 0..run.keys.shape()[1] {
+            if g.start(j) < 256 {
+                continue;
+            }
+            run.keys.slice_mut(s![.., j, ..]).assign(&l.keys.slice(s![.., j, ..]));
+            let lp = l.pooled_keys.as_ref().unwrap().slice(s![.., j, ..]);
+            run.pooled_keys.as_mut().unwrap().slice_mut(s![.., j, ..]).assign(&lp);
+            let lg = l.gate_k.as_ref().unwrap().slice(s![.., j, .., ..]);
+            run.gate_k.as_mut().unwrap().slice_mut(s![.., j, .., ..]).assign(&lg);
+        }
+    }
+    for (name, f) in formats() {
+        for d in [bad.clone(), without_pooled(bad.clone())] {
+            let pooled = d.main.pooled_keys.is_some();
+            let v = assert_fails(&stored(d, &f), &format!("late from 256, {name}, pooled {pooled}"));
+            assert!(failing(&v).iter().any(|r| r.starts_with("K3")), "{name} pooled {pooled}: {:?}", failing(&v));
+        }
+    }
+}
+
+/// A RoPE table clamped at position 256 (every later entry rotated as at 256): 300 tokens, so
+/// the main run holds entries past 256.
+#[test]
+fn a_rope_table_clamped_at_256_fails_in_every_format() {
+    let c = case("dsv41-c4", 300);
+    let (first_rot, freqs) = rotated(&c.correct());
+    let back: Vec<f64> = freqs.iter().map(|f| -f).collect();
+    let clamped = keys_bug(c.correct(), &|p, v, _| {
+        if p > 256 {
+            rope(&mut v[..], &back, p - 256);
+        }
+        let _ = first_rot;
+    });
+    for (name, f) in formats() {
+        assert_fails(&stored(clamped.clone(), &f), &format!("RoPE clamped at 256, {name}"));
+    }
+}
