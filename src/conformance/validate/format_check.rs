@@ -179,7 +179,7 @@ pub(super) fn check_label(d: &Dump) -> Result<()> {
             fields.push("cache_format.block");
         }
         return Err(Error::invalid(
-            &fields.join(" and "),
+            fields.join(" and "),
             format!(
                 "{bad} of {n} stored blocks break the labelled rule ({} scales per {}), while every block follows {} \
                  scales per {}: label the record {}",
