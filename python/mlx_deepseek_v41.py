@@ -42,7 +42,24 @@ import phasekv_npdump  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 
-ds = importlib.import_module("mlx_lm.models.deepseek_v41")
+
+
+def _import_deepseek_v41():
+    """mlx-lm's `models/deepseek_v41.py` without running `mlx_lm/__init__.py`, which imports
+    `convert` and `utils` and through them huggingface_hub and transformers: the documented
+    `pip install --no-deps mlx-lm` installs neither (issue 41). The package is registered bare
+    (its spec and path, not executed), then only `mlx_lm.models` is imported."""
+    import importlib.util
+
+    if "mlx_lm" not in sys.modules:
+        spec = importlib.util.find_spec("mlx_lm")
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit("mlx-lm is not installed: pip install mlx[cpu] numpy safetensors && pip install --no-deps mlx-lm")
+        sys.modules["mlx_lm"] = importlib.util.module_from_spec(spec)
+    return importlib.import_module("mlx_lm.models.deepseek_v41")
+
+
+ds = _import_deepseek_v41()
 
 # The released RoPE of compressed layers, and the preset's eps (theory/dump-format.md).
 ROPE_DIM = 64

@@ -1,6 +1,7 @@
 //! mlx-lm 0.32.2's DeepSeek-V4.1 compressor, unmodified, under MLX's CPU backend
-//! (`python/mlx_deepseek_v41.py`), dumped with the numpy-only writer in a process where torch
-//! cannot be imported, and validated against `dsv41-c{ratio}` in its real cache format (FP4 e2m1
+//! (`python/mlx_deepseek_v41.py`), dumped with the numpy-only writer in a process where torch,
+//! huggingface_hub and transformers cannot be imported (the documented `pip install --no-deps
+//! mlx-lm`; mlx-lm's own `__init__` needs the latter two, so the adapter skips it), and validated against `dsv41-c{ratio}` in its real cache format (FP4 e2m1
 //! with e4m3 scales per 16): ratios 1, 2, 4 and 128 pass one-shot, ratio 4 passes through
 //! mlx-lm's decode path; labelled with the wrong ratio, or as plain bf16, the same kernel fails.
 //!

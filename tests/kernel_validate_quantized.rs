@@ -254,3 +254,104 @@ fn a_rope_table_clamped_at_256_fails_in_every_format() {
         assert_fails(&stored(clamped.clone(), &f), &format!("RoPE clamped at 256, {name}"));
     }
 }
+
+/// `d`'s keys encoded in `f` with its first `quantized` channels encoded (every run), labelled
+/// `label`: a record stored one way and labelled another.
+fn relabelled(d: &Dump, f: &CacheFormat, quantized: usize, label: &str) -> Dump {
+    let mut d = d.clone();
+    for run in runs(&mut d) {
+        for mut row in run.keys.rows_mut() {
+            let mut v = row.to_vec();
+            f.round_entry(&mut v, quantized);
+            row.assign(&ndarray::Array1::from(v));
+        }
+    }
+    d.cache_format = Some(CacheFormat::from_json(label).unwrap());
+    d
+}
+
+/// Issue 41, item 4: each wrong label the issue lists is refused (exit 2) naming the field,
+/// through the library and the CLI, while the right label passes.
+#[test]
+fn labels_the_stored_record_contradicts_are_refused_naming_the_field() {
+    let c = case("dsv41-c4", 259);
+    let good = c.correct();
+    let fmt = |j: &str| CacheFormat::from_json(j).unwrap();
+    let pow2_32 = r#"{"element":"e4m3","scale":"pow2","block":32,"channels":"all"}"#;
+    let e8m0_32 = r#"{"element":"e4m3","scale":"e8m0","block":32,"channels":"all"}"#;
+    let nv = r#"{"element":"e2m1","scale":"e4m3","block":16,"channels":"all"}"#;
+    let mx4 = r#"{"element":"e2m1","scale":"e8m0","block":32,"channels":"all"}"#;
+    let cases = [
+        ("OCP e8m0 labelled pow2", e8m0_32, 512, pow2_32, "cache_format.scale"),
+        ("pow2 labelled e8m0", pow2_32, 512, e8m0_32, "cache_format.scale"),
+        (
+            // With power-of-two scales a block of 32 is also a valid pair of blocks of 16 (FP
+            // elements at scale s are elements at s / 2): the data cannot tell, and the decoded
+            // values agree. With E4M3 scales they cannot be both.
+            "blocks of 32 labelled 16",
+            r#"{"element":"e2m1","scale":"e4m3","block":32,"channels":"all"}"#,
+            512,
+            nv,
+            "cache_format.block",
+        ),
+        (
+            "blocks of 16 labelled 32",
+            nv,
+            512,
+            r#"{"element":"e2m1","scale":"e4m3","block":32,"channels":"all"}"#,
+            "cache_format.block",
+        ),
+        ("MXFP4 labelled NVFP4", mx4, 512, nv, "cache_format.scale and cache_format.block"),
+        (
+            "pow2 labelled f32",
+            pow2_32,
+            512,
+            r#"{"element":"e4m3","scale":"f32","block":32,"channels":"all"}"#,
+            "cache_format.scale",
+        ),
+        (
+            "a NoPE/RoPE split at channel 464",
+            r#"{"element":"e4m3","scale":"pow2","block":64,"channels":"all"}"#,
+            464,
+            r#"{"element":"e4m3","scale":"pow2","block":64,"channels":"nope"}"#,
+            "cache_format.channels",
+        ),
+        (
+            "an all-channel record labelled nope",
+            r#"{"element":"e4m3","scale":"pow2","block":64,"channels":"all"}"#,
+            512,
+            r#"{"element":"e4m3","scale":"pow2","block":64,"channels":"nope"}"#,
+            "cache_format.channels",
+        ),
+        (
+            "block 1 with f32 scales (degenerate)",
+            r#"{"element":"e4m3","scale":"f32","block":1,"channels":"all"}"#,
+            512,
+            r#"{"element":"e4m3","scale":"f32","block":1,"channels":"all"}"#,
+            "cache_format.block",
+        ),
+    ];
+    for (what, stored_as, quantized, label, field) in cases {
+        let right = relabelled(&good, &fmt(stored_as), quantized, stored_as);
+        if !what.contains("degenerate") && quantized == 512 {
+            assert!(validate(&right).unwrap().passed, "{what}: the right label fails");
+        }
+        let d = relabelled(&good, &fmt(stored_as), quantized, label);
+        let e = validate(&d).expect_err(what).to_string();
+        assert!(e.contains(field) && e.lines().count() == 1, "{what}: {e}");
+    }
+    // Through the CLI: exit 2, one line naming the field.
+    let dir = std::env::temp_dir().join(format!("phasekv-label-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mx4-as-nv.safetensors");
+    relabelled(&good, &fmt(mx4), 512, nv).save(&file).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_phasekv"))
+        .args(["kernel", "validate"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.trim().lines().count() == 1 && err.contains("cache_format.scale"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

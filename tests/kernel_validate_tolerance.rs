@@ -229,6 +229,33 @@ fn smallest_relative_error_caught() {
                 }
                 hi
             };
+            if preset == "dsv4-hca" {
+                // `kernel validate` end to end on the stored record (the binary as built by
+                // `cargo test`: the dev profile), W = 128, d_h = 512.
+                let mut d = good.clone();
+                let r = d.spec.rope.as_ref().map_or(0, |rs| rs.rotated_channels(D_HEAD));
+                let q = f.quantized_channels(D_HEAD, r);
+                for mut row in d.main.keys.rows_mut() {
+                    let mut v = row.to_vec();
+                    f.round_entry(&mut v, q);
+                    row.assign(&ndarray::Array1::from(v));
+                }
+                d.cache_format = Some(f.clone());
+                let file = std::env::temp_dir().join(format!("phasekv-hca-time-{}.safetensors", std::process::id()));
+                d.save(&file).unwrap();
+                let t = std::time::Instant::now();
+                let o = std::process::Command::new(env!("CARGO_BIN_EXE_phasekv"))
+                    .args(["kernel", "validate"])
+                    .arg(&file)
+                    .output()
+                    .unwrap();
+                println!(
+                    "kernel validate, HCA W 128 d_h 512, 259 tokens, {json}: exit {:?}, {:.2} s",
+                    o.status.code(),
+                    t.elapsed().as_secs_f64()
+                );
+                std::fs::remove_file(&file).unwrap();
+            }
             let (rel, smooth) = (caught(false), caught(true));
             let json = json.replace(' ', "");
             println!("{preset:<10} {w:>4} {json:<44} {rel:>12.3e} {smooth:>12.3e}");

@@ -161,12 +161,14 @@ pub fn adapter_scratch(label: &str) -> PathBuf {
 }
 
 /// Runs `python/<script>` with `--out <out> --validate <phasekv> <extra...>`: (exit code,
-/// stdout + stderr). With `no_torch`, `torch` cannot be imported in that process.
+/// stdout + stderr). With `no_torch` (mlx-lm's adapter, under its documented install `pip
+/// install --no-deps mlx-lm`), `torch`, `huggingface_hub` and `transformers` cannot be imported
+/// in that process.
 pub fn run_adapter(py: &str, script: &str, out: &std::path::Path, extra: &[&str], no_torch: bool) -> (i32, String) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python").join(script);
     let mut cmd = Command::new(py);
     if no_torch {
-        cmd.args(["-c", "import runpy, sys; sys.modules['torch'] = None; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"]);
+        cmd.args(["-c", "import runpy, sys; sys.modules.update(dict.fromkeys(['torch', 'huggingface_hub', 'transformers'])); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"]);
     }
     let o = cmd
         .arg(&script)

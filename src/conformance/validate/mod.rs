@@ -28,6 +28,7 @@
 //! kernel's half-empty window 0 (and windows displaced past either end) do not swamp the profile.
 
 mod checks;
+mod format_check;
 mod hints;
 mod profile;
 mod tolerance;
@@ -266,6 +267,8 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize), 
     // The spec check `kernel check --spec` shares (`KernelSpec::head_widths`), at the dump's
     // width, before anything runs.
     d.spec.validate_for(d.dims.d_head)?;
+    // The cache format's label against the stored record (issue 41): refused when contradicted.
+    format_check::check_label(d)?;
     check_bounds(d)?;
     let spec = &d.spec;
     let g = spec.geometry;
