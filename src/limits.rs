@@ -3,7 +3,7 @@
 //! Each bound is chosen so that the largest accepted input fits this project's machines
 //! (a 2-core, 24 GiB build box shared by several jobs): an input above a bound is rejected
 //! before anything is allocated or computed, with one line naming the field, the value and
-//! the allowed range. [`TABLE`] lists them all; the README's table of limits is generated from
+//! the allowed range. [`TABLE`] lists them all; the table of limits in `theory/limits.md` is generated from
 //! it (`markdown_table`) and a test keeps the two equal.
 //!
 //! Files are read only when they are regular files (not a FIFO, a device such as `/dev/zero`
@@ -119,7 +119,7 @@ macro_rules! limit {
     };
 }
 
-/// Every bound, in the order of the README's table. `max` is the constant's value spelt out
+/// Every bound, in the order of the table in `theory/limits.md`. `max` is the constant's value spelt out
 /// (a test checks each against the constant).
 pub const TABLE: &[Limit] = &[
     limit!("task.n_key, task.n_val, task.n_filler", "1048576", "vocabulary parts (MAX_VOCAB_PART)"),
@@ -192,7 +192,7 @@ pub const TABLE: &[Limit] = &[
     limit!("weights and checkpoints", "8589934592", "bytes, regular files only (MAX_WEIGHTS_BYTES)"),
 ];
 
-/// The README's table of limits, generated from [`TABLE`].
+/// The table of limits in `theory/limits.md`, generated from [`TABLE`].
 pub fn markdown_table() -> String {
     let mut out = String::from("| field | largest accepted | bounds |\n|---|---|---|\n");
     for l in TABLE {
@@ -382,9 +382,9 @@ mod tests {
     }
 
     #[test]
-    fn readme_holds_the_generated_table() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-        assert!(readme.contains(&markdown_table()), "README's limits table differs from limits::markdown_table()");
+    fn the_limits_page_holds_the_generated_table() {
+        let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/theory/limits.md")).unwrap();
+        assert!(page.contains(&markdown_table()), "theory/limits.md's table differs from limits::markdown_table()");
     }
 
     #[test]
