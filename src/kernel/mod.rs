@@ -7,12 +7,14 @@
 //! |---|---|
 //! | [`spec`] | knobs, validation, the JSON form; [`spec::presets`]: the preset registry |
 //! | [`params`] | parameter layout of one head, flat order |
+//! | [`cycle`] | gate cycling: a head's per-offset parameters moved by `k` offsets (`theory/gate-cycling.md`) |
 //! | [`reference`] | the f64 (any float) reference: plain loops, one-shot and streaming |
 //! | [`post`] | RMSNorm and partial RoPE of entries (the angle formula) |
 //! | [`attention`] | compressed attention (local raw window + visible entries), reference |
 //! | [`tensor`] | the candle implementation: batched, device-generic, f32/f16/bf16, streaming; its formulas (`ops`), parameter layout (`params`) and its one fast CPU f32 forward when no gradient is needed (`fast`: the `gemm` crate's AVX-512 sgemm through `numeric::gemm`, one-exponential softmax-pool, rayon over chunks) |
 
 pub mod attention;
+pub mod cycle;
 pub mod params;
 pub mod post;
 pub mod reference;
@@ -20,7 +22,7 @@ pub mod spec;
 pub mod tensor;
 
 pub use params::{GateParams, KernelParams, ParamLayout};
-pub use spec::{GateKind, KernelDims, KernelSpec, ParamGroups, RopeChannels, RopeSpec};
+pub use spec::{GateKind, KernelDims, KernelSpec, Named, ParamGroups, RopeChannels, RopeSpec};
 
 use ndarray::{Array2, Array3};
 

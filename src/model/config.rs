@@ -114,10 +114,7 @@ impl ModelConfig {
     /// the config is that preset's, with its identity).
     pub fn set_kernel(&mut self, spec: KernelSpec) {
         self.preset = spec.name.clone();
-        self.spec = None;
-        if self.kernel().ok().as_ref() != Some(&spec) {
-            self.spec = Some(spec);
-        }
+        self.spec = (!spec.is_listed()).then_some(spec);
     }
 
     /// The stride phases are folded by: `None` for the uncompressed baseline.

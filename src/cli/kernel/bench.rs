@@ -13,7 +13,7 @@ pub fn run(
     seconds: f64,
     json: bool,
 ) -> anyhow::Result<()> {
-    let spec = KernelSpec::preset(preset)?;
+    let spec = KernelSpec::named(Some(preset), None)?;
     let dims = bench::check_inputs(tokens, d_model, d_head, seconds)?;
     let threads = rayon::current_num_threads();
     println!("preset {preset}: {}", spec.describe());

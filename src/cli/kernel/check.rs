@@ -12,7 +12,7 @@ use phasekv::conformance::harness::{
     KernelUnderTest,
 };
 use phasekv::conformance::mutants::Mutant;
-use phasekv::kernel::KernelSpec;
+use phasekv::kernel::{KernelSpec, Named};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -36,13 +36,12 @@ pub fn run(
     external: Option<String>,
     opts: &Options,
 ) -> anyhow::Result<ExitCode> {
-    let given = match (preset, spec) {
-        (Some(name), _) => Some(KernelSpec::preset(&name)?),
-        (None, Some(path)) => {
-            let text = phasekv::limits::read_text(&path, phasekv::limits::MAX_JSON_BYTES)?;
-            Some(KernelSpec::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?)
-        }
-        (None, None) => None,
+    let text = spec.as_ref().map(|p| phasekv::limits::read_text(p, phasekv::limits::MAX_JSON_BYTES)).transpose()?;
+    let given = match KernelSpec::named(preset.as_deref(), text.as_deref()) {
+        Ok(s) => Some(s),
+        Err(Named::Neither) => None,
+        Err(Named::Spec(e)) => bail!("{}: {e}", spec.unwrap_or_default().display()),
+        Err(e) => return Err(e.into()),
     };
     if let Some(cmd) = external {
         return check_external(&cmd, given.as_ref(), opts);

@@ -153,7 +153,7 @@ pub fn device() -> Device {
 pub fn run(cmd: KernelCmd) -> anyhow::Result<ExitCode> {
     match cmd {
         KernelCmd::List { json: Some(name) } => {
-            println!("{}", serde_json::to_string_pretty(&KernelSpec::preset(&name)?)?);
+            println!("{}", serde_json::to_string_pretty(&KernelSpec::named(Some(&name), None)?)?);
         }
         KernelCmd::List { json: None } => {
             for p in presets::ALL {

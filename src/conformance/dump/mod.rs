@@ -177,9 +177,9 @@ impl Dump {
     pub fn to_parts(&self) -> (HashMap<String, String>, BTreeMap<String, RawTensor>) {
         let mut meta = HashMap::new();
         meta.insert("phasekv.format".to_string(), FORMAT_VERSION.to_string());
-        match KernelSpec::preset(&self.spec.name) {
-            Ok(p) if p == self.spec => meta.insert("preset".to_string(), self.spec.name.clone()),
-            _ => meta.insert("spec".to_string(), serde_json::to_string(&self.spec).expect("spec serialises")),
+        match self.spec.is_listed() {
+            true => meta.insert("preset".to_string(), self.spec.name.clone()),
+            false => meta.insert("spec".to_string(), serde_json::to_string(&self.spec).expect("spec serialises")),
         };
         meta.insert("d_model".to_string(), self.dims.d_model.to_string());
         meta.insert("d_head".to_string(), self.dims.d_head.to_string());

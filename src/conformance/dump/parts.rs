@@ -3,7 +3,7 @@
 
 use super::{dtype_name, file_err, parse_dtype, Dump, RawTensor, Run, FORMAT_VERSION, MAX_DIM};
 use crate::kernel::params::{KernelParams, ParamLayout};
-use crate::kernel::spec::{KernelDims, KernelSpec};
+use crate::kernel::spec::{KernelDims, KernelSpec, Named};
 use crate::numeric::formats::CacheFormat;
 use crate::Result;
 use candle_core::DType;
@@ -49,12 +49,16 @@ impl Dump {
                 ))
             }
         }
-        let spec = match (meta.get("preset"), meta.get("spec")) {
-            (Some(_), Some(_)) => return Err(err("metadata has both preset and spec; give one".into())),
-            (None, None) => return Err(err("metadata needs preset (a name) or spec (JSON knobs)".into())),
-            (Some(p), None) => KernelSpec::preset(p).map_err(|e| err(format!("metadata preset: {e}")))?,
-            (None, Some(s)) => spec_from_json(s).map_err(|r| err(format!("metadata spec: {r}")))?,
-        };
+        let spec = KernelSpec::named(meta.get("preset").map(String::as_str), meta.get("spec").map(String::as_str))
+            .map_err(|e| match e {
+                Named::Both => err("metadata has both preset and spec; give one".into()),
+                Named::Neither => err("metadata needs preset (a name) or spec (JSON knobs)".into()),
+                Named::Preset(e) => err(format!("metadata preset: {e}")),
+                Named::Spec(e) => err(format!("metadata spec: {e}")),
+            })?;
+        if spec.geometry.window() > MAX_DIM {
+            return Err(err(format!("metadata: the kernel's window {} is above {MAX_DIM}", spec.geometry.window())));
+        }
         let dim = |key: &str| -> Result<usize> {
             let v = meta.get(key).ok_or_else(|| err(format!("metadata {key} is missing")))?;
             let n: usize =
@@ -221,14 +225,6 @@ impl Dump {
 
 /// A spec from JSON ([`KernelSpec::from_json`]), with windows capped at the dump format's size
 /// limit.
-fn spec_from_json(s: &str) -> std::result::Result<KernelSpec, String> {
-    let spec = KernelSpec::from_json(s).map_err(|e| e.to_string())?;
-    if spec.geometry.window() > MAX_DIM {
-        return Err(format!("window {} is above {MAX_DIM}", spec.geometry.window()));
-    }
-    Ok(spec)
-}
-
 /// Takes the tensors of one run (`prefix` is `""`, `shifted.` or `perturbed.`) and checks their
 /// shapes against the spec and each other.
 fn take_run(

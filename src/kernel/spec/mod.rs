@@ -129,6 +129,31 @@ impl KernelDims {
     }
 }
 
+/// Why [`KernelSpec::named`] found no kernel; each caller words it for its own input.
+#[derive(Debug)]
+pub enum Named {
+    /// Both a preset name and a spec were given.
+    Both,
+    /// Neither was given.
+    Neither,
+    /// The preset name is not one ([`KernelSpec::preset`]'s error).
+    Preset(Error),
+    /// The spec does not parse or validate ([`KernelSpec::from_json`]'s error).
+    Spec(Error),
+}
+
+impl std::fmt::Display for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Named::Both => f.write_str("preset and spec: give one of them, not both"),
+            Named::Neither => f.write_str("preset or spec: give one of them"),
+            Named::Preset(e) | Named::Spec(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Named {}
+
 impl KernelSpec {
     /// A spec from its JSON form (what `phasekv kernel list --json`, dumps' `spec` metadata and
     /// `kernel check --spec` use), with the geometry re-validated (serde does not call
@@ -138,6 +163,25 @@ impl KernelSpec {
             serde_json::from_str(text).map_err(|e| Error::invalid("spec", format!("not a kernel spec: {e}")))?;
         spec.check_deserialized()?;
         Ok(spec)
+    }
+
+    /// The kernel a caller names from outside: exactly one of a preset name and a JSON spec, as
+    /// a dump's metadata, an external kernel's hello, `kernel check` and `kernel list --json`
+    /// give it. With [`crate::model::ModelConfig::kernel`] (a model config's kernel), the one
+    /// place a name given from outside is resolved; everything downstream carries the spec.
+    pub fn named(preset: Option<&str>, spec: Option<&str>) -> std::result::Result<Self, Named> {
+        match (preset, spec) {
+            (Some(_), Some(_)) => Err(Named::Both),
+            (None, None) => Err(Named::Neither),
+            (Some(p), None) => Self::preset(p).map_err(Named::Preset),
+            (None, Some(j)) => Self::from_json(j).map_err(Named::Spec),
+        }
+    }
+
+    /// Whether this spec is exactly the listed preset of its name (then its name alone
+    /// identifies it, as in a dump's `preset` metadata and a run's `"preset"` form).
+    pub fn is_listed(&self) -> bool {
+        Self::preset(&self.name).is_ok_and(|p| p == *self)
     }
 
     /// A spec file (a regular file of at most [`crate::limits::MAX_JSON_BYTES`], read by
@@ -297,6 +341,29 @@ impl KernelSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_named_from_outside_is_exactly_one_of_a_preset_and_a_spec() {
+        let w8s4 = KernelSpec::preset("w8s4").unwrap();
+        let json = serde_json::to_string(&w8s4).unwrap();
+        assert_eq!(KernelSpec::named(Some("w8s4"), None).unwrap(), w8s4);
+        assert_eq!(KernelSpec::named(None, Some(&json)).unwrap(), w8s4);
+        assert!(matches!(KernelSpec::named(Some("w8s4"), Some(&json)), Err(Named::Both)));
+        assert!(matches!(KernelSpec::named(None, None), Err(Named::Neither)));
+        let bad = KernelSpec::named(Some("nonesuch"), None).unwrap_err();
+        assert!(matches!(bad, Named::Preset(_)) && bad.to_string().contains("preset"), "{bad}");
+        let bad = KernelSpec::named(None, Some("{\"name\": 3}")).unwrap_err();
+        assert!(matches!(bad, Named::Spec(_)) && bad.to_string().contains("spec"), "{bad}");
+    }
+
+    #[test]
+    fn only_a_listed_preset_s_exact_knobs_are_listed() {
+        let w8s8 = KernelSpec::preset("w8s8").unwrap();
+        assert!(w8s8.is_listed());
+        // one knob changed under the listed name, or a new name with the listed knobs: not listed
+        assert!(!w8s8.with_gate(GateKind::Scalar).is_listed());
+        assert!(!KernelSpec { name: "w8s8-mine".into(), ..w8s8 }.is_listed());
+    }
 
     #[test]
     fn explicit_group_map_is_validated() {

@@ -28,7 +28,7 @@ use super::{Case, KernelUnderTest};
 use crate::conformance::dump::{Dump, RawTensor, Run};
 use crate::kernel::attention::{compressed_attention, AttentionInputs, AttentionOut};
 use crate::kernel::params::{KernelParams, ParamLayout};
-use crate::kernel::spec::{KernelDims, KernelSpec};
+use crate::kernel::spec::{KernelDims, KernelSpec, Named};
 use crate::kernel::Compressed;
 use crate::{Error, Result};
 use candle_core::DType;
@@ -84,11 +84,12 @@ impl ExternalKernel {
         let mut process = Process::start(command, opts)?;
         let (meta, _) = process.request("hello", HashMap::new(), &BTreeMap::new())?;
         let hello = |what: String| process.err(format!("its hello reply: {what}"));
-        let spec = match (meta.get("preset"), meta.get("spec")) {
-            (Some(p), None) => KernelSpec::preset(p).map_err(|e| hello(e.to_string()))?,
-            (None, Some(j)) => KernelSpec::from_json(j).map_err(|e| hello(format!("its spec: {e}")))?,
-            _ => return Err(hello("must carry exactly one of preset and spec".into())),
-        };
+        let spec = KernelSpec::named(meta.get("preset").map(String::as_str), meta.get("spec").map(String::as_str))
+            .map_err(|e| match e {
+                Named::Preset(e) => hello(e.to_string()),
+                Named::Spec(e) => hello(format!("its spec: {e}")),
+                Named::Both | Named::Neither => hello("must carry exactly one of preset and spec".into()),
+            })?;
         super::checkable(&spec).map_err(|e| hello(e.to_string()))?;
         let dtype = match meta.get("dtype") {
             Some(d) => crate::conformance::dump::parse_dtype(d)
