@@ -23,10 +23,14 @@ mod claim_rules;
 mod cli_kernel;
 #[path = "cli_theory.rs"]
 mod cli_theory;
+#[path = "docs_links.rs"]
+mod docs_links;
 #[path = "dump_format_doc.rs"]
 mod dump_format_doc;
 #[path = "fit_supremum.rs"]
 mod fit_supremum;
+#[path = "gate_cycling.rs"]
+mod gate_cycling;
 #[path = "hf_deepseek_v4.rs"]
 mod hf_deepseek_v4;
 #[path = "hostile_bounds.rs"]

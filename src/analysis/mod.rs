@@ -10,9 +10,11 @@
 //! | [`training`] | the training-success rule of v2 (§8.2): success, one warm-restart extension, failed seeds excluded |
 //! | [`eval`] | scoring a trained decoder on prompts; knockouts by mean replacement |
 //! | [`gates`] | gate preferences: static and input-dependent concentration |
+//! | [`cycling`] | gate cycling: a layer's heads cycled by `k` offsets, the phase profile per `k` |
 //! | [`audit`] | prompts exported as JSONL, external results read back |
 
 pub mod audit;
+pub mod cycling;
 pub mod eval;
 pub mod gates;
 pub mod phase;

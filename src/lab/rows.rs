@@ -94,6 +94,35 @@ pub(super) fn gates_rows(result: &GatesResult) -> Vec<GatesCsvRow> {
     csv
 }
 
+/// One row of `cycle-<protocol>-layer<L>.csv`: one (k, phase).
+#[derive(Serialize, Default)]
+pub(super) struct CycleCsvRow {
+    k: usize,
+    phase: usize,
+    n: usize,
+    correct: usize,
+    accuracy: String,
+    /// The row's best circular lag against k = 0 (empty when a profile is flat).
+    lag: String,
+}
+
+pub(super) fn cycle_rows(result: &crate::analysis::cycling::CycleResult) -> Vec<CycleCsvRow> {
+    let mut csv = Vec::new();
+    for r in &result.rows {
+        for p in &r.phases {
+            csv.push(CycleCsvRow {
+                k: r.k,
+                phase: p.group,
+                n: p.n,
+                correct: p.correct,
+                accuracy: f6(p.accuracy),
+                lag: r.lag.map(|l| l.to_string()).unwrap_or_default(),
+            });
+        }
+    }
+    csv
+}
+
 #[cfg(test)]
 mod csv_tests {
     use super::*;

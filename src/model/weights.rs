@@ -73,6 +73,56 @@ impl Model {
         Ok(())
     }
 
+    /// Gate cycling (`theory/gate-cycling.md`, [`crate::kernel::cycle`]): KV head `head` of
+    /// layer `layer` gets its per-offset compressor parameters moved by `k` offsets, in place
+    /// (the biases always, the content weights and projections with per-offset groups; the
+    /// other heads, layers and parameters unchanged). Errors name the field: a layer or head
+    /// out of range, `full` (no compressor), a group map or uniform gates.
+    pub fn cycle_head(&self, layer: usize, head: usize, k: usize) -> Result<()> {
+        let cfg = self.decoder.config();
+        crate::limits::check_range("layer", layer, 0, cfg.n_layer.saturating_sub(1))?;
+        crate::limits::check_range("head", head, 0, cfg.n_kv_head.saturating_sub(1))?;
+        if cfg.is_full() {
+            return Err(Error::invalid("preset", "full attention has no compressor to cycle"));
+        }
+        let spec = self.decoder.spec();
+        let groups = crate::kernel::cycle::groups_move(spec)?;
+        let w = spec.geometry.window();
+        let prefix = format!("layer{layer}.attn.kernel.");
+        for (name, var) in self.store.vars() {
+            let Some(piece) = name.strip_prefix(&prefix) else { continue };
+            let moves = match piece {
+                "gate_k.b" | "gate_v.b" => true,
+                "gate_k.z" | "gate_v.z" | "proj_k" | "proj_v" => groups,
+                _ => false, // gamma: per channel, not per offset
+            };
+            if !moves {
+                continue;
+            }
+            let dims = var.dims().to_vec();
+            let (rows, cols) = (dims[0], dims[dims.len() - 1]);
+            if rows != w {
+                return Err(Error::shape(name, format!("[{w}, ..]"), format!("{dims:?}")));
+            }
+            let width = cols / cfg.n_kv_head;
+            let inner: usize = dims[1..dims.len() - 1].iter().product();
+            let old = var.as_tensor().to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            let mut new = old.clone();
+            for i in 0..rows {
+                let src = crate::kernel::cycle::source_offset(i, k, w);
+                for m in 0..inner {
+                    let (to, from) = ((i * inner + m) * cols, (src * inner + m) * cols);
+                    for c in head * width..(head + 1) * width {
+                        new[to + c] = old[from + c];
+                    }
+                }
+            }
+            let t = Tensor::from_vec(new, dims.as_slice(), var.device())?.to_dtype(var.dtype())?;
+            var.set(&t)?;
+        }
+        Ok(())
+    }
+
     /// Saves the parameters to a safetensors file (atomically); returns the file's content
     /// hash.
     pub fn save(&self, path: &Path) -> Result<String> {

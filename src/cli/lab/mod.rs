@@ -90,6 +90,30 @@ pub enum AnalyzeCmd {
         #[arg(long, value_enum, default_value_t = InterventionArg::KvHead)]
         intervention: InterventionArg,
     },
+    /// Gate cycling (theory/gate-cycling.md): the KV heads of one layer get their per-offset
+    /// compressor parameters moved by k offsets; the phase profile of each k beside the uncycled one.
+    Cycle {
+        /// A finished run directory.
+        run: PathBuf,
+        /// The layer whose heads are cycled.
+        #[arg(long)]
+        layer: usize,
+        /// Cycle only this KV head (default: every KV head of the layer together).
+        #[arg(long)]
+        head: Option<usize>,
+        /// Cycle amounts, comma-separated (default: 1 to W - 1).
+        #[arg(long, value_delimiter = ',')]
+        k: Vec<usize>,
+        /// Prompts per residue group.
+        #[arg(long, default_value_t = LabSettings::default().knockout_per_group)]
+        samples: usize,
+        /// Padding protocol of the prompts.
+        #[arg(long, value_enum, default_value_t = ProtocolArg::InSequence)]
+        protocol: ProtocolArg,
+        /// Seed of the prompts.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
     /// Gate preferences (static vs input-dependent concentration) at every saved checkpoint.
     Gates {
         /// A finished run directory.
@@ -195,6 +219,30 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
                 );
             }
             println!("  written: {}/{}.{{json,csv,svg,png}}", run.display(), lab::knockout_stem(protocol));
+        }
+        AnalyzeCmd::Cycle { run, layer, head, k, samples, protocol, seed } => {
+            let protocol = Protocol::from(protocol);
+            let ks = if k.is_empty() { (1..lab::run_window(&run)?).collect() } else { k };
+            let (bar, stop) = (&mut bar("cycle"), &super::stop());
+            let r = lab::cycle_run(&run, protocol, samples, seed, layer, head, &ks, bar, stop)?;
+            let c = &r.cycle;
+            println!(
+                "{}: layer {} heads {:?} cycled, W {} S {}, {} prompts per group; uncycled weakest phase {}",
+                r.preset, c.layer, c.heads, c.window, c.stride, samples, c.weakest_phase
+            );
+            for row in &c.rows {
+                let p: Vec<String> = row.phases.iter().map(|p| format!("{:.0}", 100.0 * p.accuracy)).collect();
+                let lag = row.lag.map(|l| l.to_string()).unwrap_or_else(|| "-".into());
+                println!(
+                    "  k {:>3}: phases (%) {} | lag {lag} (k mod S = {}) | weakest phase {:.1} % vs others {:.1} %",
+                    row.k,
+                    p.join(" "),
+                    row.k % c.stride,
+                    100.0 * row.weakest_accuracy,
+                    100.0 * row.others_mean
+                );
+            }
+            println!("  written: {}/{}.{{json,csv}}", run.display(), lab::cycle_stem(protocol, layer));
         }
         AnalyzeCmd::Upgrade { runs } => {
             let report = lab::outcomes::upgrade_runs(&runs, &crate::cli::interrupted)?;
