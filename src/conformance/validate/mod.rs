@@ -33,7 +33,7 @@ mod hints;
 mod profile;
 mod tolerance;
 
-pub use hints::hints;
+use hints::hints;
 pub use tolerance::SCALE_FLOOR_ULPS;
 
 use super::dump::{Dump, Run};
@@ -323,7 +323,7 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize), 
     let window_bound = rows.iter().find(|r| r.name.starts_with("tolerance: keys")).map(|r| r.bound).unwrap_or(0.0);
     rows.push(checks::signal(d, &ref64, n));
     let p = profile::profiles(d, &ref64, n, &mut |done| progress(done + 1, units), stop)?;
-    let (hints, rope_pair_errors) = hints(d, &rows, &ref64, n, &positions);
+    let (hints, rope_pair_errors) = hints(d, &rows, &ref64, n, &positions, &bounds);
     let passed = rows.iter().all(|r| r.status != Status::Fail);
     Ok(Validation {
         spec: spec.name.clone(),
