@@ -393,7 +393,7 @@ fn the_rms_norm_hint_is_given_when_only_the_rms_half_fails() {
     assert!(keys.note.contains("rms") && keys.error < keys.bound * 10.0, "{keys:?}");
     let max_half = keys.note.split("max|impl - ref64| = ").nth(1).unwrap();
     let (err, rest) = max_half.split_once(" vs ").unwrap();
-    let bound = rest.split(" = ").nth(1).unwrap().split(|ch: char| ch == ' ' || ch == ';').next().unwrap();
+    let bound = rest.split(" = ").nth(1).unwrap().split([' ', ';']).next().unwrap();
     let (err, bound): (f64, f64) = (err.parse().unwrap(), bound.parse().unwrap());
     assert!(err <= bound, "the max half must pass for this control: {keys:?}");
     assert!(v.hints.iter().any(|h| h.contains("RMSNorm mismatch")), "{:?}: {:?}", v.hints, failing(&v));
