@@ -328,3 +328,28 @@ fn f32_rope_angles_pass_and_rope_bugs_still_fail_at_production_width() {
         assert_eq!(magnitude(&v.rows, "keys").status, Status::Fail, "{preset} {tokens}: base 10 000 passes");
     }
 }
+
+/// Issue 41, item 3: `validate` warns (never fails) when the dump cannot see part of the spec.
+/// HCA over 259 tokens has no main-run window from token 256 on (so a bug from there shows
+/// only in a shifted run) and names the length that has one (384), where that warning goes;
+/// every DeepSeek dump this short sits below YaRN's original context (65 536) and says so; a
+/// spec without YaRN gets no YaRN warning.
+#[test]
+fn validate_warns_what_the_dump_cannot_see() {
+    let v = validate(&correct("dsv4-hca", 259, DType::BF16)).unwrap();
+    assert!(v.passed, "{:#?}", v.rows);
+    let w = v.warnings.join(" | ");
+    assert!(
+        w.contains("no complete main-run window starts at or after token 256") && w.contains("at least 384"),
+        "{w}"
+    );
+    assert!(w.contains("below YaRN's original context (65536)"), "{w}");
+    let v = validate(&correct("dsv4-hca", 384, DType::BF16)).unwrap();
+    assert!(v.warnings.iter().all(|w| !w.contains("main-run window")), "{:?}", v.warnings);
+    assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
+    let v = validate(&correct("dsv4-csa", 22, DType::BF16)).unwrap();
+    assert!(v.warnings.iter().any(|w| w.contains("token 16") && w.contains("at least 24")), "{:?}", v.warnings);
+    let v = validate(&correct("w8s4", 64, DType::BF16)).unwrap();
+    assert!(v.warnings.iter().all(|w| !w.contains("YaRN")), "{:?}", v.warnings);
+    assert!(serde_json::to_string(&v).unwrap().contains("\"warnings\""));
+}

@@ -28,6 +28,7 @@
 //! kernel's half-empty window 0 (and windows displaced past either end) do not swamp the profile.
 
 mod checks;
+mod coverage;
 mod format_check;
 mod hints;
 mod profile;
@@ -120,6 +121,9 @@ pub struct Validation {
     /// Max error of each rotated channel pair of the keys (empty without RoPE or without a
     /// failure to explain).
     pub rope_pair_errors: Vec<f64>,
+    /// What the dump cannot see (a warning, never a failure): token indices no main-run
+    /// window reaches, YaRN below its original context (`coverage`).
+    pub warnings: Vec<String>,
     /// Whether every checkable row passes.
     pub passed: bool,
 }
@@ -340,6 +344,7 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize), 
         diagnosis: p.diagnosis,
         hints,
         rope_pair_errors,
+        warnings: coverage::warnings(d, n, max_position),
         passed,
     })
 }
