@@ -453,3 +453,51 @@ fn an_unlabelled_quantized_record_is_suggested_its_own_cache_format() {
         assert!(hint.contains(want), "{name}: {hint}");
     }
 }
+
+/// Issue 41, item 4, at HCA width (`W = 128`, where the table's bugs apply too): over 387 tokens
+/// the main run holds the window starting at token 256 (the coverage `validate` now asks for),
+/// so a RoPE position wrapping at 256 (entry 2 rotated as at position 0) and the grid one token
+/// late from token 256 fail in every stored format, with and without pooled entries.
+#[test]
+fn bugs_from_token_256_fail_at_hca_width_in_every_format() {
+    let c = case("dsv4-hca", 387);
+    let good = c.correct();
+    assert!(good.main.keys.shape()[1] == 3 && c.spec.geometry.start(2) == 256);
+    let (_, freqs) = rotated(&good);
+    let back: Vec<f64> = freqs.iter().map(|f| -f).collect();
+    let wrapped = keys_bug(good.clone(), &|p, v, _| {
+        if p >= 256 {
+            rope(&mut v[..], &back, p - p % 256);
+        }
+    });
+    let late = c.dump_of(&c.spec, &c.params, Some(Mutant::WindowStartOffByOne));
+    let g = c.spec.geometry;
+    let mut late_256 = good.clone();
+    for (run, late_run) in runs(&mut late_256).into_iter().zip([Some(&late.main), late.shifted.as_ref()]) {
+        let Some(l) = late_run else { continue };
+        for j in 0..run.keys.shape()[1] {
+            if g.start(j) < 256 {
+                continue;
+            }
+            run.keys.slice_mut(s![.., j, ..]).assign(&l.keys.slice(s![.., j, ..]));
+            let lp = l.pooled_keys.as_ref().unwrap().slice(s![.., j, ..]);
+            run.pooled_keys.as_mut().unwrap().slice_mut(s![.., j, ..]).assign(&lp);
+            let lg = l.gate_k.as_ref().unwrap().slice(s![.., j, .., ..]);
+            run.gate_k.as_mut().unwrap().slice_mut(s![.., j, .., ..]).assign(&lg);
+        }
+    }
+    for (name, f) in formats() {
+        let v = validate(&stored(good.clone(), &f)).unwrap();
+        assert!(v.passed, "HCA {name}: the correct record fails: {:?}", failing(&v));
+        assert!(v.warnings.iter().all(|w| !w.contains("main-run window")), "{:?}", v.warnings);
+        for d in [wrapped.clone(), without_pooled(wrapped.clone())] {
+            let v = assert_fails(&stored(d, &f), &format!("HCA RoPE wrapping at 256, {name}"));
+            assert!(failing(&v).iter().any(|r| r.contains("tolerance: keys")), "{name}: {:?}", failing(&v));
+        }
+        for d in [late_256.clone(), without_pooled(late_256.clone())] {
+            let pooled = d.main.pooled_keys.is_some();
+            let v = assert_fails(&stored(d, &f), &format!("HCA grid late from 256, {name}, pooled {pooled}"));
+            assert!(failing(&v).iter().any(|r| r.starts_with("K13")), "{name} pooled {pooled}: {:?}", failing(&v));
+        }
+    }
+}
