@@ -67,7 +67,9 @@ def tiny_config(d_model=64, d_head=64, hca_rate=128):
         o_lora_rank=16,
         o_groups=2,
         index_n_heads=2,
-        index_head_dim=16,
+        # The shipped ratio (128 of 512). The indexer rotates the compressor's int(head_dim / 8)
+        # channels of its own entries, so it must be at least that wide: a fixed 16 broke CSA at 512.
+        index_head_dim=d_head // 4,
         index_topk=4,
         compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": hca_rate},
         rope_parameters=dict(RELEASED_YARN),
@@ -92,6 +94,19 @@ class HfCompressor(torch.nn.Module):
                 else:
                     p.copy_((torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1) / config.hidden_size**0.5)
         self.q_residual_gen_seed = seed + 7
+
+    def _apply(self, fn, *args, **kwargs):
+        """`Module.to(dtype)` on the rotary embedding's frequency buffers as HF's own loading
+        treats them: `from_pretrained(dtype=torch.bfloat16)` creates them in f32 and never casts
+        them, where a bare `.to(torch.bfloat16)` rounds them to bf16 (an angle error of
+        `p f_i 2^-9`, 0.08 rad at position 128: not HF's kernel, a harness artifact)."""
+        saved = {n: b.detach().clone() for n, b in self.named_buffers() if n.endswith("inv_freq")}
+        out = super()._apply(fn, *args, **kwargs)
+        for name, buf in saved.items():
+            owner, _, leaf = name.rpartition(".")
+            mod = self.get_submodule(owner)
+            setattr(mod, leaf, buf.to(device=getattr(mod, leaf).device))
+        return out
 
     def phasekv_spec(self):
         if self.kind == "csa":

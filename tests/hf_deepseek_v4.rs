@@ -97,3 +97,25 @@ fn hugging_face_dsv4_compressors_pass_the_live_harness_and_the_swap_fails_it() {
     assert!(dir.join("hf-dsv4-csa-swapped/K13.safetensors").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 41, item 5: at production width (`d_h = 512`, 64 rotated channels) HF's CSA (its
+/// indexer now as wide as the shipped ratio, 128 of 512) and HCA pass in f32 at 259 and 4 096
+/// tokens, though they form RoPE angles in f32 (the angle term of `theory/dump-format.md`, "RoPE
+/// angles in the accumulator dtype"), and in bf16 at 259 (the adapter keeps HF's frequency
+/// buffers in f32, as `from_pretrained` does). One sequence at 4 096: validate's work limit.
+#[test]
+fn hugging_face_dsv4_compressors_pass_at_production_width() {
+    let Some(py) = python_with_transformers() else { return };
+    for (tokens, batch, dtype) in [("259", "2", "f32"), ("259", "2", "bf16"), ("4096", "1", "f32")] {
+        let label = format!("dh512-{tokens}-{dtype}");
+        let dir = scratch(&label);
+        let args = ["--d-head", "512", "--d-model", "256", "--tokens", tokens, "--batch", batch, "--dtype", dtype];
+        let (code, out) = adapter(py, &dir, &args);
+        assert_eq!(code, 0, "{label}:\n{out}");
+        assert_eq!(out.matches("verdict: PASS").count(), 2, "{label}:\n{out}");
+        if dtype == "f32" {
+            assert!(out.contains("RoPE angle's rounding"), "{label}: {out}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -355,3 +355,149 @@ fn labels_the_stored_record_contradicts_are_refused_naming_the_field() {
     assert!(err.trim().lines().count() == 1 && err.contains("cache_format.scale"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 41, item 6: the hints speak on quantized records, judged by the rounding model of the
+/// record's own format. A RoPE bug (no YaRN) in an MXFP8 record gets the RoPE hint, and an
+/// RMSNorm bug (every entry its own scale: eps 0.05 for 1e-6) the RMSNorm hint; before, no hint
+/// was ever given for a quantized record (its grid error failed every channel group).
+#[test]
+fn quantized_records_get_the_rope_and_rms_norm_hints() {
+    let c = case("dsv41-c4", 259);
+    let f = format("MXFP8 pow2/32");
+    let mut no_yarn = c.spec.clone();
+    no_yarn.rope.as_mut().unwrap().scaling = None;
+    let v = assert_fails(&stored(c.dump_of(&no_yarn, &c.params, None), &f), "no YaRN, MXFP8");
+    let hint = v.hints.join(" | ");
+    assert!(hint.contains("only the rotated channels fail") && hint.contains("RoPE frequency"), "{hint}");
+    let mut eps = c.spec.clone();
+    eps.rms_norm_eps = 0.05;
+    let v = assert_fails(&stored(c.dump_of(&eps, &c.params, None), &f), "eps 0.05, MXFP8");
+    assert!(v.hints.iter().any(|h| h.contains("RMSNorm mismatch")), "{:?}: {:?}", v.hints, failing(&v));
+    // The correct record in the same format gets no hint (it passes).
+    assert!(validate(&stored(c.correct(), &f)).unwrap().hints.is_empty());
+}
+
+/// Issue 41, item 6: an RMSNorm-shaped bug (each entry times its own `1 + c_j`, `c_j` 1-2 %)
+/// small enough that only the RMS half of the keys' rule fails (plain bf16) still gets the
+/// RMSNorm hint: the entry-scale residual is judged by both halves, no longer by the RMS bound
+/// alone as a largest error (which bf16's own rounding of the largest key exceeds).
+#[test]
+fn the_rms_norm_hint_is_given_when_only_the_rms_half_fails() {
+    let c = case("dsv41-c4", 259);
+    let d = keys_bug(c.correct(), &|p, v, _| {
+        let s = 1.0 + 0.015 * (1.0 + 0.3 * (p as f64).sin());
+        v.iter_mut().for_each(|x| *x *= s);
+    });
+    let v = assert_fails(&d, "entries scaled by 1.5 %");
+    let keys = v.rows.iter().find(|r| r.name.starts_with("tolerance: keys")).unwrap();
+    assert!(keys.note.contains("rms") && keys.error < keys.bound * 10.0, "{keys:?}");
+    let max_half = keys.note.split("max|impl - ref64| = ").nth(1).unwrap();
+    let (err, rest) = max_half.split_once(" vs ").unwrap();
+    let bound = rest.split(" = ").nth(1).unwrap().split([' ', ';']).next().unwrap();
+    let (err, bound): (f64, f64) = (err.parse().unwrap(), bound.parse().unwrap());
+    assert!(err <= bound, "the max half must pass for this control: {keys:?}");
+    assert!(v.hints.iter().any(|h| h.contains("RMSNorm mismatch")), "{:?}: {:?}", v.hints, failing(&v));
+}
+
+/// Issue 41, item 6: an OCP MXFP8 record from an encoding that does not saturate (a block's
+/// largest value beyond 448 times its E8M0 scale cast to NaN, as `float8_e4m3fn` does) is
+/// named as such, not blamed on RMSNorm.
+#[test]
+fn a_non_saturating_fp8_record_is_named_not_blamed_on_rms_norm() {
+    let c = case("dsv41-c4", 259);
+    let f = format("OCP MXFP8");
+    let good = c.correct();
+    let mut d = stored(good.clone(), &f);
+    let mut nans = 0;
+    for (run, src) in runs(&mut d).into_iter().zip([Some(&good.main), good.shifted.as_ref()]) {
+        let Some(src) = src else { continue };
+        for k in 0..run.keys.shape()[0] {
+            for j in 0..run.keys.shape()[1] {
+                for b in 0..D_HEAD / 32 {
+                    let y: Vec<f64> = (0..32).map(|i| src.keys[[k, j, 32 * b + i]]).collect();
+                    let amax = y.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+                    if amax == 0.0 {
+                        continue;
+                    }
+                    let scale = 2f64.powi(amax.log2().floor() as i32 - 8);
+                    for (i, v) in y.iter().enumerate() {
+                        if v.abs() / scale >= 464.0 {
+                            run.keys[[k, j, 32 * b + i]] = f64::NAN;
+                            nans += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(nans > 0);
+    let v = assert_fails(&d, "non-saturating OCP MXFP8");
+    assert!(v.hints.iter().any(|h| h.contains("does not saturate")), "{:?}", v.hints);
+    assert!(v.hints.iter().all(|h| !h.contains("RMSNorm")), "{:?}", v.hints);
+}
+
+/// Issue 41, item 6: vLLM V4.1's MXFP8 record (pow2 scales per 32, every channel) labelled as
+/// plain bf16 gets the suggestion of its own format; before, the per-64 NoPE format, tried
+/// first, also held its values and was suggested. The V4 NoPE record still gets its own.
+#[test]
+fn an_unlabelled_quantized_record_is_suggested_its_own_cache_format() {
+    let c = case("dsv41-c4", 259);
+    for (name, want) in [
+        ("MXFP8 pow2/32", r#""scale":"pow2","block":32,"channels":"all""#),
+        ("V4 FP8 NoPE", r#""scale":"pow2","block":64,"channels":"nope""#),
+    ] {
+        let mut d = stored(c.correct(), &format(name));
+        d.cache_format = None;
+        let v = assert_fails(&d, &format!("{name} labelled bf16"));
+        let hint = v.hints.iter().find(|h| h.contains("cache_format = ")).unwrap_or_else(|| panic!("{:?}", v.hints));
+        assert!(hint.contains(want), "{name}: {hint}");
+    }
+}
+
+/// Issue 41, item 4, at HCA width (`W = 128`, where the table's bugs apply too): over 387 tokens
+/// the main run holds the window starting at token 256 (the coverage `validate` now asks for),
+/// so a RoPE position wrapping at 256 (entry 2 rotated as at position 0) and the grid one token
+/// late from token 256 fail in every stored format, with and without pooled entries.
+#[test]
+fn bugs_from_token_256_fail_at_hca_width_in_every_format() {
+    let c = case("dsv4-hca", 387);
+    let good = c.correct();
+    assert!(good.main.keys.shape()[1] == 3 && c.spec.geometry.start(2) == 256);
+    let (_, freqs) = rotated(&good);
+    let back: Vec<f64> = freqs.iter().map(|f| -f).collect();
+    let wrapped = keys_bug(good.clone(), &|p, v, _| {
+        if p >= 256 {
+            rope(&mut v[..], &back, p - p % 256);
+        }
+    });
+    let late = c.dump_of(&c.spec, &c.params, Some(Mutant::WindowStartOffByOne));
+    let g = c.spec.geometry;
+    let mut late_256 = good.clone();
+    for (run, late_run) in runs(&mut late_256).into_iter().zip([Some(&late.main), late.shifted.as_ref()]) {
+        let Some(l) = late_run else { continue };
+        for j in 0..run.keys.shape()[1] {
+            if g.start(j) < 256 {
+                continue;
+            }
+            run.keys.slice_mut(s![.., j, ..]).assign(&l.keys.slice(s![.., j, ..]));
+            let lp = l.pooled_keys.as_ref().unwrap().slice(s![.., j, ..]);
+            run.pooled_keys.as_mut().unwrap().slice_mut(s![.., j, ..]).assign(&lp);
+            let lg = l.gate_k.as_ref().unwrap().slice(s![.., j, .., ..]);
+            run.gate_k.as_mut().unwrap().slice_mut(s![.., j, .., ..]).assign(&lg);
+        }
+    }
+    for (name, f) in formats() {
+        let v = validate(&stored(good.clone(), &f)).unwrap();
+        assert!(v.passed, "HCA {name}: the correct record fails: {:?}", failing(&v));
+        assert!(v.warnings.iter().all(|w| !w.contains("main-run window")), "{:?}", v.warnings);
+        for d in [wrapped.clone(), without_pooled(wrapped.clone())] {
+            let v = assert_fails(&stored(d, &f), &format!("HCA RoPE wrapping at 256, {name}"));
+            assert!(failing(&v).iter().any(|r| r.contains("tolerance: keys")), "{name}: {:?}", failing(&v));
+        }
+        for d in [late_256.clone(), without_pooled(late_256.clone())] {
+            let pooled = d.main.pooled_keys.is_some();
+            let v = assert_fails(&stored(d, &f), &format!("HCA grid late from 256, {name}, pooled {pooled}"));
+            assert!(failing(&v).iter().any(|r| r.starts_with("K13")), "{name} pooled {pooled}: {:?}", failing(&v));
+        }
+    }
+}

@@ -84,6 +84,9 @@ fn print(v: &Validation, path: &Path) {
     for h in &v.hints {
         println!("hint: {h}");
     }
+    for w in &v.warnings {
+        println!("warning: {w}");
+    }
     println!();
     if v.passed {
         println!("verdict: PASS");

@@ -3,7 +3,7 @@
 //! with a shifted run).
 
 use super::references;
-use super::tolerance::{Bounds, Encoded};
+use super::tolerance::{AngleAllowance, Bounds, Encoded};
 use super::{not_checkable, CheckRow, Status};
 use crate::conformance::dump::{Dump, Run};
 use crate::conformance::harness::tolerance::{max_abs, max_abs_diff, reassociation, unit_roundoff};
@@ -301,7 +301,8 @@ pub(super) fn k2(
 /// kernel lies within it of the same exact entry), never more than the reassociation bound
 /// `4 u terms max|keys|` (vacuous alone at production widths: 4.4e3 at HCA size). Keys and
 /// values compare after rotating the old entry by RoPE at position `S` (entry positions move by
-/// `S`). Stored (encoded) keys and values are judged by the rounding model of K13 with twice its
+/// `S`), each channel less both runs' RoPE angle allowance (`AngleAllowance`). Stored (encoded)
+/// keys and values are judged by the rounding model of K13 with twice its
 /// pre-encoding bounds: the new entry against the reference's old entry, rotated by `S`, then
 /// encoded (`theory/dump-format.md`, "Quantized keys: the rounding model").
 pub(super) fn k3(d: &Dump, sh: &Run, terms: usize, bounds: &Bounds) -> CheckRow {
@@ -328,6 +329,7 @@ pub(super) fn k3(d: &Dump, sh: &Run, terms: usize, bounds: &Bounds) -> CheckRow 
         f.quantized_channels(d.dims.d_head, r)
     });
     let split = d.dims.d_head - d.spec.rope.as_ref().map_or(0, |rs| rs.rotated_channels(d.dims.d_head));
+    let angle = AngleAllowance::new(d);
     let model = |name: &str| bounds.encoded.iter().find(|m| m.name.starts_with(name));
     let mut outputs: Vec<(&str, &ndarray::Array3<f64>, &ndarray::Array3<f64>)> = vec![("keys", &main.keys, &sh.keys)];
     if !d.spec.shared_kv {
@@ -401,8 +403,15 @@ pub(super) fn k3(d: &Dump, sh: &Run, terms: usize, bounds: &Bounds) -> CheckRow 
                     _ => {
                         let mut old: Vec<f64> = a.slice(s![k, j, ..]).to_vec();
                         rotate(&mut old);
-                        let diff = old.iter().zip(&new).fold(0.0f64, |w, (x, y)| {
-                            let e = (x - y).abs();
+                        // Each run's RoPE angle rounds on its own: the old entry's at its
+                        // position, the new one's `S` later, channel by channel.
+                        let p = d.spec.entry_position(j);
+                        let allow = angle.as_ref().map_or_else(
+                            || vec![0.0; old.len()],
+                            |an| an.entry(&old, p).iter().zip(an.entry(&old, p + s_len)).map(|(a, b)| a + b).collect(),
+                        );
+                        let diff = old.iter().zip(&new).zip(&allow).fold(0.0f64, |w, ((x, y), a)| {
+                            let e = ((x - y).abs() - a).max(0.0);
                             if e.is_nan() {
                                 f64::INFINITY
                             } else {

@@ -1,6 +1,7 @@
 //! Named hints from the shape of a failing dump's key error (RoPE, RMSNorm, dtype), for a
 //! kernel engineer to act on.
 
+use super::tolerance::{flips_rms_bound, Bounds};
 use super::{CheckRow, Status};
 use crate::conformance::dump::Dump;
 use crate::conformance::harness::checks::post_rows;
@@ -10,8 +11,81 @@ use crate::numeric::formats::CacheFormat;
 use candle_core::DType;
 use ndarray::{s, Array2};
 
+/// One channel group's error against the keys' K13 rule, both halves: per channel the ratio of
+/// the error to the largest-error half's allowance, and the RMS half's sums. Plain keys are held
+/// to the plain bounds; a quantized record's to the rounding model's allowances of the
+/// reference's own encoding (`theory/dump-format.md`, "Quantized keys: the rounding model").
+struct Judge<'a> {
+    format: Option<(&'a CacheFormat, usize)>,
+    /// Largest-error and RMS bounds (plain), or pre-encoding `delta`, `rho` and the reference's
+    /// RMS (quantized).
+    delta: f64,
+    rho: f64,
+    rms_ref: f64,
+    split: usize,
+}
+
+/// What [`Judge::entry`] accumulates per channel group (unrotated, rotated).
+#[derive(Default)]
+struct Groups {
+    worst: [f64; 2],
+    sq: [f64; 2],
+    allowed: [f64; 2],
+    count: [usize; 2],
+    step: f64,
+}
+
+impl Groups {
+    /// Whether group `g` fails either half.
+    fn fails(&self, g: usize) -> bool {
+        let n = self.count[g];
+        n > 0
+            && (self.worst[g] > 1.0 || (self.sq[g] / n as f64).sqrt() > flips_rms_bound(self.allowed[g], self.step, n))
+    }
+}
+
+impl Judge<'_> {
+    /// Per channel, `|got - enc(y)|` over its allowance (infinite for a NaN), accumulated into
+    /// `acc`.
+    fn entry(&self, got: &[f64], y: &[f64], acc: &mut Groups) -> Vec<f64> {
+        let ratio = |diff: f64, allow: f64| {
+            if diff.is_nan() {
+                f64::INFINITY
+            } else if diff == 0.0 {
+                0.0
+            } else {
+                diff / allow
+            }
+        };
+        let (target, max, sq) = match self.format {
+            Some((f, q)) => {
+                let a = f.allowance(y, q, self.delta, self.rho, self.rms_ref);
+                acc.step = acc.step.max(a.step_max);
+                let mut t = y.to_vec();
+                f.round_entry(&mut t, q);
+                (t, a.max, a.sq)
+            }
+            None => (y.to_vec(), vec![self.delta; y.len()], vec![self.rho * self.rho; y.len()]),
+        };
+        (0..y.len())
+            .map(|c| {
+                let diff = (got[c] - target[c]).abs();
+                let g = usize::from(c >= self.split);
+                let r = ratio(diff, max[c]);
+                acc.worst[g] = acc.worst[g].max(r);
+                acc.sq[g] += if diff.is_nan() { f64::INFINITY } else { diff * diff };
+                acc.allowed[g] += sq[c];
+                acc.count[g] += 1;
+                r
+            })
+            .collect()
+    }
+}
+
 /// Named hints from the shape of the keys' error, for a kernel engineer to act on:
 ///
+/// - **saturation**: a quantized record holding NaN or infinity (an encoding that does not
+///   saturate); no other hint is drawn from such keys.
 /// - **RoPE**: the non-rotated channels pass and only the rotated ones fail. With the error 0
 ///   at position 0 and growing with position, the frequencies (theta, scaling, pairing) differ;
 ///   with an error already at position 0, the position the entry carries differs. The per-pair
@@ -22,22 +96,48 @@ use ndarray::{s, Array2};
 /// - **dtype**: the error sits at the rounding level of a lower precision than the dump
 ///   declares.
 ///
-/// Returns the hints and the per-pair profile of the rotated channels.
-pub fn hints(
+/// Each "passes" and "fails" is the keys' K13 rule on that channel group, both halves (a
+/// quantized record's by the rounding model). Returns the hints and the per-pair profile of the
+/// rotated channels (each pair's largest error).
+pub(super) fn hints(
     d: &Dump,
     rows: &[CheckRow],
     ref64: &[Compressed<f64>],
     n: usize,
     positions: &[usize],
+    bounds: &Bounds,
 ) -> (Vec<String>, Vec<f64>) {
     let mut out = Vec::new();
     let keys_row = rows.iter().find(|r| r.name.starts_with("tolerance: keys"));
     let Some(keys_row) = keys_row.filter(|r| r.status == Status::Fail) else { return (out, Vec::new()) };
     let pooled_ok = rows.iter().find(|r| r.name == "tolerance: pooled keys").is_none_or(|r| r.status == Status::Pass);
-    let bound = keys_row.bound;
     let dh = d.dims.d_head;
     let r = d.spec.rope.as_ref().map_or(0, |rs| rs.rotated_channels(dh));
     let run = &d.main;
+    if let Some(((k, j, c), v)) = run.keys.slice(s![.., ..n, ..]).indexed_iter().find(|(_, v)| !v.is_finite()) {
+        if let Some(f) = &d.cache_format {
+            out.push(format!(
+                "keys[{k}, {j}, {c}] = {v}: the record holds a non-finite value, an encoding to {} that does not \
+                 saturate (a value beyond the largest element times the block scale cast to NaN); clamp before the \
+                 cast, or choose the scale so the block's largest magnitude fits",
+                f.describe()
+            ));
+        }
+        return (out, Vec::new());
+    }
+    let judge = match &d.cache_format {
+        Some(f) => {
+            let Some(m) = bounds.encoded.iter().find(|m| m.name.starts_with("keys")) else { return (out, Vec::new()) };
+            let q = f.quantized_channels(dh, r);
+            Judge { format: Some((f, q)), delta: m.delta, rho: m.rho, rms_ref: m.rms_ref, split: dh - r }
+        }
+        None => {
+            let (Some(max), Some(rms)) = (bounds.plain("keys"), bounds.plain_rms("keys")) else {
+                return (out, Vec::new());
+            };
+            Judge { format: None, delta: max, rho: rms, rms_ref: 0.0, split: dh - r }
+        }
+    };
     // The keys' error against what they should be: the f64 post-processing of the kernel's own
     // pooled entries when dumped (isolates post-processing), else the f64 reference.
     let target = |k: usize| -> Array2<f64> {
@@ -48,44 +148,47 @@ pub fn hints(
             _ => ref64[k].keys.slice(s![..n, ..]).to_owned(),
         }
     };
+    let (mut groups, mut scaled) = (Groups::default(), Groups::default());
     let mut err_plain = 0.0f64;
     let mut err_rot = 0.0f64;
     let mut pair = vec![0.0f64; r / 2];
+    let mut pair_abs = vec![0.0f64; r / 2];
     let mut by_entry = vec![0.0f64; n];
-    let (mut scale_min, mut scale_max, mut scale_resid) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    let (mut scale_min, mut scale_max) = (f64::INFINITY, f64::NEG_INFINITY);
     let mut mag = 0.0f64;
     for k in 0..run.batch() {
         let t = target(k);
-        for j in 0..n {
-            let (mut xy, mut yy) = (0.0, 0.0);
-            for c in 0..dh {
-                let (x, y) = (run.keys[[k, j, c]], t[[j, c]]);
-                let e = (x - y).abs();
-                mag = mag.max(y.abs());
+        for (j, worst_rot) in by_entry.iter_mut().enumerate() {
+            let x = run.keys.slice(s![k, j, ..]).to_vec();
+            let y = t.row(j).to_vec();
+            for (c, ratio) in judge.entry(&x, &y, &mut groups).into_iter().enumerate() {
+                let e = (x[c] - y[c]).abs();
+                mag = mag.max(y[c].abs());
                 if c < dh - r {
                     err_plain = err_plain.max(e);
-                    xy += x * y;
-                    yy += y * y;
                 } else {
                     err_rot = err_rot.max(e);
-                    by_entry[j] = by_entry[j].max(e);
+                    *worst_rot = worst_rot.max(ratio);
                     let p = (c - (dh - r)) / 2;
-                    pair[p] = pair[p].max(e);
+                    pair[p] = pair[p].max(ratio);
+                    pair_abs[p] = pair_abs[p].max(e);
                 }
             }
-            if yy > 0.0 && dh > r {
+            // The entry's own least-squares scale on the reference (RMSNorm precedes RoPE, so
+            // every channel carries it): the record judged against the reference times it.
+            let (xy, yy) = x.iter().zip(&y).fold((0.0, 0.0), |(a, b), (x, y)| (a + x * y, b + y * y));
+            if yy > 0.0 {
                 let sc = xy / yy;
                 scale_min = scale_min.min(sc);
                 scale_max = scale_max.max(sc);
-                for c in 0..dh - r {
-                    scale_resid = scale_resid.max((run.keys[[k, j, c]] - sc * t[[j, c]]).abs());
-                }
+                let ys: Vec<f64> = y.iter().map(|v| v * sc).collect();
+                judge.entry(&x, &ys, &mut scaled);
             }
         }
     }
     // With every channel rotated there is no non-rotated channel to pass, so "only the rotated
     // channels fail" would say nothing (a prev/cur swap fails every channel): no RoPE hint then.
-    if r > 0 && dh > r && err_plain <= bound && err_rot > bound {
+    if r > 0 && dh > r && !groups.fails(0) && groups.fails(1) {
         let mut hint = format!(
             "{}only the rotated channels fail (max error {err_rot:.2e}; the {} non-rotated channels {err_plain:.2e})",
             if pooled_ok { "pooled entries pass; " } else { "" },
@@ -99,9 +202,9 @@ pub fn hints(
             let my = later.iter().map(|p| p.1).sum::<f64>() / later.len() as f64;
             later.iter().map(|(x, y)| (x - mx) * (y - my)).sum::<f64>() > 0.0
         };
-        if !at0.is_empty() && at0.iter().all(|&e| e <= bound) && grows {
+        if !at0.is_empty() && at0.iter().all(|&e| e <= 1.0) && grows {
             hint.push_str(", error 0 at position 0 and growing with position: RoPE frequency or position mismatch");
-            let agree = pair.iter().take_while(|&&e| e <= bound).count();
+            let agree = pair.iter().take_while(|&&e| e <= 1.0).count();
             if agree >= 2 && agree < pair.len() {
                 hint.push_str(&format!(
                     " (pairs 0..{} agree, pairs {agree}..{} differ: the slow pairs, a frequency scaling such as YaRN)",
@@ -111,13 +214,13 @@ pub fn hints(
             } else if agree == 1 && pair.len() > 1 {
                 hint.push_str(" (every pair but the first differs: the base theta)");
             }
-        } else if at0.iter().any(|&e| e > bound) {
+        } else if at0.iter().any(|&e| e > 1.0) {
             hint.push_str(", already at position 0: the position the entry carries (which token's position) differs");
         } else {
             hint.push_str(": RoPE frequency, pairing or position mismatch");
         }
         out.push(hint);
-    } else if pooled_ok && dh > r && err_plain > bound && scale_resid <= bound && scale_min.is_finite() {
+    } else if pooled_ok && dh > r && groups.fails(0) && !scaled.fails(0) && !scaled.fails(1) && scale_min.is_finite() {
         out.push(format!(
             "pooled entries pass; every entry is the reference times its own scale ({scale_min:.6} to {scale_max:.6}): \
              an RMSNorm mismatch (eps, or a missing or extra normalisation)"
@@ -147,7 +250,7 @@ pub fn hints(
             ));
         }
     }
-    (out, pair)
+    (out, pair_abs)
 }
 
 /// The shipped cache formats (`theory/dump-format.md`, "Quantized cache formats") whose grid the
@@ -164,11 +267,14 @@ fn stored_format(d: &Dump, rotated: usize) -> Option<CacheFormat> {
     })
 }
 
-/// The formats production engines store (vLLM V4's FP8 NoPE + bf16 RoPE, vLLM V4.1's "MXFP8"
-/// with scales rounded up, mlx-lm's and SGLang's FP4), tried by the quantized-record hint.
+/// The formats production engines store (vLLM V4.1's "MXFP8" with scales rounded up, vLLM V4's
+/// FP8 NoPE + bf16 RoPE, mlx-lm's and SGLang's FP4), tried by the quantized-record hint in this
+/// order: the most constrained first. A per-32 all-channel record also lies on the per-64 NoPE
+/// grid (its RoPE channels are e4m3 values, which bf16 holds; two pow2 scales of a 64-block
+/// are one scale's grid), so tried the other way round V4.1's record was named V4's.
 const SHIPPED_FORMATS: &[&str] = &[
-    r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope", "amax_min": 1e-4}"#,
     r#"{"element": "e4m3", "scale": "pow2", "block": 32, "channels": "all", "amax_min": 1e-4}"#,
+    r#"{"element": "e4m3", "scale": "pow2", "block": 64, "channels": "nope", "amax_min": 1e-4}"#,
     r#"{"element": "e2m1", "scale": "e4m3", "block": 16, "channels": "all"}"#,
 ];
 

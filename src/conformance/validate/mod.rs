@@ -28,12 +28,13 @@
 //! kernel's half-empty window 0 (and windows displaced past either end) do not swamp the profile.
 
 mod checks;
+mod coverage;
 mod format_check;
 mod hints;
 mod profile;
 mod tolerance;
 
-pub use hints::hints;
+use hints::hints;
 pub use tolerance::SCALE_FLOOR_ULPS;
 
 use super::dump::{Dump, Run};
@@ -120,6 +121,9 @@ pub struct Validation {
     /// Max error of each rotated channel pair of the keys (empty without RoPE or without a
     /// failure to explain).
     pub rope_pair_errors: Vec<f64>,
+    /// What the dump cannot see (a warning, never a failure): token indices no main-run
+    /// window reaches, YaRN below its original context (`coverage`).
+    pub warnings: Vec<String>,
     /// Whether every checkable row passes.
     pub passed: bool,
 }
@@ -323,7 +327,7 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize), 
     let window_bound = rows.iter().find(|r| r.name.starts_with("tolerance: keys")).map(|r| r.bound).unwrap_or(0.0);
     rows.push(checks::signal(d, &ref64, n));
     let p = profile::profiles(d, &ref64, n, &mut |done| progress(done + 1, units), stop)?;
-    let (hints, rope_pair_errors) = hints(d, &rows, &ref64, n, &positions);
+    let (hints, rope_pair_errors) = hints(d, &rows, &ref64, n, &positions, &bounds);
     let passed = rows.iter().all(|r| r.status != Status::Fail);
     Ok(Validation {
         spec: spec.name.clone(),
@@ -340,6 +344,7 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize), 
         diagnosis: p.diagnosis,
         hints,
         rope_pair_errors,
+        warnings: coverage::warnings(d, n, max_position),
         passed,
     })
 }

@@ -10,6 +10,7 @@ use crate::conformance::harness::checks::post_rows;
 use crate::conformance::harness::tolerance::{
     accumulator, max_abs_diff, rounding_bound, rounding_bound_rms, unit_roundoff, STAGE_ROUNDINGS, STAGE_ROUNDINGS_RMS,
 };
+use crate::kernel::spec::RopeScaling;
 use crate::kernel::Compressed;
 use crate::numeric::formats::CacheFormat;
 use candle_core::DType;
@@ -21,12 +22,110 @@ use ndarray::{s, Array2, Axis};
 /// inside and catches a 16-ulp systematic error with room to spare.
 pub const SCALE_FLOOR_ULPS: f64 = 4.0;
 
+/// Roundings in a correct kernel's RoPE angle `p f_i` computed in its accumulator dtype
+/// (`theory/dump-format.md`, "RoPE angles in the accumulator dtype"): the frequency's `pow`
+/// (at most 2u), its reciprocal (u) and the product with the position (u). Hugging Face,
+/// DeepSeek's reference and vLLM all form the angle this way in f32.
+pub const ANGLE_ROUNDINGS: f64 = 4.0;
+
+/// YaRN's blend of the interpolated and extrapolated frequency (`f / factor * ramp + f (1 -
+/// ramp)`, the ramp itself rounded): at most four more roundings of `f_i`.
+pub const YARN_BLEND_ROUNDINGS: f64 = 4.0;
+
+/// The RoPE angle a correct kernel forms in its accumulator dtype, bounded per rotated channel:
+/// pair `i` at position `p` is rotated by `p f_i (1 + e)` with `|e| <= c_i u`, `c_i =`
+/// [`ANGLE_ROUNDINGS`] `+ (2i / r) ln theta` (the exponent `2i / r`, rounded, multiplies its
+/// error by `ln theta` through `pow`) `+` [`YARN_BLEND_ROUNDINGS`] with YaRN. A rotation by
+/// `delta` moves the pair by `|delta| |y_pair|` at most, so the allowance of both its channels is
+/// `c_i u p f_i |y_pair|`: zero on the unrotated channels and growing with the position.
+pub(super) struct AngleAllowance {
+    /// The first rotated channel.
+    split: usize,
+    /// Per rotated pair, `c_i u f_i` (the allowance per unit position and unit pair norm).
+    slopes: Vec<f64>,
+}
+
+impl AngleAllowance {
+    /// The allowance of a dump's post-processed outputs (None without RoPE).
+    pub fn new(d: &Dump) -> Option<Self> {
+        let rs = d.spec.rope.as_ref()?;
+        let r = rs.rotated_channels(d.dims.d_head);
+        if r == 0 {
+            return None;
+        }
+        let u = unit_roundoff(accumulator(d.dtype));
+        let (from_theta, blend) = match &rs.scaling {
+            None => (true, 0.0),
+            Some(RopeScaling::Yarn { .. }) => (true, YARN_BLEND_ROUNDINGS),
+            Some(RopeScaling::Frequencies(_)) => (false, 0.0),
+        };
+        let slopes = rs
+            .inv_frequencies(r)
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let exponent = if from_theta { 2.0 * i as f64 / r as f64 * rs.theta.ln() } else { 0.0 };
+                (ANGLE_ROUNDINGS + exponent + blend) * u * f.abs()
+            })
+            .collect();
+        Some(AngleAllowance { split: d.dims.d_head - r, slopes })
+    }
+
+    /// Per channel, the allowance of an entry at position `pos` whose f64 reference is `y`.
+    pub fn entry(&self, y: &[f64], pos: usize) -> Vec<f64> {
+        let mut out = vec![0.0; y.len()];
+        for (i, slope) in self.slopes.iter().enumerate() {
+            let (c0, c1) = (self.split + 2 * i, self.split + 2 * i + 1);
+            if c1 >= y.len() {
+                break;
+            }
+            let a = slope * pos as f64 * y[c0].hypot(y[c1]);
+            out[c0] = a;
+            out[c1] = a;
+        }
+        out
+    }
+
+    /// The allowances of every output (`[n, d_h]` per sequence, entry `j` at `positions[j] +
+    /// shift`).
+    pub fn of(&self, refs: &[&Array2<f64>], positions: &[usize], shift: usize) -> Vec<Array2<f64>> {
+        refs.iter()
+            .map(|r| {
+                let mut a = Array2::zeros(r.raw_dim());
+                for (j, (row, mut out)) in r.rows().into_iter().zip(a.rows_mut()).enumerate() {
+                    let pos = positions.get(j).copied().unwrap_or(0) + shift;
+                    out.assign(&ndarray::ArrayView1::from(&self.entry(&row.to_vec(), pos)));
+                }
+                a
+            })
+            .collect()
+    }
+}
+
+/// The RMS half's bound on `n` stored channels whose expected squared flips sum to `allowed`:
+/// that sum plus three standard deviations of it (each flip at most `step_max`), per channel.
+pub(super) fn flips_rms_bound(allowed: f64, step_max: f64, n: usize) -> f64 {
+    ((allowed + 3.0 * allowed.sqrt() * step_max) / n.max(1) as f64).sqrt()
+}
+
+/// `(max, rms)` of allowances over every element.
+fn max_rms(a: &[Array2<f64>]) -> (f64, f64) {
+    let (mut m, mut sq, mut n) = (0.0f64, 0.0f64, 0usize);
+    for x in a.iter().flat_map(|a| a.iter()) {
+        m = m.max(*x);
+        sq += x * x;
+        n += 1;
+    }
+    (m, if n > 0 { (sq / n as f64).sqrt() } else { 0.0 })
+}
+
 /// What K3 needs of the K13 rule of each output: the max-norm bound of a plain row (by the
 /// output's name), and for an encoded output the rounding model's inputs and targets.
 #[derive(Default)]
 pub(super) struct Bounds {
-    /// `(output name, max-norm bound)` of every plain (not encoded) output.
-    pub plain: Vec<(String, f64)>,
+    /// `(output name, max-norm bound, RMS bound)` of every plain (not encoded) output, without
+    /// the RoPE angle's allowance (applied channel by channel, [`AngleAllowance`]).
+    pub plain: Vec<(String, f64, f64)>,
     /// The rounding model of every encoded output.
     pub encoded: Vec<EncodedModel>,
 }
@@ -34,7 +133,12 @@ pub(super) struct Bounds {
 impl Bounds {
     /// The max-norm bound of the plain output `name` (a prefix of the row's name).
     pub fn plain(&self, name: &str) -> Option<f64> {
-        self.plain.iter().find(|(n, _)| n.starts_with(name)).map(|(_, b)| *b)
+        self.plain.iter().find(|(n, _, _)| n.starts_with(name)).map(|(_, b, _)| *b)
+    }
+
+    /// The RMS bound of the plain output `name`.
+    pub fn plain_rms(&self, name: &str) -> Option<f64> {
+        self.plain.iter().find(|(n, _, _)| n.starts_with(name)).map(|(_, _, r)| *r)
     }
 }
 
@@ -217,9 +321,8 @@ impl Encoded {
             if n == 0 {
                 continue;
             }
-            let a = self.group_allowed[g];
             let rms = (self.group_sq[g] / n as f64).sqrt();
-            let bound = ((a + 3.0 * a.sqrt() * self.step_max) / n as f64).sqrt();
+            let bound = flips_rms_bound(self.group_allowed[g], self.step_max, n);
             let r = if rms == 0.0 {
                 0.0
             } else if bound > 0.0 {
@@ -282,6 +385,7 @@ pub(super) fn rows(
     let bounds = std::cell::RefCell::new(Bounds::default());
     let cut2 = |a: &ndarray::Array3<f64>, k: usize| a.slice(s![k, ..n, ..]).to_owned();
     let u = unit_roundoff(d.dtype);
+    let stride = spec.geometry.stride();
     let format = d.cache_format.as_ref();
     let rotated = spec.rope.as_ref().map_or(0, |rs| rs.rotated_channels(d.dims.d_head));
     let quantized = format.map_or(0, |f| f.quantized_channels(d.dims.d_head, rotated));
@@ -310,6 +414,14 @@ pub(super) fn rows(
         let bound = rounding_bound(err_low, d.dtype, mag, terms);
         let bound_rms = rounding_bound_rms(rms_low, d.dtype, rms_ref, terms);
         let shape_ok = gots.iter().zip(&refs).all(|(g, (r, _))| g.shape() == r.shape());
+        // A stored (post-processed) output carries RoPE: its rotated channels may also differ by
+        // the angle's rounding in the accumulator dtype, at the main run's positions and (for
+        // K3's bounds) at the shifted run's.
+        let angle = if encoded { AngleAllowance::new(d) } else { None };
+        let r64s: Vec<&Array2<f64>> = refs.iter().map(|(r, _)| r).collect();
+        let allow = angle.as_ref().map(|a| a.of(&r64s, positions, 0)).unwrap_or_default();
+        let (angle_max, angle_rms) = max_rms(&allow);
+        let angle_shifted = angle.as_ref().map_or(0.0, |a| max_rms(&a.of(&r64s, positions, stride)).0);
         let mut off_grid: Option<String> = None;
         let (magnitude, systematic) = match fmt {
             Some(f) => {
@@ -325,13 +437,13 @@ pub(super) fn rows(
                                 off_grid = Some(format!("sequence {k}, entry {j}, channel {c} = {:e}", gr[c]));
                             }
                         }
-                        e.add(f, quantized, &gr, &rr, Some(&lr), bound, bound_rms, rms_ref);
+                        e.add(f, quantized, &gr, &rr, Some(&lr), bound + angle_max, bound_rms + angle_rms, rms_ref);
                     }
                 }
                 bounds.borrow_mut().encoded.push(EncodedModel {
                     name: name.to_string(),
-                    delta: bound,
-                    rho: bound_rms,
+                    delta: bound + angle_shifted,
+                    rho: bound_rms + angle_rms,
                     rms_ref,
                     targets: refs.iter().map(|(r, _)| r.clone()).collect(),
                 });
@@ -385,8 +497,8 @@ pub(super) fn rows(
                 (magnitude, systematic)
             }
             None => {
-                bounds.borrow_mut().plain.push((name.to_string(), bound));
-                plain_rows(name, &gots, &refs, bound, bound_rms, (err_low, rms_low, rms_ref), u, shape_ok)
+                bounds.borrow_mut().plain.push((name.to_string(), bound, bound_rms));
+                plain_rows(name, &gots, &refs, &allow, bound, bound_rms, (err_low, rms_low, rms_ref), u, shape_ok)
             }
         };
         let grid = fmt.map(|f| CheckRow {
@@ -518,6 +630,7 @@ fn plain_rows(
     name: &str,
     gots: &[Array2<f64>],
     refs: &[(Array2<f64>, Array2<f64>)],
+    allow: &[Array2<f64>],
     bound: f64,
     bound_rms: f64,
     (err_low, rms_low, rms_ref): (f64, f64, f64),
@@ -526,14 +639,20 @@ fn plain_rows(
 ) -> (CheckRow, CheckRow) {
     let (mut err, mut sq, mut count) = (if shape_ok { 0.0f64 } else { f64::INFINITY }, 0.0f64, 0usize);
     let (mut cross, mut cross_low, mut norm) = (0.0f64, 0.0f64, 0.0f64);
-    for (g, (r64, rlow)) in gots.iter().zip(refs) {
+    let mut angle_used = 0.0f64;
+    for (k, (g, (r64, rlow))) in gots.iter().zip(refs).enumerate() {
         if g.shape() != r64.shape() {
             continue;
         }
-        for ((x, y), l) in g.iter().zip(r64.iter()).zip(rlow.iter()) {
-            let e = (x - y).abs();
-            err = if e.is_nan() { f64::INFINITY } else { err.max(e) };
-            sq += (x - y) * (x - y);
+        let a = allow.get(k).filter(|a| a.shape() == r64.shape());
+        for (i, ((x, y), l)) in g.iter().zip(r64.iter()).zip(rlow.iter()).enumerate() {
+            // The error beyond the RoPE angle's allowance (`AngleAllowance`; 0 off RoPE).
+            let a = a.map_or(0.0, |a| a.as_slice().map_or(0.0, |s| s[i]));
+            let raw = (x - y).abs();
+            let e = (raw - a).max(0.0);
+            angle_used = angle_used.max(raw.min(a));
+            err = if raw.is_nan() { f64::INFINITY } else { err.max(e) };
+            sq += e * e;
             count += 1;
             cross += (x - y) * y;
             cross_low += (l - y) * y;
@@ -541,6 +660,11 @@ fn plain_rows(
         }
     }
     let rms_err = if count > 0 { (sq / count as f64).sqrt() } else { 0.0 };
+    let angle_note = if allow.is_empty() {
+        String::new()
+    } else {
+        format!(" (both beyond the RoPE angle's rounding, of which up to {angle_used:.3e} used)")
+    };
     let rms_fails = rms_err > bound_rms;
     let max_fails = err.is_nan() || err > bound;
     let (error, shown_bound) = if rms_fails && !max_fails { (rms_err, bound_rms) } else { (err, bound) };
@@ -552,7 +676,7 @@ fn plain_rows(
         bound: shown_bound,
         note: format!(
             "max|impl - ref64| = {err:.3e} vs 2 * max|twin - ref64| ({err_low:.3e}) + {STAGE_ROUNDINGS} u max|ref64| = \
-             {bound:.3e}; rms {rms_err:.3e} vs 2 * rms|twin - ref64| ({rms_low:.3e}) + {STAGE_ROUNDINGS_RMS} u \
+             {bound:.3e}{angle_note}; rms {rms_err:.3e} vs 2 * rms|twin - ref64| ({rms_low:.3e}) + {STAGE_ROUNDINGS_RMS} u \
              rms|ref64| ({rms_ref:.3e}) = {bound_rms:.3e}"
         ),
     };
