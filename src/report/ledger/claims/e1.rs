@@ -8,13 +8,25 @@ use super::*;
 pub struct E1;
 
 impl LedgerClaim for E1 {
+    fn id(&self) -> &'static str {
+        "E1"
+    }
+
+    fn short(&self) -> &'static str {
+        "compressed models are phase sensitive; full attention is not"
+    }
+
+    fn paper(&self) -> &'static str {
+        "compressed: periodic; full: flat"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let claim = "every compressed model is phase sensitive at its stride; full attention is not";
         let arms = arms(c);
         let full: Vec<&Arm> = arms.iter().filter(|a| arm_is_full(a) && evaluated(a)).collect();
         let comp: Vec<&Arm> = arms.iter().filter(|a| !arm_is_full(a) && evaluated(a)).collect();
         if full.is_empty() || comp.is_empty() {
-            return not_run("E1", claim, both_data());
+            return not_run(self, claim, both_data());
         }
         // The paper's claim is about its compressors, on one grid: an arm on staggered grids
         // (issue 30) is X1's intervention, reported here and judged there (§8.11).
@@ -43,7 +55,7 @@ impl LedgerClaim for E1 {
         }
         let rules = super::super::collect::rules(c);
         let mut c = Claim::from_parts(
-            "E1",
+            self,
             claim,
             format!(
                 "in-sequence, seeds pooled: for every compressed model on one grid the phase effect at its own S holds: {}; for full attention the effect is absent at each of S = 4, 6, 8: {}; {}",

@@ -7,6 +7,18 @@ use super::*;
 pub struct E2;
 
 impl LedgerClaim for E2 {
+    fn id(&self) -> &'static str {
+        "E2"
+    }
+
+    fn short(&self) -> &'static str {
+        "the period follows the stride (S = 4, 6, 8)"
+    }
+
+    fn paper(&self) -> &'static str {
+        "periods 4, 6, 8"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let arms = arms(c);
         let mut parts = Vec::new();
@@ -44,7 +56,7 @@ impl LedgerClaim for E2 {
             also.test(a, Protocol::Prefix, s, ALPHA);
         }
         let mut c = Claim::from_parts(
-            "E2",
+            self,
             "the period follows the stride: S in {4, 6, 8} (W = 8) give periods 4, 6, 8",
             format!(
                 "in-sequence, seeds pooled: for each of {} the phase effect at its own S holds ({}) and the corrected period scan declares exactly S (p < {})",

@@ -8,6 +8,18 @@ use super::*;
 pub struct E3;
 
 impl LedgerClaim for E3 {
+    fn id(&self) -> &'static str {
+        "E3"
+    }
+
+    fn short(&self) -> &'static str {
+        "phase sensitivity persists without RoPE and with uniform averaging"
+    }
+
+    fn paper(&self) -> &'static str {
+        "effect persists"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let arms = arms(c);
         let s = 4;
@@ -45,7 +57,7 @@ impl LedgerClaim for E3 {
             also.part("control ", holds(a, PRIMARY, s).0);
         }
         let mut c = Claim::from_parts(
-            "E3",
+            self,
             "phase sensitivity persists without RoPE and with uniform averaging",
             format!(
                 "in-sequence, seeds pooled: the phase effect at S = 4 holds ({}) for w8s4-norope and for w8s4-uniform; {}, and where a two-KV-head model is, its one-KV-head arm decides",

@@ -23,10 +23,22 @@ pub(super) fn sharing_phases(a: &Arm) -> std::result::Result<Vec<usize>, String>
 }
 
 impl LedgerClaim for E4 {
+    fn id(&self) -> &'static str {
+        "E4"
+    }
+
+    fn short(&self) -> &'static str {
+        "W8/S8: accuracy varies among phases sharing a window"
+    }
+
+    fn paper(&self) -> &'static str {
+        "50 pp within a window"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let claim = "within-window asymmetry: in W8/S8, accuracy varies strongly among phases that share a window";
         let arms = arms(c);
-        let Some(a) = arm_for(&arms, "w8s8", false) else { return not_run("E4", claim, vec![]) };
+        let Some(a) = arm_for(&arms, "w8s8", false) else { return not_run(self, claim, vec![]) };
         let s = 8;
         let (mut part, judged) = holds(a, PRIMARY, s);
         if let Some(j) = judged {
@@ -139,7 +151,7 @@ impl LedgerClaim for E4 {
         let mut also = Reported::default();
         also.test(a, Protocol::Prefix, s, ALPHA);
         let mut c = Claim::from_parts(
-            "E4",
+            self,
             claim,
             format!(
                 "in-sequence, seeds pooled: the phase effect of w8s8 at S = 8 holds ({}); reproduced when its depth-adjusted phase spread over the phases whose key-value pair shares a window (per seed, then averaged) is at least {MAGNITUDE_FRACTION} of the paper's {PAPER_WITHIN_WINDOW_PP} pp, else reproduced qualitatively (smaller); v1: at the ceiling not testable; v2: an absent effect at the ceiling not testable (§8.5)",

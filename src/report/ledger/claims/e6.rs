@@ -109,6 +109,18 @@ fn part(a: &Arm, full: bool) -> Part {
 }
 
 impl LedgerClaim for E6 {
+    fn id(&self) -> &'static str {
+        "E6"
+    }
+
+    fn short(&self) -> &'static str {
+        "knockouts: phase-dependent rows only in compressed models"
+    }
+
+    fn paper(&self) -> &'static str {
+        "phase-dependent rows in compressed models only"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let claim =
             "knockout maps: no phase-dependent row for full attention, phase-dependent rows for compressed models";
@@ -117,7 +129,7 @@ impl LedgerClaim for E6 {
         let full: Vec<&Arm> = arms.iter().filter(|a| arm_is_full(a)).filter(mapped).collect();
         let comp: Vec<&Arm> = arms.iter().filter(|a| !arm_is_full(a)).filter(mapped).collect();
         if full.is_empty() || comp.is_empty() {
-            return not_run("E6", claim, vec![]);
+            return not_run(self, claim, vec![]);
         }
         let mut parts: Vec<Part> =
             full.iter().map(|a| part(a, true)).chain(comp.iter().map(|a| part(a, false))).collect();
@@ -156,7 +168,7 @@ impl LedgerClaim for E6 {
             )
         };
         let mut c = Claim::from_parts(
-            "E6",
+            self,
             claim,
             format!(
                 "{criterion}{}",

@@ -244,8 +244,15 @@ pub struct SeedLine {
 /// The flag every claim with a bootstrap magnitude carries (issue 31).
 pub const INTERVAL_FLAG: &str = "flagged: interval method changed after the run (issue 31): magnitudes are shown bias-corrected (2 m - mean of the bootstrap replicates) with the basic bootstrap interval [2 m - q97.5, 2 m - q2.5], because a percentile interval of a max-minus-min statistic is biased upward and need not contain its estimate; the raw value and its percentile interval are kept beside each, and the v1 verdict is still judged on them (theory/phase-lab.md §7.9)";
 
-/// One claim of the ledger.
+/// One claim of the ledger: its id and the words of the top table, with the claim, and its
+/// check (adding a claim is one module implementing this).
 pub trait LedgerClaim: Sync {
+    /// The claim's id: `T1`, `T2`, `E1`..`E10`, `X1`, `K`.
+    fn id(&self) -> &'static str;
+    /// The claim in at most 12 words (the top table).
+    fn short(&self) -> &'static str;
+    /// The paper's value, in words (the top table; `-` with a reason where the paper has none).
+    fn paper(&self) -> &'static str;
     /// The claim's line: numbers and verdict from the data.
     fn check(&self, c: &Collected) -> Claim;
     /// Draws the figures only this claim links into `out` (the report directory); returns
@@ -368,12 +375,14 @@ fn both_data() -> Vec<String> {
     Protocol::ALL.iter().map(|&p| phase_data(p)).collect()
 }
 
-fn not_run(id: &str, claim: &str, data: Vec<String>) -> Claim {
+/// The line of claim `of` when the data it needs are not in the run set (`claim`: the paper's
+/// claim; `data`: the files it would read); a claim's `check` also starts its own line from it.
+fn not_run(of: &dyn LedgerClaim, claim: &str, data: Vec<String>) -> Claim {
     Claim {
-        id: id.into(),
+        id: of.id().into(),
         claim: claim.into(),
-        short: short_of(id).into(),
-        paper: paper_of(id).into(),
+        short: of.short().into(),
+        paper: of.paper().into(),
         ours: "-".into(),
         measured: "the data this claim needs are not in the run set".into(),
         criterion: "-".into(),
@@ -387,47 +396,5 @@ fn not_run(id: &str, claim: &str, data: Vec<String>) -> Claim {
         with_excluded: vec![],
         figures: vec![],
         data,
-    }
-}
-
-/// The claim of `id` in at most 12 words.
-pub(super) fn short_of(id: &str) -> &'static str {
-    match id {
-        "T1" => "optimal compression is concentrated (Theorem 1)",
-        "T2" => "gradient flow reaches static concentration (Theorem 2)",
-        "E1" => "compressed models are phase sensitive; full attention is not",
-        "E2" => "the period follows the stride (S = 4, 6, 8)",
-        "E3" => "phase sensitivity persists without RoPE and with uniform averaging",
-        "E4" => "W8/S8: accuracy varies among phases sharing a window",
-        "E5" => "prefix gaps: large when compressed, small for full attention",
-        "E6" => "knockouts: phase-dependent rows only in compressed models",
-        "E7" => "gates drift to static concentration; value peak = key peak + 1",
-        "E8" => "scalar gates stay phase sensitive (w8s4-scalar)",
-        "E9" => "tied gates stay phase sensitive (w8s4-tied)",
-        "E10" => "DeepSeek-V4 CSA on the backbone: period 4",
-        "X1" => "staggered grids remove half the phase effect at no cost",
-        "K" => "every kernel invariant holds on every preset and grid",
-        _ => "",
-    }
-}
-
-/// The paper's value for `id`, in words.
-pub(super) fn paper_of(id: &str) -> &'static str {
-    match id {
-        "T1" => "concentrated vertex optimal (proof)",
-        "T2" => "converges (proof)",
-        "E1" => "compressed: periodic; full: flat",
-        "E2" => "periods 4, 6, 8",
-        "E3" => "effect persists",
-        "E4" => "50 pp within a window",
-        "E5" => "compressed up to 78 pp; full at most 6.1 pp",
-        "E6" => "phase-dependent rows in compressed models only",
-        "E7" => "some gates drift; V one offset after K",
-        "E8" => "scalar gates phase sensitive",
-        "E9" => "tied gates phase sensitive",
-        "E10" => "CSA period 4; HCA contributes little",
-        "X1" => "- (beyond the paper: its open question)",
-        "K" => "- (our kernels' invariants)",
-        _ => "",
     }
 }

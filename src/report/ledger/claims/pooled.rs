@@ -69,16 +69,22 @@ impl Reported {
 }
 
 impl Claim {
-    /// The claim `id` with its parts' verdicts, tests, magnitudes and seeds, and the reported
-    /// tests; `measured` is the parts' texts, then `||` and the reported texts.
-    pub(super) fn from_parts(id: &str, claim: &str, criterion: String, parts: Vec<Part>, rep: Reported) -> Claim {
-        Claim::from_parts_by(Combination::EveryPart, id, claim, criterion, parts, rep)
+    /// The line of claim `of` with its parts' verdicts, tests, magnitudes and seeds, and the
+    /// reported tests; `measured` is the parts' texts, then `||` and the reported texts.
+    pub(super) fn from_parts(
+        of: &dyn LedgerClaim,
+        claim: &str,
+        criterion: String,
+        parts: Vec<Part>,
+        rep: Reported,
+    ) -> Claim {
+        Claim::from_parts_by(Combination::EveryPart, of, claim, criterion, parts, rep)
     }
 
     /// As [`Claim::from_parts`], the parts combined by `rule`.
     pub(super) fn from_parts_by(
         rule: Combination,
-        id: &str,
+        of: &dyn LedgerClaim,
         claim: &str,
         criterion: String,
         parts: Vec<Part>,
@@ -89,7 +95,7 @@ impl Claim {
         } else {
             format!("{} || {}", texts(&parts), rep.texts.join(" | "))
         };
-        let mut c = not_run(id, claim, vec![]);
+        let mut c = not_run(of, claim, vec![]);
         c.verdict = combine_by(rule, &parts);
         c.measured = measured;
         c.criterion = criterion;

@@ -119,7 +119,7 @@ mod tests {
     /// the control, the same claim twice, reads no difference.
     #[test]
     fn what_reads_otherwise_is_named_and_nothing_else() {
-        let mut old = not_run("X1", "c", vec![]);
+        let mut old = not_run(&super::super::x1::X1, "c", vec![]);
         old.verdict = Verdict::Reproduced;
         old.arms.push(ArmVerdict {
             arm: "a vs b".into(),
