@@ -1,8 +1,16 @@
 //! E1: every compressed model is phase sensitive at its stride; full attention is not
 //! (`theory/phase-lab.md` §7.5).
 
-use super::pooled::*;
-use super::*;
+use super::arm::{arm_is_full, evaluated, on_staggered_grids, untrained_part};
+use super::claim::{not_run, Claim, LedgerClaim};
+use super::files::{both_data, both_figs};
+use super::judge::{absent, holds, BASELINE_STRIDES, PRIMARY};
+use super::parts::{Part, Reported};
+use super::words::{ceiling_words, count_ours, level_words};
+use crate::analysis::phase_test::ALPHA;
+use crate::analysis::protocol::Protocol;
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::{arms, Arm, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E1;

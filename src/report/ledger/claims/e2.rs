@@ -1,7 +1,16 @@
 //! E2: the period follows the stride (`theory/phase-lab.md` §7.5).
 
-use super::pooled::*;
-use super::*;
+use super::arm::{arm_for, untrained_arm, untrained_part};
+use super::claim::{Claim, LedgerClaim};
+use super::files::{both_data, both_figs};
+use super::gaps::require_period;
+use super::judge::{holds, PRIMARY};
+use super::parts::{Part, Reported};
+use super::words::{count_ours, largest_seed_spread, level_words};
+use crate::analysis::phase_test::ALPHA;
+use crate::analysis::protocol::Protocol;
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::{arms, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E2;

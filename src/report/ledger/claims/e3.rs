@@ -1,8 +1,16 @@
 //! E3: phase sensitivity without RoPE and with uniform averaging, settled by the one-KV-head
 //! capacity arm where the two-head model is at the ceiling (`theory/phase-lab.md` §7.5).
 
-use super::pooled::*;
-use super::*;
+use super::arm::arm_for;
+use super::claim::{Claim, LedgerClaim};
+use super::files::{both_data, both_figs};
+use super::judge::{holds, PRIMARY};
+use super::parts::{Part, Reported};
+use super::words::{ceiling_words, count_ours, level_words};
+use crate::analysis::phase_test::ALPHA;
+use crate::analysis::protocol::Protocol;
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::{arms, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E3;

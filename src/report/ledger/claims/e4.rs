@@ -2,11 +2,18 @@
 //! (`theory/phase-lab.md` §7.5, corrected by §8.8: the spread over the phases whose key-value
 //! pair shares a window only).
 
-use super::pooled::*;
-use super::*;
+use super::arm::{arm_for, seed_records, stat_seed};
+use super::claim::{not_run, Claim, Interval, LedgerClaim, Measure, INTERVAL_FLAG};
+use super::gaps::seed_level_spread;
+use super::judge::{holds, PRIMARY};
+use super::parts::Reported;
+use super::words::{count_ours, level_words};
+use crate::analysis::phase_test::ALPHA;
 use crate::analysis::phase_test::{adjusted_gap_bootstrap, adjusted_gap_bootstrap_over, window_sharing_phases};
-use crate::analysis::stats::{BootInterval, Magnitude};
-use crate::analysis::verdict::{self, Rules, MAGNITUDE_FRACTION, PAPER_WITHIN_WINDOW_PP};
+use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::{self, BootInterval, Magnitude};
+use crate::analysis::verdict::{self, Rules, Verdict, MAGNITUDE_FRACTION, PAPER_WITHIN_WINDOW_PP};
+use crate::report::ledger::collect::{arms, Arm, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E4;

@@ -1,10 +1,19 @@
 //! E5: prefix-padding gaps, large for compressed models and small for full attention, each
 //! magnitude beside the paper's (`theory/phase-lab.md` §7.5).
 
-use super::pooled::*;
-use super::*;
-use crate::analysis::stats::{GapSummary, Magnitude};
-use crate::analysis::verdict::{self, PAPER_BASELINE_GAP_PP, PAPER_COMPRESSED_GAP_PP};
+use super::arm::{arm_is_full, modulus, NO_OUTCOMES};
+use super::claim::{not_run, Claim, Interval, LedgerClaim, Measure, INTERVAL_FLAG};
+use super::files::{phase_data, phase_fig};
+use super::gaps::{gap, seed_gap};
+use super::judge::{ceiling, ceiling_part, holds, judge, reported, BASELINE_STRIDES, PRIMARY};
+use super::parts::{combine, texts, Part, Reported};
+use super::records::gap_measure;
+use super::words::{ceiling_words, count_ours, gap_words, largest_seed, level_words};
+use crate::analysis::phase_test::ALPHA;
+use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::{self, GapSummary, Magnitude};
+use crate::analysis::verdict::{self, Verdict, PAPER_BASELINE_GAP_PP, PAPER_COMPRESSED_GAP_PP};
+use crate::report::ledger::collect::{arms, Arm, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E5;

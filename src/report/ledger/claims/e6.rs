@@ -1,10 +1,20 @@
 //! E6: knockout maps, no phase-dependent row for full attention and at least one for every
 //! compressed model, per seed (`theory/phase-lab.md` §7.5).
 
-use super::pooled::*;
-use super::*;
+use super::arm::{arm_is_full, untrained_part};
+use super::claim::{not_run, Claim, LedgerClaim, SeedLine};
+use super::files::knockout_figure;
+use super::judge::BASELINE_STRIDES;
+use super::parts::{Part, Reported};
+use super::words::{fmt_p, seeds_ours};
+use crate::analysis::phase_test::ALPHA;
 use crate::analysis::phase_test::{drop_scale_tests, knockout_row_tests, required_seeds, PhaseTestConfig};
+use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::GroupAccuracy;
+use crate::analysis::verdict::Verdict;
 use crate::analysis::verdict::{Rules, CEILING_ACCURACY};
+use crate::lab::KnockoutResult;
+use crate::report::ledger::collect::{arms, Arm, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E6;

@@ -3,12 +3,14 @@
 //! each head *reads* from each offset (`analysis::gates::Reads`), from step 0, dead heads
 //! excluded, per seed.
 
-use super::pooled::*;
-use super::*;
+use super::claim::{not_run, Claim, LedgerClaim, SeedLine};
+use super::parts::{Part, Reported};
+use super::words::seeds_ours;
 use crate::analysis::eval::{dead_heads, KnockoutMap};
 use crate::analysis::gates::head_drifts;
 use crate::analysis::phase_test::required_seeds;
-use crate::analysis::verdict::{DEAD_HEAD_MAX_DROP_PP, E7_MIN_DRIFT_OFFSETS};
+use crate::analysis::verdict::{Verdict, DEAD_HEAD_MAX_DROP_PP, E7_MIN_DRIFT_OFFSETS};
+use crate::report::ledger::collect::{arms, Arm, Collected, RunData};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E7;

@@ -4,10 +4,18 @@
 //! with their difference (not a verdict); E10 also needs the corrected period scan to declare
 //! 4. An arm that was not trained gives *not run*.
 
-use super::pooled::*;
-use super::*;
+use super::arm::{arm_for, budget_difference, same_seeds, seed_families, seed_records, stat_seed, NO_OUTCOMES};
+use super::claim::{not_run, Claim, Interval, LedgerClaim, Measure};
+use super::files::{both_data, both_figs};
+use super::gaps::{require_period, seed_level_input};
+use super::judge::{holds, PRIMARY};
+use super::parts::Reported;
+use super::words::{count_ours, level_words};
 use crate::analysis::phase_test::adjusted_spread_two_stage;
-use crate::analysis::stats::BootInterval;
+use crate::analysis::phase_test::ALPHA;
+use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::{self, BootInterval};
+use crate::report::ledger::collect::{arms, Arm, Collected};
 
 /// A variant of `w8s4` whose effect must hold (E8: `w8s4-scalar`, E9: `w8s4-tied`).
 pub struct Variant {

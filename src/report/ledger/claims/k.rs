@@ -1,6 +1,8 @@
 //! K: the kernel invariants (K1-K14) hold for every preset, on every grid it uses.
 
-use super::*;
+use super::claim::{not_run, Claim, LedgerClaim};
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::Collected;
 use crate::reproduce::InvariantStatus;
 
 /// The claim (registered in [`super::LEDGER`]).

@@ -1,7 +1,11 @@
 //! Theorem 1 (optimal compression is concentrated): the verdict at the defaults, and the phase diagram as a figure.
 
-use super::*;
+use super::claim::{not_run, Claim, LedgerClaim};
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::Collected;
 use crate::theory::oracle::PointVerdict as T1Verdict;
+use crate::Result;
+use std::path::Path;
 
 /// The Theorem 1 verdict the claim needs: concentration optimal (`+`).
 const T1_HOLDS: T1Verdict = T1Verdict::Holds;

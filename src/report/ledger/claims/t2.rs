@@ -1,6 +1,13 @@
 //! Theorem 2 (gradient flow reaches static concentration): the converged fraction over seeds, and the chosen offsets as a figure.
 
-use super::*;
+use super::claim::{not_run, Claim, LedgerClaim};
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::Collected;
+use crate::Result;
+use std::path::Path;
+
+/// T2: the smallest fraction of seeds that must converge to one-hot gates.
+pub const T2_MIN_CONVERGED: f64 = 0.95;
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct T2;

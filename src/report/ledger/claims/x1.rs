@@ -5,12 +5,24 @@
 //! registered before any staggered model was trained. Each pair is one part with its own
 //! verdict; the claim is never pooled across pairs.
 
-use super::pooled::*;
-use super::*;
+use super::arm::{budget_difference, evaluated, same_seeds, seed_families, seed_records, stat_seed, NO_OUTCOMES};
+use super::claim::{not_run, Claim, Interval, LedgerClaim, Measure, TestRecord};
+use super::gaps::{period, seed_level_input};
+use super::judge::{judge, PRIMARY};
+use super::parts::{texts, Part, Reported};
+use super::words::level_words;
+use crate::analysis::phase_test::ALPHA;
 use crate::analysis::phase_test::{adjusted_phase_accuracies, spread_ratio, Level, SpreadRatio};
-use crate::analysis::stats::{accuracy_difference, accuracy_difference_two_stage, BootInterval, BOOTSTRAP_ROUNDS};
+use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::{
+    self, accuracy_difference, accuracy_difference_two_stage, BootInterval, BOOTSTRAP_ROUNDS,
+};
+use crate::analysis::verdict::{Combination, Verdict};
 use crate::analysis::verdict::{Effect, StaggerEffect, X1_ACCURACY_MARGIN_PP, X1_HALF};
+use crate::report::ledger::collect::{arms, Arm, Collected};
+use crate::Result;
 use serde::Serialize;
+use std::path::Path;
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct X1;
