@@ -334,6 +334,8 @@ fn module_edges(files: &[(Vec<String>, String)]) -> BTreeMap<Vec<String>, BTreeS
                 let (mut at, rest): (Vec<String>, &[String]) = match first.as_str() {
                     // `super::*` (read as `[super]`): an import of the whole parent
                     "super" if path.len() == 1 && glob => (module[..module.len().saturating_sub(1)].to_vec(), &[]),
+                    // `pub use child::*`: the whole child
+                    c if path.len() == 1 && glob && children.contains(c) => (module.clone(), &path[..]),
                     _ if path.len() < 2 => continue,
                     "crate" => (Vec::new(), &path[1..]),
                     "self" => (module.clone(), &path[1..]),
@@ -483,7 +485,7 @@ fn the_cycle_rule_finds_cycles_and_only_cycles() {
         f("m::sub", "mod inner;\nuse inner::I;"),
         f("m::sub::inner", "use crate::m::d::D;"),
         f("m::d", "fn g() { super::sub::inner::f() }"),
-        f("n", "mod w;\nmod x;\nmod y;\nmod z;\npub use w::w;\npub use x::X;\npub use y::Y;\npub fn front() {}"),
+        f("n", "mod w;\nmod x;\nmod y;\nmod z;\npub use w::w;\npub use x::*;\npub use y::Y;\npub fn front() {}"),
         f("n::x", "use super::front;"),
         f("n::y", "pub struct Y;\n#[cfg(test)]\nmod tests {\n    use super::*;\n    fn t() { let _ = ('}', \"}\"); super::front() }\n}"),
         f("n::z", "pub(super) struct Z;\nuse super::*;"),
