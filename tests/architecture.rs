@@ -374,7 +374,6 @@ const FRONT_DOOR_NOT_YET: &[&str] = &[
     "cli::kernel",
     "cli::lab",
     "cli::reproduce",
-    "cli::theory",
     "conformance::dump",
     "conformance::harness",
     "conformance::harness::checks",
