@@ -372,8 +372,6 @@ const FRONT_DOOR_NOT_YET: &[&str] = &[
     "analysis::stats",
     "cli",
     "cli::kernel",
-    "cli::lab",
-    "cli::reproduce",
     "conformance::dump",
     "conformance::harness",
     "conformance::harness::checks",
