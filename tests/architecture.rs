@@ -386,7 +386,6 @@ const FRONT_DOOR_NOT_YET: &[&str] = &[
     "report::ledger",
     "reproduce::plan",
     "theory::fast",
-    "theory::flow",
     "theory::oracle",
     "theory::task",
 ];
