@@ -573,3 +573,39 @@ fn e9_judges_the_tied_models_effect_and_only_reports_the_difference() {
     let c = claim("e9-absent", &[arm("w8s4", planted4)], "E9");
     assert_eq!(c.verdict, Verdict::NotRun, "{}", c.measured);
 }
+
+/// What is wrong with a claim's short text for the top table, if anything: empty, or over 12
+/// words.
+fn short_text_problem(short: &str) -> Option<String> {
+    let n = short.split_whitespace().count();
+    match n {
+        0 => Some("empty".into()),
+        1..=12 => None,
+        _ => Some(format!("{n} words, over 12")),
+    }
+}
+
+/// Each claim carries its own top-table words on its `LedgerClaim` (issue 39: adding a claim is
+/// one module): ids unique, a short text of 1 to 12 words and a paper value, the very words the
+/// committed ledger shows for it. Negative controls: an empty, a blank and a 13-word text are
+/// refused, a 12-word one is not.
+#[test]
+fn every_claim_carries_a_short_text_of_at_most_12_words_and_its_paper_value() {
+    assert_eq!(short_text_problem(""), Some("empty".into()));
+    assert_eq!(short_text_problem("  \t "), Some("empty".into()));
+    let twelve = "one two three four five six seven eight nine ten eleven twelve";
+    assert_eq!(short_text_problem(twelve), None);
+    assert_eq!(short_text_problem(&format!("{twelve} thirteen")), Some("13 words, over 12".into()));
+    let mut ids = std::collections::BTreeSet::new();
+    for l in LEDGER {
+        assert!(ids.insert(l.id()), "claim id {} twice in LEDGER", l.id());
+        assert_eq!(short_text_problem(l.short()), None, "{}'s short text {:?}", l.id(), l.short());
+        assert!(!l.paper().trim().is_empty(), "{} has no paper value", l.id());
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/ledger.json");
+    let committed: Ledger = serde_json::from_str(&std::fs::read_to_string(root).unwrap()).unwrap();
+    let shown: Vec<(&str, &str, &str)> =
+        committed.claims.iter().map(|c| (c.id.as_str(), c.short.as_str(), c.paper.as_str())).collect();
+    let carried: Vec<(&str, &str, &str)> = LEDGER.iter().map(|l| (l.id(), l.short(), l.paper())).collect();
+    assert_eq!(carried, shown);
+}

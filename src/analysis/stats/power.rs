@@ -20,7 +20,9 @@
 //! * A ratio `R = A / B` of two arms' means (X1) takes the delta method's per-seed variance
 //!   `R^2 (vA / A^2 + vB / B^2)`.
 
-use super::*;
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use statrs::distribution::ContinuousCDF;
 use statrs::distribution::StudentsT;
 
 /// The within-seed share of a seed's variance below which more prompts stop helping.

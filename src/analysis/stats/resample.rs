@@ -2,8 +2,15 @@
 //! max gap with its interval and noise floor, the corrected period scan and its stability
 //! (`theory/phase-lab.md` §3 and §7.4).
 
-use super::*;
+use super::{
+    check_seeds, estimate_period, fold_period, group_accuracies, quantile_sorted, GroupAccuracy, PValue, PeriodFit,
+};
 use crate::stop::Stop;
+use crate::{Error, Result};
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use statrs::distribution::ContinuousCDF;
+use statrs::distribution::FisherSnedecor;
 
 /// Seeded resampling settings of [`period_scan`], [`gap_summary`] and [`period_stability`].
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -15,9 +15,16 @@
 //! Each seed draws its stage-2 units from its own stream (seeded by the replicate and the
 //! seed's index), so the same seed gives the same numbers.
 
-use super::*;
+use super::{check_arm_counts, check_seeds, fold_period, BootInterval};
+use crate::analysis::stats::bootstrap_draw;
+use crate::analysis::stats::gap_of;
+use crate::analysis::stats::sample_variance;
+use crate::analysis::stats::BOOTSTRAP_ROUNDS;
+use crate::{Error, Result};
 use rand::Rng;
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
 /// The seed-level rounds of the ledger (as the prompt-level bootstrap's).
 pub const SEED_LEVEL_ROUNDS: usize = BOOTSTRAP_ROUNDS;
@@ -258,6 +265,7 @@ pub fn accuracy_difference_two_stage(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::stats::accuracy_difference;
 
     #[test]
     fn stage_one_draws_seeds_with_replacement_and_pairs_when_asked() {

@@ -1,8 +1,14 @@
 //! `phasekv audit export|analyze`: the phase audit of a model that lives elsewhere.
 
-use super::*;
+use super::args::ProtocolArg;
+use super::print::{print_profile, print_statistics};
+use clap::Subcommand;
 use phasekv::analysis::audit::{export_jsonl, TextTemplate};
+use phasekv::analysis::protocol::{self, Protocol};
+use phasekv::lab::{self, LabSettings};
 use phasekv::model::RunConfig;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 #[derive(Subcommand, Debug)]
 pub enum AuditCmd {

@@ -2,37 +2,21 @@
 //! phase lab on trained runs and on external results. Thin: parse, call [`phasekv::lab`],
 //! print.
 
+mod args;
 mod audit;
 mod print;
 
 pub use audit::{audit, AuditCmd};
 
 use super::progress::Progress;
+use args::ProtocolArg;
 use clap::{Args, Subcommand, ValueEnum};
 use phasekv::analysis::eval::Intervention;
-use phasekv::analysis::protocol::{self, Balance, Protocol};
+use phasekv::analysis::protocol::Protocol;
 use phasekv::lab::{self, LabSettings};
 use print::{print_profile, print_statistics};
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// A padding protocol on the command line (`prefix`, `in-sequence`).
-#[derive(ValueEnum, Debug, Clone, Copy)]
-pub enum ProtocolArg {
-    /// Padding before the record block.
-    Prefix,
-    /// Random gaps between records.
-    InSequence,
-}
-
-impl From<ProtocolArg> for Protocol {
-    fn from(p: ProtocolArg) -> Self {
-        match p {
-            ProtocolArg::Prefix => Protocol::Prefix,
-            ProtocolArg::InSequence => Protocol::InSequence,
-        }
-    }
-}
 
 /// A knockout intervention on the command line (`kv-head`, `window-slot`).
 #[derive(ValueEnum, Debug, Clone, Copy)]

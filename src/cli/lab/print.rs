@@ -1,8 +1,8 @@
 //! What `eval` and `audit analyze` print: the balance, the profile and the pre-registered
 //! statistics.
 
-use super::*;
 use phasekv::analysis::phase::{PhaseProfile, PhaseStatistics};
+use phasekv::analysis::protocol::Balance;
 use phasekv::analysis::stats::GapSummary;
 
 /// Prints the balance check and a profile summary.

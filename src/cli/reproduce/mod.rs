@@ -10,9 +10,8 @@ pub use report::{report, ReportArgs};
 use slurm::emit_slurm;
 
 use clap::Args;
-use phasekv::report::ledger;
 use phasekv::reproduce::{self, Plan, Progress, Scale};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 

@@ -1,6 +1,9 @@
 //! `phasekv report`: the claims ledger rebuilt from run data ([`phasekv::report::ledger`]).
 
-use super::*;
+use clap::Args;
+use phasekv::report::ledger;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {

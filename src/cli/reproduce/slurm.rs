@@ -1,6 +1,8 @@
 //! `phasekv reproduce --emit-slurm`: write a Slurm array job for the plan.
 
-use super::*;
+use phasekv::reproduce::{self, Plan};
+use std::path::Path;
+use std::process::ExitCode;
 
 pub(super) fn emit_slurm(
     plan: &Plan,

@@ -1,6 +1,23 @@
 //! `phasekv theory diagram`: the Theorem 1 phase diagram over (beta, gamma).
 
-use super::*;
+use super::opts::bar;
+use super::opts::stop_if_interrupted;
+use super::opts::TaskOpts;
+use anyhow::{Context, Result};
+use clap::Args;
+use phasekv::figures::theory as figures;
+use phasekv::run_dir::RunDir;
+use phasekv::theory::diagram::check_grid;
+use phasekv::theory::diagram::compare_with_reference;
+use phasekv::theory::diagram::phase_diagram;
+use phasekv::theory::diagram::spec_grid;
+use phasekv::theory::limits;
+use phasekv::theory::oracle::plan_len;
+use phasekv::theory::oracle::OracleOptions;
+use phasekv::theory::task::TaskParams;
+use serde::Serialize;
+use std::process::ExitCode;
+use std::time::Instant;
 
 /// Options of `theory diagram`.
 #[derive(Args, Debug, Clone)]

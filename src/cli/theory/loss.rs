@@ -1,7 +1,13 @@
 //! `phasekv theory loss`: F, its gradient and the classification at gates from a file (prints only).
 
-use super::*;
+use super::opts::num;
+use super::opts::ParamOpts;
+use anyhow::Result;
+use clap::Args;
+use phasekv::theory::limits;
 use phasekv::theory::point;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 /// Options of `theory loss`.
 #[derive(Args, Debug, Clone)]

@@ -1,6 +1,22 @@
 //! `phasekv theory t1`: Theorem 1 at one parameter point (and at eps > 0 with `--eps`).
 
-use super::*;
+use super::opts::bar;
+use super::opts::stop_if_interrupted;
+use super::opts::TaskOpts;
+use anyhow::Result;
+use clap::Args;
+use phasekv::figures::theory as figures;
+use phasekv::run_dir::RunDir;
+use phasekv::theory::limits;
+use phasekv::theory::oracle::iteration_log_jsonl;
+use phasekv::theory::oracle::plan_len;
+use phasekv::theory::oracle::planned_steps;
+use phasekv::theory::oracle::theorem1_logged;
+use phasekv::theory::oracle::OracleOptions;
+use phasekv::theory::task::TaskParams;
+use serde::Serialize;
+use std::process::ExitCode;
+use std::time::Instant;
 
 /// Options of `theory t1`.
 #[derive(Args, Debug, Clone)]

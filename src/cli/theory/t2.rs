@@ -1,6 +1,26 @@
 //! `phasekv theory t2`: Theorem 2, gradient flow over seeds, with the Euler check.
 
-use super::*;
+use super::opts::bar;
+use super::opts::num;
+use super::opts::rate;
+use super::opts::stop_if_interrupted;
+use super::opts::TaskOpts;
+use anyhow::Result;
+use clap::Args;
+use clap::ValueEnum;
+use phasekv::figures::theory as figures;
+use phasekv::run_dir::RunDir;
+use phasekv::theory::flow::run_seeds;
+use phasekv::theory::flow::summarise;
+use phasekv::theory::flow::ContentOptions;
+use phasekv::theory::flow::FlowConfig;
+use phasekv::theory::flow::Integrator;
+use phasekv::theory::limits;
+use phasekv::theory::theorem2;
+use phasekv::theory::theorem2::T2Results;
+use serde::Serialize;
+use std::process::ExitCode;
+use std::time::Instant;
 
 /// Integrator choice on the command line.
 #[derive(ValueEnum, Debug, Clone, Copy)]

@@ -9,7 +9,9 @@
 //! test, the same final loss and gates), so each [`FlowRun`] is bit-identical to the one-seed
 //! run, whatever the lane, the thread or the instruction set (`theory_fast` tests).
 
-use super::{FlowConfig, FlowKernel, FlowRun, FlowState, Integrator};
+use super::config::{FlowConfig, FlowKernel, Integrator};
+use super::record::FlowRun;
+use super::state::FlowState;
 use crate::theory::fast::lanes::Kernel;
 use crate::theory::fast::simd::{self, Vector};
 use crate::theory::fast::Isa;

@@ -2,50 +2,17 @@
 
 #![allow(clippy::needless_range_loop)] // index loops mirror the formulas (T-6g, T-11)
 
-use super::*;
-
-/// Recorded gates over time.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Trajectory {
-    /// Times of the records.
-    pub times: Vec<f64>,
-    /// `pK` (`H x S`, row-major) at each record.
-    pub key: Vec<Vec<f64>>,
-    /// `pV` (`H x S`) at each record.
-    pub value: Vec<Vec<f64>>,
-    /// Loss at each record.
-    pub loss: Vec<f64>,
-}
-
-/// Outcome of one gradient-flow run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FlowRun {
-    /// Seed of the initialisation.
-    pub seed: u64,
-    /// Every head reached `pK(r_h) > threshold` and `pV(r_h + 1) > threshold`.
-    pub converged: bool,
-    /// First time at which that held.
-    pub t_conv: Option<f64>,
-    /// Chosen key offsets (1-based), per head, at convergence (None for a head that did not
-    /// converge).
-    pub key_offsets: Vec<Option<usize>>,
-    /// Two or more heads chose the same offset.
-    pub heads_coincide: bool,
-    /// Norm of the content weights at the end (0 without content term).
-    pub content_norm: f64,
-    /// Norm of the content weights at the start.
-    pub content_norm_init: f64,
-    /// Final static gates `pK` (`H x S`).
-    pub key: Vec<f64>,
-    /// Final static gates `pV` (`H x S`).
-    pub value: Vec<f64>,
-    /// Loss at the end.
-    pub final_loss: f64,
-    /// Integrator steps taken.
-    pub steps: usize,
-    /// Recorded trajectory, if asked for.
-    pub trajectory: Option<Trajectory>,
-}
+use super::batched::run_seeds_batched;
+use super::config::FlowConfig;
+use super::config::FlowKernel;
+use super::record::{FlowRun, Trajectory};
+use super::state::FlowState;
+use crate::theory::task::TaskParams;
+use crate::Error;
+use crate::Result;
+use rayon::prelude::*;
+use serde::Deserialize;
+use serde::Serialize;
 
 /// Run the flow from seed `seed` until every head has converged or `t_max` is reached. With
 /// `stop_at_convergence = false` it runs to `t_max` (for trajectories).
@@ -141,7 +108,7 @@ pub fn run_seeds_with(
     cfg.validate()?;
     if kernel == FlowKernel::Fast && cfg.content.is_none() && cfg.record_every == 0 {
         // Same runs bit for bit, several seeds per vector register (theory/induction-model.md §8).
-        return super::run_seeds_batched(cfg, seeds, progress);
+        return run_seeds_batched(cfg, seeds, progress);
     }
     seeds
         .par_iter()

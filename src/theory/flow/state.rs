@@ -2,7 +2,23 @@
 
 #![allow(clippy::needless_range_loop)] // index loops mirror the formulas (T-6g, T-11)
 
-use super::*;
+use super::config::FlowConfig;
+use super::config::FlowKernel;
+use super::config::Integrator;
+use crate::theory::fast::FastStatic;
+use crate::theory::task::population_loss_grad;
+use crate::theory::task::sample_context;
+use crate::theory::task::softmax_into;
+use crate::theory::task::softmax_pullback;
+use crate::theory::task::static_loss_grad;
+use crate::theory::task::OracleGates;
+use crate::theory::task::StaticWorkspace;
+use crate::theory::task::TaskParams;
+use crate::Error;
+use crate::Result;
+use ndarray_rand::rand_distr::{Distribution, StandardNormal};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 
 /// The fixed context sample of the content term: contexts closed under cyclic relabelling.
 #[derive(Debug, Clone)]

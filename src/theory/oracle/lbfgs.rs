@@ -1,7 +1,17 @@
 //! The minimisation: the oracle problem as an argmin cost function over softmax logits, and one
 //! L-BFGS run (More-Thuente line search) that keeps the best finite point it saw.
 
-use super::*;
+use crate::theory::task::{
+    population_loss, population_loss_grad, softmax_into, softmax_pullback, OracleGates, TaskParams,
+};
+use crate::{Error, Result};
+use argmin::core::observers::{Observe, ObserverMode};
+use argmin::core::State;
+use argmin::core::{CostFunction, Executor, Gradient, IterState, KV};
+use argmin::solver::linesearch::MoreThuenteLineSearch;
+use argmin::solver::quasinewton::LBFGS;
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
 
 /// The oracle problem as an argmin cost function: parameters are the logits
 /// `[thetaK (H*L*S), thetaV (H*L*S)]`, `pK_{h,l} = softmax(thetaK_{h,l})` (T-8).

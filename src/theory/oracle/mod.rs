@@ -5,21 +5,11 @@
 //! compare it with `F_1` (T-7) and with the KKT conditions at the one-hot vertex (T-9).
 
 use super::critical::{classify_point, PointClass, PointLabel};
-use super::task::{
-    one_hot_loss, population_loss, population_loss_grad, softmax_into, softmax_pullback, static_loss_grad, OracleGates,
-    StaticWorkspace, TaskParams,
-};
+use super::task::{one_hot_loss, OracleGates, TaskParams};
 use crate::{Error, Result};
-use argmin::core::observers::{Observe, ObserverMode};
-use argmin::core::{CostFunction, Executor, Gradient, IterState, State, KV};
-use argmin::solver::linesearch::MoreThuenteLineSearch;
-use argmin::solver::quasinewton::LBFGS;
-use ndarray_rand::rand_distr::{Distribution, StandardNormal};
-use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use std::sync::{Arc, Mutex};
 
 mod lbfgs;
 mod starts;

@@ -1,7 +1,12 @@
 //! The restarts of [`super::theorem1`]: their kinds, starting logits and the plan for given
 //! options.
 
-use super::*;
+use super::OracleOptions;
+use crate::theory::task::TaskParams;
+use ndarray_rand::rand_distr::{Distribution, StandardNormal};
+use rand::prelude::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
 /// How a restart was initialised.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

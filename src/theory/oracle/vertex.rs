@@ -1,7 +1,15 @@
 //! The one-hot vertex: the structure of a gate configuration, the KKT conditions (T-9) and the
 //! best chunk-uniform one-hot configuration.
 
-use super::*;
+use super::{CONCENTRATED, KKT_TOL};
+use crate::theory::task::{
+    population_loss, population_loss_grad, static_loss_grad, OracleGates, StaticWorkspace, TaskParams,
+};
+use crate::Result;
+use rand::Rng;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
 /// Structure of a gate configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

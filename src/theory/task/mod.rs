@@ -12,11 +12,7 @@
 //! * [`monte_carlo_loss`]: the literal vector model (T-2, T-3) averaged over sampled contexts,
 //!   valid for any `eps`.
 
-use super::vocab::Vocabulary;
 use crate::{Error, Result};
-use nalgebra::DVector;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 mod population;

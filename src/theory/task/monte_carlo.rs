@@ -1,6 +1,14 @@
 //! The literal vector model (T-2, T-3): sampled contexts and the Monte-Carlo loss, valid for any `eps`.
 
-use super::*;
+use super::{OracleGates, TaskParams};
+use crate::theory::task::softmax_into;
+use crate::theory::vocab::Vocabulary;
+use crate::{Error, Result};
+use nalgebra::DVector;
+use rand::Rng;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
 /// Per-query outcome of the literal vector model.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -1,20 +1,40 @@
 //! E1: every compressed model is phase sensitive at its stride; full attention is not
 //! (`theory/phase-lab.md` §7.5).
 
-use super::pooled::*;
-use super::*;
+use super::arm::{arm_is_full, evaluated, on_staggered_grids, untrained_part};
+use super::claim::{not_run, Claim, LedgerClaim};
+use super::files::{both_data, both_figs};
+use super::judge::{absent, holds, BASELINE_STRIDES, PRIMARY};
+use super::parts::{Part, Reported};
+use super::words::{ceiling_words, count_ours, level_words};
+use crate::analysis::phase_test::ALPHA;
+use crate::analysis::protocol::Protocol;
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::{arms, Arm, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E1;
 
 impl LedgerClaim for E1 {
+    fn id(&self) -> &'static str {
+        "E1"
+    }
+
+    fn short(&self) -> &'static str {
+        "compressed models are phase sensitive; full attention is not"
+    }
+
+    fn paper(&self) -> &'static str {
+        "compressed: periodic; full: flat"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let claim = "every compressed model is phase sensitive at its stride; full attention is not";
         let arms = arms(c);
         let full: Vec<&Arm> = arms.iter().filter(|a| arm_is_full(a) && evaluated(a)).collect();
         let comp: Vec<&Arm> = arms.iter().filter(|a| !arm_is_full(a) && evaluated(a)).collect();
         if full.is_empty() || comp.is_empty() {
-            return not_run("E1", claim, both_data());
+            return not_run(self, claim, both_data());
         }
         // The paper's claim is about its compressors, on one grid: an arm on staggered grids
         // (issue 30) is X1's intervention, reported here and judged there (§8.11).
@@ -43,7 +63,7 @@ impl LedgerClaim for E1 {
         }
         let rules = super::super::collect::rules(c);
         let mut c = Claim::from_parts(
-            "E1",
+            self,
             claim,
             format!(
                 "in-sequence, seeds pooled: for every compressed model on one grid the phase effect at its own S holds: {}; for full attention the effect is absent at each of S = 4, 6, 8: {}; {}",

@@ -1,12 +1,33 @@
 //! E2: the period follows the stride (`theory/phase-lab.md` §7.5).
 
-use super::pooled::*;
-use super::*;
+use super::arm::{arm_for, untrained_arm, untrained_part};
+use super::claim::{Claim, LedgerClaim};
+use super::files::{both_data, both_figs};
+use super::gaps::require_period;
+use super::judge::{holds, PRIMARY};
+use super::parts::{Part, Reported};
+use super::words::{count_ours, largest_seed_spread, level_words};
+use crate::analysis::phase_test::ALPHA;
+use crate::analysis::protocol::Protocol;
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::{arms, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E2;
 
 impl LedgerClaim for E2 {
+    fn id(&self) -> &'static str {
+        "E2"
+    }
+
+    fn short(&self) -> &'static str {
+        "the period follows the stride (S = 4, 6, 8)"
+    }
+
+    fn paper(&self) -> &'static str {
+        "periods 4, 6, 8"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let arms = arms(c);
         let mut parts = Vec::new();
@@ -44,7 +65,7 @@ impl LedgerClaim for E2 {
             also.test(a, Protocol::Prefix, s, ALPHA);
         }
         let mut c = Claim::from_parts(
-            "E2",
+            self,
             "the period follows the stride: S in {4, 6, 8} (W = 8) give periods 4, 6, 8",
             format!(
                 "in-sequence, seeds pooled: for each of {} the phase effect at its own S holds ({}) and the corrected period scan declares exactly S (p < {})",

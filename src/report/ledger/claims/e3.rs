@@ -1,13 +1,33 @@
 //! E3: phase sensitivity without RoPE and with uniform averaging, settled by the one-KV-head
 //! capacity arm where the two-head model is at the ceiling (`theory/phase-lab.md` §7.5).
 
-use super::pooled::*;
-use super::*;
+use super::arm::arm_for;
+use super::claim::{Claim, LedgerClaim};
+use super::files::{both_data, both_figs};
+use super::judge::{holds, PRIMARY};
+use super::parts::{Part, Reported};
+use super::words::{ceiling_words, count_ours, level_words};
+use crate::analysis::phase_test::ALPHA;
+use crate::analysis::protocol::Protocol;
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::{arms, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E3;
 
 impl LedgerClaim for E3 {
+    fn id(&self) -> &'static str {
+        "E3"
+    }
+
+    fn short(&self) -> &'static str {
+        "phase sensitivity persists without RoPE and with uniform averaging"
+    }
+
+    fn paper(&self) -> &'static str {
+        "effect persists"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let arms = arms(c);
         let s = 4;
@@ -45,7 +65,7 @@ impl LedgerClaim for E3 {
             also.part("control ", holds(a, PRIMARY, s).0);
         }
         let mut c = Claim::from_parts(
-            "E3",
+            self,
             "phase sensitivity persists without RoPE and with uniform averaging",
             format!(
                 "in-sequence, seeds pooled: the phase effect at S = 4 holds ({}) for w8s4-norope and for w8s4-uniform; {}, and where a two-KV-head model is, its one-KV-head arm decides",

@@ -2,11 +2,18 @@
 //! (`theory/phase-lab.md` §7.5, corrected by §8.8: the spread over the phases whose key-value
 //! pair shares a window only).
 
-use super::pooled::*;
-use super::*;
+use super::arm::{arm_for, seed_records, stat_seed};
+use super::claim::{not_run, Claim, Interval, LedgerClaim, Measure, INTERVAL_FLAG};
+use super::gaps::seed_level_spread;
+use super::judge::{holds, PRIMARY};
+use super::parts::Reported;
+use super::words::{count_ours, level_words};
+use crate::analysis::phase_test::ALPHA;
 use crate::analysis::phase_test::{adjusted_gap_bootstrap, adjusted_gap_bootstrap_over, window_sharing_phases};
-use crate::analysis::stats::{BootInterval, Magnitude};
-use crate::analysis::verdict::{self, Rules, MAGNITUDE_FRACTION, PAPER_WITHIN_WINDOW_PP};
+use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::{self, BootInterval, Magnitude};
+use crate::analysis::verdict::{self, Rules, Verdict, MAGNITUDE_FRACTION, PAPER_WITHIN_WINDOW_PP};
+use crate::report::ledger::collect::{arms, Arm, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E4;
@@ -23,10 +30,22 @@ pub(super) fn sharing_phases(a: &Arm) -> std::result::Result<Vec<usize>, String>
 }
 
 impl LedgerClaim for E4 {
+    fn id(&self) -> &'static str {
+        "E4"
+    }
+
+    fn short(&self) -> &'static str {
+        "W8/S8: accuracy varies among phases sharing a window"
+    }
+
+    fn paper(&self) -> &'static str {
+        "50 pp within a window"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let claim = "within-window asymmetry: in W8/S8, accuracy varies strongly among phases that share a window";
         let arms = arms(c);
-        let Some(a) = arm_for(&arms, "w8s8", false) else { return not_run("E4", claim, vec![]) };
+        let Some(a) = arm_for(&arms, "w8s8", false) else { return not_run(self, claim, vec![]) };
         let s = 8;
         let (mut part, judged) = holds(a, PRIMARY, s);
         if let Some(j) = judged {
@@ -139,7 +158,7 @@ impl LedgerClaim for E4 {
         let mut also = Reported::default();
         also.test(a, Protocol::Prefix, s, ALPHA);
         let mut c = Claim::from_parts(
-            "E4",
+            self,
             claim,
             format!(
                 "in-sequence, seeds pooled: the phase effect of w8s8 at S = 8 holds ({}); reproduced when its depth-adjusted phase spread over the phases whose key-value pair shares a window (per seed, then averaged) is at least {MAGNITUDE_FRACTION} of the paper's {PAPER_WITHIN_WINDOW_PP} pp, else reproduced qualitatively (smaller); v1: at the ceiling not testable; v2: an absent effect at the ceiling not testable (§8.5)",

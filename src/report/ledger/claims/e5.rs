@@ -1,10 +1,19 @@
 //! E5: prefix-padding gaps, large for compressed models and small for full attention, each
 //! magnitude beside the paper's (`theory/phase-lab.md` §7.5).
 
-use super::pooled::*;
-use super::*;
-use crate::analysis::stats::{GapSummary, Magnitude};
-use crate::analysis::verdict::{self, PAPER_BASELINE_GAP_PP, PAPER_COMPRESSED_GAP_PP};
+use super::arm::{arm_is_full, modulus, NO_OUTCOMES};
+use super::claim::{not_run, Claim, Interval, LedgerClaim, Measure, INTERVAL_FLAG};
+use super::files::{phase_data, phase_fig};
+use super::gaps::{gap, seed_gap};
+use super::judge::{ceiling, ceiling_part, holds, judge, reported, BASELINE_STRIDES, PRIMARY};
+use super::parts::{combine, texts, Part, Reported};
+use super::records::gap_measure;
+use super::words::{ceiling_words, count_ours, gap_words, largest_seed, level_words};
+use crate::analysis::phase_test::ALPHA;
+use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::{self, GapSummary, Magnitude};
+use crate::analysis::verdict::{self, Verdict, PAPER_BASELINE_GAP_PP, PAPER_COMPRESSED_GAP_PP};
+use crate::report::ledger::collect::{arms, Arm, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E5;
@@ -152,6 +161,18 @@ fn baseline_part(a: &Arm) -> Part {
 }
 
 impl LedgerClaim for E5 {
+    fn id(&self) -> &'static str {
+        "E5"
+    }
+
+    fn short(&self) -> &'static str {
+        "prefix gaps: large when compressed, small for full attention"
+    }
+
+    fn paper(&self) -> &'static str {
+        "compressed up to 78 pp; full at most 6.1 pp"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let c_data = c;
         let claim = "prefix-padding gaps are large for compressed models (paper: up to 78 pp) and small for baselines (paper: at most 6.1 pp)";
@@ -160,7 +181,7 @@ impl LedgerClaim for E5 {
         let full: Vec<&Arm> = arms.iter().filter(|a| arm_is_full(a)).filter(has_prefix).collect();
         let comp: Vec<&Arm> = arms.iter().filter(|a| !arm_is_full(a)).filter(has_prefix).collect();
         if full.is_empty() || comp.is_empty() {
-            return not_run("E5", claim, vec![]);
+            return not_run(self, claim, vec![]);
         }
         let mut gaps = Vec::new();
         let mut measures = Vec::new();
@@ -181,7 +202,7 @@ impl LedgerClaim for E5 {
         let mut rep = Reported::default();
         rep.texts.push(format!("gaps (seeds pooled, 95 % bootstrap interval): {}", gaps.join("; ")));
         let mut c = Claim::from_parts(
-            "E5",
+            self,
             claim,
             format!(
                 "prefix protocol, seeds pooled: the compressed model with the largest folded-by-S gap has a phase effect that holds ({}), reproduced when that gap is at least {} of {PAPER_COMPRESSED_GAP_PP} pp, else reproduced qualitatively (smaller); full attention: the effect is absent at each of S = 4, 6, 8 ({}) and the lower end of each folded gap's interval is at most {PAPER_BASELINE_GAP_PP} pp; {}",

@@ -1,10 +1,20 @@
 //! E6: knockout maps, no phase-dependent row for full attention and at least one for every
 //! compressed model, per seed (`theory/phase-lab.md` §7.5).
 
-use super::pooled::*;
-use super::*;
+use super::arm::{arm_is_full, untrained_part};
+use super::claim::{not_run, Claim, LedgerClaim, SeedLine};
+use super::files::knockout_figure;
+use super::judge::BASELINE_STRIDES;
+use super::parts::{Part, Reported};
+use super::words::{fmt_p, seeds_ours};
+use crate::analysis::phase_test::ALPHA;
 use crate::analysis::phase_test::{drop_scale_tests, knockout_row_tests, required_seeds, PhaseTestConfig};
+use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::GroupAccuracy;
+use crate::analysis::verdict::Verdict;
 use crate::analysis::verdict::{Rules, CEILING_ACCURACY};
+use crate::lab::KnockoutResult;
+use crate::report::ledger::collect::{arms, Arm, Collected};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E6;
@@ -109,6 +119,18 @@ fn part(a: &Arm, full: bool) -> Part {
 }
 
 impl LedgerClaim for E6 {
+    fn id(&self) -> &'static str {
+        "E6"
+    }
+
+    fn short(&self) -> &'static str {
+        "knockouts: phase-dependent rows only in compressed models"
+    }
+
+    fn paper(&self) -> &'static str {
+        "phase-dependent rows in compressed models only"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let claim =
             "knockout maps: no phase-dependent row for full attention, phase-dependent rows for compressed models";
@@ -117,7 +139,7 @@ impl LedgerClaim for E6 {
         let full: Vec<&Arm> = arms.iter().filter(|a| arm_is_full(a)).filter(mapped).collect();
         let comp: Vec<&Arm> = arms.iter().filter(|a| !arm_is_full(a)).filter(mapped).collect();
         if full.is_empty() || comp.is_empty() {
-            return not_run("E6", claim, vec![]);
+            return not_run(self, claim, vec![]);
         }
         let mut parts: Vec<Part> =
             full.iter().map(|a| part(a, true)).chain(comp.iter().map(|a| part(a, false))).collect();
@@ -156,7 +178,7 @@ impl LedgerClaim for E6 {
             )
         };
         let mut c = Claim::from_parts(
-            "E6",
+            self,
             claim,
             format!(
                 "{criterion}{}",

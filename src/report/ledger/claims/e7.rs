@@ -3,12 +3,14 @@
 //! each head *reads* from each offset (`analysis::gates::Reads`), from step 0, dead heads
 //! excluded, per seed.
 
-use super::pooled::*;
-use super::*;
+use super::claim::{not_run, Claim, LedgerClaim, SeedLine};
+use super::parts::{Part, Reported};
+use super::words::seeds_ours;
 use crate::analysis::eval::{dead_heads, KnockoutMap};
 use crate::analysis::gates::head_drifts;
 use crate::analysis::phase_test::required_seeds;
-use crate::analysis::verdict::{DEAD_HEAD_MAX_DROP_PP, E7_MIN_DRIFT_OFFSETS};
+use crate::analysis::verdict::{Verdict, DEAD_HEAD_MAX_DROP_PP, E7_MIN_DRIFT_OFFSETS};
+use crate::report::ledger::collect::{arms, Arm, Collected, RunData};
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct E7;
@@ -102,19 +104,31 @@ fn part(a: &Arm) -> Part {
 }
 
 impl LedgerClaim for E7 {
+    fn id(&self) -> &'static str {
+        "E7"
+    }
+
+    fn short(&self) -> &'static str {
+        "gates drift to static concentration; value peak = key peak + 1"
+    }
+
+    fn paper(&self) -> &'static str {
+        "some gates drift; V one offset after K"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let claim =
             "some gates drift toward static concentration during training, key and value gates at adjacent offsets";
         let arms = arms(c);
         let gated: Vec<&Arm> = arms.iter().filter(|a| a.runs.iter().any(|r| r.gates.is_some())).collect();
         if gated.is_empty() {
-            return not_run("E7", claim, vec![]);
+            return not_run(self, claim, vec![]);
         }
         let parts: Vec<Part> = gated.iter().map(|a| part(a)).collect();
         let labels: Vec<&str> =
             gated.iter().flat_map(|a| &a.runs).filter(|r| r.gates.is_some()).map(|r| r.label.as_str()).collect();
         let mut c = Claim::from_parts(
-            "E7",
+            self,
             claim,
             format!(
                 "per head, the static effective number of offsets it reads (gate times the norm of the projected key or value, per channel) falls by at least {E7_MIN_DRIFT_OFFSETS} from step 0 to the end (the larger fall of its branches); heads whose knockout changes no cell by more than {DEAD_HEAD_MAX_DROP_PP} pp under every protocol are dead and excluded; a seed meets the rule when some live head drifted and, among drifted heads with a value branch, at least half read their value peak one offset after their key peak; a model in at least required_seeds(n) seeds (a seed whose drifted heads have no value branch is not applicable, 0 of 0, and is not counted; a model with no other seed is not applicable); the claim by §7.6's combination: not reproduced if any model is"

@@ -4,10 +4,18 @@
 //! with their difference (not a verdict); E10 also needs the corrected period scan to declare
 //! 4. An arm that was not trained gives *not run*.
 
-use super::pooled::*;
-use super::*;
+use super::arm::{arm_for, budget_difference, same_seeds, seed_families, seed_records, stat_seed, NO_OUTCOMES};
+use super::claim::{not_run, Claim, Interval, LedgerClaim, Measure};
+use super::files::{both_data, both_figs};
+use super::gaps::{require_period, seed_level_input};
+use super::judge::{holds, PRIMARY};
+use super::parts::Reported;
+use super::words::{count_ours, level_words};
 use crate::analysis::phase_test::adjusted_spread_two_stage;
-use crate::analysis::stats::BootInterval;
+use crate::analysis::phase_test::ALPHA;
+use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::{self, BootInterval};
+use crate::report::ledger::collect::{arms, Arm, Collected};
 
 /// A variant of `w8s4` whose effect must hold (E8: `w8s4-scalar`, E9: `w8s4-tied`).
 pub struct Variant {
@@ -17,6 +25,10 @@ pub struct Variant {
     pub arm: &'static str,
     /// The paper's claim.
     pub claim: &'static str,
+    /// The claim in at most 12 words.
+    pub short: &'static str,
+    /// The paper's value, in words.
+    pub paper: &'static str,
 }
 
 /// E8 (registered in [`super::LEDGER`]).
@@ -24,12 +36,16 @@ pub const E8: Variant = Variant {
     id: "E8",
     arm: "w8s4-scalar",
     claim: "scalar gates (one logit per slot) stay phase sensitive, like vector gates",
+    short: "scalar gates stay phase sensitive (w8s4-scalar)",
+    paper: "scalar gates phase sensitive",
 };
 /// E9 (registered in [`super::LEDGER`]).
 pub const E9: Variant = Variant {
     id: "E9",
     arm: "w8s4-tied",
     claim: "a value gate tied to the key gate stays phase sensitive, like untied gates",
+    short: "tied gates stay phase sensitive (w8s4-tied)",
+    paper: "tied gates phase sensitive",
 };
 
 const S: usize = 4;
@@ -66,10 +82,22 @@ fn difference(a: &Arm, base: &Arm) -> std::result::Result<([BootInterval; 3], bo
 }
 
 impl LedgerClaim for Variant {
+    fn id(&self) -> &'static str {
+        self.id
+    }
+
+    fn short(&self) -> &'static str {
+        self.short
+    }
+
+    fn paper(&self) -> &'static str {
+        self.paper
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let arms = arms(c);
         let Some(a) = arm_for(&arms, self.arm, false) else {
-            let mut n = not_run(self.id, self.claim, both_data());
+            let mut n = not_run(self, self.claim, both_data());
             n.measured = format!("no data yet: the arm {} was not trained in this run set", self.arm);
             return n;
         };
@@ -108,7 +136,7 @@ impl LedgerClaim for Variant {
         let mut also = Reported::default();
         also.test(a, Protocol::Prefix, S, ALPHA);
         let mut c = Claim::from_parts(
-            self.id,
+            self,
             self.claim,
             format!(
                 "in-sequence, seeds pooled: {}'s phase effect at S = 4 holds ({}); its spread beside w8s4's with their difference is reported, not judged",
@@ -129,11 +157,23 @@ impl LedgerClaim for Variant {
 pub struct E10;
 
 impl LedgerClaim for E10 {
+    fn id(&self) -> &'static str {
+        "E10"
+    }
+
+    fn short(&self) -> &'static str {
+        "DeepSeek-V4 CSA on the backbone: period 4"
+    }
+
+    fn paper(&self) -> &'static str {
+        "CSA period 4; HCA contributes little"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let claim = "DeepSeek-V4's CSA kernel on the backbone is phase sensitive with period 4";
         let arms = arms(c);
         let Some(a) = arm_for(&arms, "dsv4-csa", false) else {
-            let mut n = not_run("E10", claim, both_data());
+            let mut n = not_run(self, claim, both_data());
             n.measured = "no data yet: the arm dsv4-csa was not trained in this run set".into();
             return n;
         };
@@ -147,7 +187,7 @@ impl LedgerClaim for E10 {
             "the paper's \"HCA layers contribute little\" is not tested: no arm has an HCA layer (the backbone's sequences are far shorter than HCA's rate of 128)".into(),
         );
         let mut c = Claim::from_parts(
-            "E10",
+            self,
             claim,
             format!(
                 "in-sequence, seeds pooled: dsv4-csa's phase effect at S = 4 holds ({}) and the corrected period scan declares 4",

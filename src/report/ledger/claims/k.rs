@@ -1,15 +1,29 @@
 //! K: the kernel invariants (K1-K14) hold for every preset, on every grid it uses.
 
-use super::*;
+use super::claim::{not_run, Claim, LedgerClaim};
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::Collected;
 use crate::reproduce::InvariantStatus;
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct K;
 
 impl LedgerClaim for K {
+    fn id(&self) -> &'static str {
+        "K"
+    }
+
+    fn short(&self) -> &'static str {
+        "every kernel invariant holds on every preset and grid"
+    }
+
+    fn paper(&self) -> &'static str {
+        "- (our kernels' invariants)"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         match &c.kernels {
-            None => not_run("K", &claim_text(), vec!["kernels/kernels.json".into()]),
+            None => not_run(self, &claim_text(), vec!["kernels/kernels.json".into()]),
             Some(k) => {
                 let failed: Vec<String> = k
                     .rows
@@ -31,8 +45,7 @@ impl LedgerClaim for K {
                     v
                 });
                 Claim {
-                    id: "K".into(),
-                    claim: format!("{} and every implementation path", claim_text()),
+                        claim: format!("{} and every implementation path", claim_text()),
                     measured: format!(
                         "{} presets ({} grids) x {} implementation paths ({}) x {} invariants, {} cases each: {} pass, {} not applicable, {} fail{}",
                         presets,
@@ -56,7 +69,7 @@ impl LedgerClaim for K {
                         k.rows.iter().filter(|r| r.status == InvariantStatus::Pass).count(),
                         failed.len()
                     ),
-                    ..not_run("K", "", vec![])
+                    ..not_run(self, "", vec![])
                 }
             }
         }

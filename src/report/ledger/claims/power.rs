@@ -4,15 +4,22 @@
 //! formulas are `analysis::stats::power`'s; this module only gathers each claim's per-seed
 //! values and their within-seed variances, as the claims compute them.
 
-use super::pooled::*;
-use super::*;
+use super::arm::{
+    arm_for, arm_is_full, evaluated, modulus, same_seeds, seed_families, seed_records, stat_seed, NO_OUTCOMES,
+};
+use super::gaps::seed_level_input;
+use super::judge::{BASELINE_STRIDES, PRIMARY};
 use crate::analysis::phase_test::adjusted_spread_within_seed;
-use crate::analysis::stats::{ratio_per_seed_var, seeds_to_decide, Components};
+use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::{self, ratio_per_seed_var, seeds_to_decide, Components};
 use crate::analysis::verdict::{
     MAGNITUDE_FRACTION, PAPER_BASELINE_GAP_PP, PAPER_COMPRESSED_GAP_PP, PAPER_WITHIN_WINDOW_PP, X1_ACCURACY_MARGIN_PP,
     X1_HALF,
 };
+use crate::report::ledger::collect::{arms, Arm, Collected};
 use crate::Error;
+use crate::Result;
+use serde::{Deserialize, Serialize};
 
 /// Stage-2 redraws per seed for the within-seed variances (a variance needs fewer than an
 /// interval's tails).

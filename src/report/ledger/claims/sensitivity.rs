@@ -5,7 +5,8 @@
 //! drops the worst-trained seeds can drop exactly the seeds with the largest effects, so a
 //! reader sees both.
 
-use super::*;
+use super::claim::{Claim, LedgerClaim, Measure};
+use crate::report::ledger::collect::{arms, Collected};
 
 /// The arms with excluded seeds, and those seeds' labels.
 fn excluded_arms(c: &Collected) -> Vec<(String, Vec<String>)> {
@@ -72,16 +73,16 @@ pub(super) fn differences(old: &Claim, new: &Claim) -> Vec<String> {
 }
 
 /// Recomputes every claim that rests on an arm with excluded seeds with those seeds kept and
-/// records what differs in [`Claim::with_excluded`] (ledger order; `claims[i]` is
-/// `LEDGER[i]`'s). No excluded seed: nothing is recomputed.
-pub(super) fn compare_with_excluded(c: &Collected, claims: &mut [Claim]) {
+/// records what differs in [`Claim::with_excluded`] (`claims[i]` is `ledger[i]`'s, the
+/// ledger's order). No excluded seed: nothing is recomputed.
+pub(super) fn compare_with_excluded(c: &Collected, ledger: &[&dyn LedgerClaim], claims: &mut [Claim]) {
     let excluded = excluded_arms(c);
     if excluded.is_empty() {
         return;
     }
     let mut all = c.clone();
     all.keep_excluded = true;
-    for (l, claim) in LEDGER.iter().zip(claims.iter_mut()) {
+    for (l, claim) in ledger.iter().zip(claims.iter_mut()) {
         let on: Vec<&(String, Vec<String>)> = excluded.iter().filter(|(a, _)| rests_on(claim, a)).collect();
         if on.is_empty() {
             continue;
@@ -97,7 +98,11 @@ pub(super) fn compare_with_excluded(c: &Collected, claims: &mut [Claim]) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::claim::{not_run, ArmVerdict, Interval};
+    use super::super::x1::X1;
     use super::*;
+    use crate::analysis::stats;
+    use crate::analysis::verdict::Verdict;
 
     fn measure(arm: &str, pp: f64) -> Measure {
         let b = stats::BootInterval { estimate: pp, lo: pp - 1.0, hi: pp + 1.0, boot_mean: pp };
@@ -119,7 +124,7 @@ mod tests {
     /// the control, the same claim twice, reads no difference.
     #[test]
     fn what_reads_otherwise_is_named_and_nothing_else() {
-        let mut old = not_run("X1", "c", vec![]);
+        let mut old = not_run(&X1, "c", vec![]);
         old.verdict = Verdict::Reproduced;
         old.arms.push(ArmVerdict {
             arm: "a vs b".into(),

@@ -1,7 +1,11 @@
 //! Theorem 1 (optimal compression is concentrated): the verdict at the defaults, and the phase diagram as a figure.
 
-use super::*;
+use super::claim::{not_run, Claim, LedgerClaim};
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::Collected;
 use crate::theory::oracle::PointVerdict as T1Verdict;
+use crate::Result;
+use std::path::Path;
 
 /// The Theorem 1 verdict the claim needs: concentration optimal (`+`).
 const T1_HOLDS: T1Verdict = T1Verdict::Holds;
@@ -13,11 +17,22 @@ pub struct T1;
 const FIGURE: &str = "figures/t1-phase-diagram.png";
 
 impl LedgerClaim for T1 {
+    fn id(&self) -> &'static str {
+        "T1"
+    }
+
+    fn short(&self) -> &'static str {
+        "optimal compression is concentrated (Theorem 1)"
+    }
+
+    fn paper(&self) -> &'static str {
+        "concentrated vertex optimal (proof)"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         match &c.theory {
-            None => not_run("T1", "optimal compression is concentrated (Theorem 1)", vec!["theory/theory.json".into()]),
+            None => not_run(self, "optimal compression is concentrated (Theorem 1)", vec!["theory/theory.json".into()]),
             Some(t) => Claim {
-                id: "T1".into(),
                 claim: "optimal compression in the idealized induction model is concentrated (Theorem 1)".into(),
                 measured: format!(
                     "defaults: verdict '{}' (best loss {:.9} vs F_1 {:.9} over {} restarts); phase diagram agrees with the spec's map in {}/{} cells",
@@ -34,7 +49,7 @@ impl LedgerClaim for T1 {
                     t.diagram_agree.0,
                     t.diagram_agree.1
                 ),
-                ..not_run("T1", "", vec![])
+                ..not_run(self, "", vec![])
             },
         }
     }

@@ -1,6 +1,13 @@
 //! Theorem 2 (gradient flow reaches static concentration): the converged fraction over seeds, and the chosen offsets as a figure.
 
-use super::*;
+use super::claim::{not_run, Claim, LedgerClaim};
+use crate::analysis::verdict::Verdict;
+use crate::report::ledger::collect::Collected;
+use crate::Result;
+use std::path::Path;
+
+/// T2: the smallest fraction of seeds that must converge to one-hot gates.
+pub const T2_MIN_CONVERGED: f64 = 0.95;
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct T2;
@@ -9,15 +16,26 @@ pub struct T2;
 const FIGURE: &str = "figures/t2-offsets.png";
 
 impl LedgerClaim for T2 {
+    fn id(&self) -> &'static str {
+        "T2"
+    }
+
+    fn short(&self) -> &'static str {
+        "gradient flow reaches static concentration (Theorem 2)"
+    }
+
+    fn paper(&self) -> &'static str {
+        "converges (proof)"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         match &c.theory {
             None => not_run(
-                "T2",
+                self,
                 "gradient flow reaches static concentration (Theorem 2)",
                 vec!["theory/theory.json".into()],
             ),
             Some(t) => Claim {
-                id: "T2".into(),
                 claim: "gradient flow from a small random initialisation reaches static concentration (Theorem 2)"
                     .into(),
                 measured: format!(
@@ -37,7 +55,7 @@ impl LedgerClaim for T2 {
                 figures: vec![FIGURE.into()],
                 data: vec!["theory/theory.json".into()],
                 ours: format!("{:.1} % of {} seeds converged", 100.0 * t.t2.converged_fraction, t.t2.runs),
-                ..not_run("T2", "", vec![])
+                ..not_run(self, "", vec![])
             },
         }
     }

@@ -5,12 +5,24 @@
 //! registered before any staggered model was trained. Each pair is one part with its own
 //! verdict; the claim is never pooled across pairs.
 
-use super::pooled::*;
-use super::*;
+use super::arm::{budget_difference, evaluated, same_seeds, seed_families, seed_records, stat_seed, NO_OUTCOMES};
+use super::claim::{not_run, Claim, Interval, LedgerClaim, Measure, TestRecord};
+use super::gaps::{period, seed_level_input};
+use super::judge::{judge, PRIMARY};
+use super::parts::{texts, Part, Reported};
+use super::words::level_words;
+use crate::analysis::phase_test::ALPHA;
 use crate::analysis::phase_test::{adjusted_phase_accuracies, spread_ratio, Level, SpreadRatio};
-use crate::analysis::stats::{accuracy_difference, accuracy_difference_two_stage, BootInterval, BOOTSTRAP_ROUNDS};
+use crate::analysis::protocol::Protocol;
+use crate::analysis::stats::{
+    self, accuracy_difference, accuracy_difference_two_stage, BootInterval, BOOTSTRAP_ROUNDS,
+};
+use crate::analysis::verdict::{Combination, Verdict};
 use crate::analysis::verdict::{Effect, StaggerEffect, X1_ACCURACY_MARGIN_PP, X1_HALF};
+use crate::report::ledger::collect::{arms, Arm, Collected};
+use crate::Result;
 use serde::Serialize;
+use std::path::Path;
 
 /// The claim (registered in [`super::LEDGER`]).
 pub struct X1;
@@ -244,11 +256,23 @@ fn pair_part(arms: &[Arm], (stag, twin_name, grid): (&str, &str, &str)) -> Part 
 }
 
 impl LedgerClaim for X1 {
+    fn id(&self) -> &'static str {
+        "X1"
+    }
+
+    fn short(&self) -> &'static str {
+        "staggered grids remove half the phase effect at no cost"
+    }
+
+    fn paper(&self) -> &'static str {
+        "- (beyond the paper: its open question)"
+    }
+
     fn check(&self, c: &Collected) -> Claim {
         let arms = arms(c);
         let parts: Vec<Part> = PAIRS.iter().map(|&p| pair_part(&arms, p)).collect();
         if parts.iter().all(|p| p.verdict == Verdict::NotRun && p.tests.is_empty()) {
-            let mut n = not_run("X1", CLAIM, vec![DATA.into()]);
+            let mut n = not_run(self, CLAIM, vec![DATA.into()]);
             n.measured = format!("no data yet: {}", texts(&parts));
             return n;
         }
@@ -256,7 +280,7 @@ impl LedgerClaim for X1 {
         // across pairs": each pair's verdict is the claim's answer for its grid.
         let mut claim = Claim::from_parts_by(
             Combination::PerPart,
-            "X1",
+            self,
             CLAIM,
             format!(
                 "per pair, in-sequence, seeds pooled (§8.8): the staggered arm's effect at S and S/2 ({}), the ratio R of mean depth-adjusted spreads at S (staggered over twin, basic bootstrap interval), the first verdict that applies of removes (absent at S and S/2, R's upper end <= {X1_HALF}), moves the period, reduces (R <= {X1_HALF}, upper end < 1), no effect (interval contains 1), worse, reduces (less than half); X1 holds for a pair when it removes or reduces and no accuracy difference's lower end is below -{X1_ACCURACY_MARGIN_PP} pp; never pooled across pairs; the claim is stated per grid (KV heads, layers, one-KV-head layers), each pair's verdict its answer",
