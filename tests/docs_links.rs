@@ -49,7 +49,8 @@ fn docs() -> Vec<PathBuf> {
 #[test]
 fn the_link_reader_finds_a_dead_link_and_passes_a_live_one() {
     let dir = root();
-    let text = "see [the page](theory/kernels.md#k3), [gone](theory/no-such-page.md), [web](https://x.org/a) and [here](#top)";
+    let text =
+        "see [the page](theory/kernels.md#k3), [gone](theory/no-such-page.md), [web](https://x.org/a) and [here](#top)";
     assert_eq!(relative_links(text), ["theory/kernels.md", "theory/no-such-page.md"]);
     assert_eq!(broken_links(text, &dir), ["theory/no-such-page.md"]);
     // the same link read from another folder is dead: links resolve from the linking file

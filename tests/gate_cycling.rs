@@ -18,7 +18,12 @@ const CYCLABLE: &[&str] = &["w8s4", "w8s6", "w4s4", "w12s12", "w8s4-scalar", "w8
 
 /// The largest difference, over every window of the case, between the cycled head's output and
 /// the hand-computed one (the uncycled head on the rotated slots): keys, values, pooled entries.
-fn worst_gap(spec: &KernelSpec, case: &phasekv::conformance::harness::Case, cycled: &KernelParams<f64>, k: usize) -> f64 {
+fn worst_gap(
+    spec: &KernelSpec,
+    case: &phasekv::conformance::harness::Case,
+    cycled: &KernelParams<f64>,
+    k: usize,
+) -> f64 {
     let g = spec.geometry;
     let w = g.window();
     let t = case.x.nrows();
@@ -28,7 +33,12 @@ fn worst_gap(spec: &KernelSpec, case: &phasekv::conformance::harness::Case, cycl
         let rotated: Vec<Option<ArrayView1<f64>>> = (0..w).map(|i| rows[(i + k) % w]).collect();
         let got = compress_window(spec, case.dims, cycled, j, &rows);
         let want = compress_window(spec, case.dims, &case.params, j, &rotated);
-        for (a, b) in [(&got.key, &want.key), (&got.value, &want.value), (&got.pooled_k, &want.pooled_k), (&got.pooled_v, &want.pooled_v)] {
+        for (a, b) in [
+            (&got.key, &want.key),
+            (&got.value, &want.value),
+            (&got.pooled_k, &want.pooled_k),
+            (&got.pooled_v, &want.pooled_v),
+        ] {
             for (x, y) in a.iter().zip(b.iter()) {
                 worst = worst.max((x - y).abs() / (1.0 + y.abs()));
             }
@@ -153,7 +163,11 @@ fn a_model_s_head_is_cycled_in_place_alone_and_restored_exactly() {
             let src = source_offset(i, k, w);
             for m in 0..inner {
                 for c in 0..cols {
-                    let want = if c / width == head { old[(src * inner + m) * cols + c] } else { old[(i * inner + m) * cols + c] };
+                    let want = if c / width == head {
+                        old[(src * inner + m) * cols + c]
+                    } else {
+                        old[(i * inner + m) * cols + c]
+                    };
                     assert_eq!(new[(i * inner + m) * cols + c], want, "{name} slot {i} col {c}");
                 }
             }
@@ -175,14 +189,23 @@ fn a_model_s_head_is_cycled_in_place_alone_and_restored_exactly() {
     )
     .unwrap();
     assert_eq!(r.rows.iter().map(|r| r.k).collect::<Vec<_>>(), [0, 1, 2], "k = W is the identity, not rerun");
-    assert_eq!(r.rows[0].lag, if r.rows[0].phases.iter().all(|p| p.accuracy == r.rows[0].phases[0].accuracy) { None } else { Some(0) });
+    assert_eq!(
+        r.rows[0].lag,
+        if r.rows[0].phases.iter().all(|p| p.accuracy == r.rows[0].phases[0].accuracy) { None } else { Some(0) }
+    );
     assert_eq!(snapshot(&model), before, "cycle_profiles left the model cycled");
 
     // bad input names its field, and nothing moves
     for (e, field) in [
         (model.cycle_head(2, 0, 1).unwrap_err(), "layer"),
         (model.cycle_head(0, 2, 1).unwrap_err(), "head"),
-        (Model::new(&crate::common::configs::tiny_config("full"), &candle_core::Device::Cpu).unwrap().cycle_head(0, 0, 1).unwrap_err(), "preset"),
+        (
+            Model::new(&crate::common::configs::tiny_config("full"), &candle_core::Device::Cpu)
+                .unwrap()
+                .cycle_head(0, 0, 1)
+                .unwrap_err(),
+            "preset",
+        ),
     ] {
         assert!(e.to_string().contains(field), "{e}");
     }

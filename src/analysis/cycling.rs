@@ -10,10 +10,10 @@
 
 use super::eval;
 use super::phase::Outcome;
+use super::protocol::Prompt;
 use super::stats::{self, GroupAccuracy};
 use crate::model::Model;
 use crate::stop::Stop;
-use super::protocol::Prompt;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
