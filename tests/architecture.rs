@@ -382,7 +382,6 @@ const FRONT_DOOR_NOT_YET: &[&str] = &[
     "lab",
     "model::fast",
     "model::fast::compress",
-    "numeric::formats",
     "report::ledger",
     "reproduce::plan",
     "theory::fast",

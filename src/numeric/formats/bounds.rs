@@ -19,7 +19,8 @@
 //!   boundary) and step `q` adds `q^2 P(e > t)`, and each neighbouring block scale adds its
 //!   probability times the block re-encoded there.
 
-use super::{bf16, CacheFormat, Element, ScaleKind};
+use super::cache_format::CacheFormat;
+use super::element::{bf16, Element, ScaleKind};
 
 /// Per-channel allowances of one stored entry ([`CacheFormat::allowance`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -248,7 +249,7 @@ impl CacheFormat {
 
 #[cfg(test)]
 mod tests {
-    use super::super::FormatChannels;
+    use super::super::cache_format::FormatChannels;
     use super::*;
 
     fn fmt(json: &str) -> CacheFormat {
