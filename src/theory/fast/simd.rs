@@ -82,7 +82,7 @@ pub(crate) use x86::{Avx2x2, Avx512};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::Vector;
+    use crate::theory::fast::simd::Vector;
     use std::arch::x86_64::*;
 
     /// One AVX-512 register of 8 doubles.

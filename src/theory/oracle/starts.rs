@@ -1,7 +1,7 @@
 //! The restarts of [`super::theorem1`]: their kinds, starting logits and the plan for given
 //! options.
 
-use super::OracleOptions;
+use super::options::OracleOptions;
 use crate::theory::task::TaskParams;
 use ndarray_rand::rand_distr::{Distribution, StandardNormal};
 use rand::prelude::SliceRandom;

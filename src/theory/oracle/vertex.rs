@@ -1,7 +1,7 @@
 //! The one-hot vertex: the structure of a gate configuration, the KKT conditions (T-9) and the
 //! best chunk-uniform one-hot configuration.
 
-use super::{CONCENTRATED, KKT_TOL};
+use super::options::{CONCENTRATED, KKT_TOL};
 use crate::theory::task::{
     population_loss, population_loss_grad, static_loss_grad, OracleGates, StaticWorkspace, TaskParams,
 };

@@ -1,7 +1,8 @@
 //! The literal vector model (T-2, T-3): sampled contexts and the Monte-Carlo loss, valid for any `eps`.
 
-use super::{OracleGates, TaskParams};
-use crate::theory::task::softmax_into;
+use super::oracle_gates::OracleGates;
+use super::params::TaskParams;
+use crate::numeric::softmax_into;
 use crate::theory::vocab::Vocabulary;
 use crate::{Error, Result};
 use nalgebra::DVector;

@@ -1,6 +1,7 @@
 //! The exact population loss at `eps = 0` for oracle gates (T-4, T-5) and `F_1` at a one-hot vertex (T-7).
 
-use super::{OracleGates, TaskParams};
+use super::oracle_gates::OracleGates;
+use super::params::TaskParams;
 use crate::{Error, Result};
 
 /// `log(sum_i w_i e^{x_i} + c)` helper state: returns (shift m) so that all exponents are <= 0.

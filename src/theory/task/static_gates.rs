@@ -1,6 +1,6 @@
 //! The static-gate closed form (T-6), its exact gradient (T-6g) and the softmax pullback (T-8): the hot loop of the gradient flow.
 
-use super::TaskParams;
+use super::params::TaskParams;
 
 /// Preallocated buffers for [`static_loss_grad`], so that the gradient-flow loop allocates
 /// nothing.
