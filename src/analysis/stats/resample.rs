@@ -2,9 +2,10 @@
 //! max gap with its interval and noise floor, the corrected period scan and its stability
 //! (`theory/phase-lab.md` §3 and §7.4).
 
-use super::{
-    check_seeds, estimate_period, fold_period, group_accuracies, quantile_sorted, GroupAccuracy, PValue, PeriodFit,
-};
+use super::groups::{check_seeds, fold_period, group_accuracies, GroupAccuracy};
+use super::interval::{quantile_sorted, BootInterval};
+use super::period::{estimate_period, PeriodFit};
+use super::permutation::PValue;
 use crate::stop::Stop;
 use crate::{Error, Result};
 use rand::SeedableRng;
@@ -167,8 +168,8 @@ impl GapSummary {
 
     /// The gap with its bootstrap replicates summarised (for the bias-corrected interval), when
     /// computed in this process.
-    pub fn boot(&self) -> Option<super::BootInterval> {
-        self.boot_mean_pp.map(|m| super::BootInterval {
+    pub fn boot(&self) -> Option<BootInterval> {
+        self.boot_mean_pp.map(|m| BootInterval {
             estimate: self.gap_pp,
             lo: self.ci_lo_pp,
             hi: self.ci_hi_pp,
@@ -186,7 +187,7 @@ pub fn seed_mean_gap(
     m: usize,
     fold: Option<usize>,
     cfg: &ResampleConfig,
-) -> Result<(super::BootInterval, Vec<f64>)> {
+) -> Result<(BootInterval, Vec<f64>)> {
     cfg.check()?;
     check_seeds(seeds)?;
     let s = fold_period(m, fold)?;
@@ -205,7 +206,7 @@ pub fn seed_mean_gap(
         boot.push(mean(&gaps));
     }
     boot.sort_by(f64::total_cmp);
-    Ok((super::BootInterval::from_sorted(mean(&each), &boot), each))
+    Ok((BootInterval::from_sorted(mean(&each), &boot), each))
 }
 
 /// The max gap over residue groups, or over phases `rho mod s` when `fold` is `Some(s)` (`s`
@@ -256,7 +257,7 @@ pub fn gap_summary_stopping(
         boot.push(gap_of(&nf, &fold_counts(&draw, s)));
     }
     boot.sort_by(f64::total_cmp);
-    let b = super::BootInterval::from_sorted(observed, &boot);
+    let b = BootInterval::from_sorted(observed, &boot);
     Ok(GapSummary {
         groups: s,
         gap_pp: observed,
@@ -439,4 +440,33 @@ pub fn period_stability_stopping(
         same += (est.best().map(|c| c.period) == Some(best)) as usize;
     }
     Ok(same as f64 / cfg.bootstrap_rounds as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The phase statistics' resamplings stop when asked, and give the same numbers as their
+    /// unstoppable forms when never asked (`audit analyze` of 200 000 outcomes with positions
+    /// stopped 3.9 s after SIGTERM before, 0.01 s now, with identical statistics otherwise).
+    #[test]
+    fn the_resamplings_stop_when_asked_and_otherwise_change_nothing() {
+        let samples: Vec<(usize, bool)> = (0..4000).map(|i| (i % 8, (i / 8) % 3 == 0 || i % 8 == 1)).collect();
+        let cfg = ResampleConfig { permutation_rounds: 99, bootstrap_rounds: 50, seed: 3 };
+        let never = crate::stop::Stop::never();
+        let always = crate::stop::Stop::when(|| true);
+        let interrupted =
+            |e: Error| matches!(e, Error::Interrupted { .. }) && e.to_string().contains("phase statistics");
+        assert_eq!(
+            gap_summary_stopping(&samples, 8, Some(4), &cfg, &never).unwrap(),
+            gap_summary(&samples, 8, Some(4), &cfg).unwrap()
+        );
+        assert!(interrupted(gap_summary_stopping(&samples, 8, Some(4), &cfg, &always).unwrap_err()));
+        let scan = period_scan(&samples, 8, 0.05, &cfg).unwrap();
+        assert_eq!(period_scan_stopping(&samples, 8, 0.05, &cfg, &never).unwrap(), scan);
+        assert!(interrupted(period_scan_stopping(&samples, 8, 0.05, &cfg, &always).unwrap_err()));
+        let st = period_stability(&samples, 8, scan.best, &cfg).unwrap();
+        assert_eq!(period_stability_stopping(&samples, 8, scan.best, &cfg, &never).unwrap(), st);
+        assert!(interrupted(period_stability_stopping(&samples, 8, scan.best, &cfg, &always).unwrap_err()));
+    }
 }

@@ -15,11 +15,10 @@
 //! Each seed draws its stage-2 units from its own stream (seeded by the replicate and the
 //! seed's index), so the same seed gives the same numbers.
 
-use super::{check_arm_counts, check_seeds, fold_period, BootInterval};
-use crate::analysis::stats::bootstrap_draw;
-use crate::analysis::stats::gap_of;
-use crate::analysis::stats::sample_variance;
-use crate::analysis::stats::BOOTSTRAP_ROUNDS;
+use super::groups::{check_seeds, fold_period};
+use super::interval::{check_arm_counts, BootInterval};
+use super::power::sample_variance;
+use super::resample::{bootstrap_draw, gap_of, BOOTSTRAP_ROUNDS};
 use crate::{Error, Result};
 use rand::Rng;
 use rand::SeedableRng;
