@@ -26,6 +26,7 @@
 //! dependence at these counts) and its permutation p-value. **p-values** print through
 //! [`PValue`] / [`format_p`]: a resampled p-value at its floor prints as `< 1/(rounds+1)`.
 
+mod difference;
 mod groups;
 mod interval;
 pub mod non_finite;
@@ -35,8 +36,9 @@ mod power;
 mod resample;
 mod seed_level;
 
+pub use difference::accuracy_difference;
 pub use groups::{fold_by_phase, group_accuracies, max_gap_pp, GroupAccuracy};
-pub use interval::{accuracy_difference, quantile_sorted, BootInterval, Magnitude};
+pub use interval::{quantile_sorted, BootInterval, Magnitude};
 pub use period::{chi_square_independence, estimate_period, PeriodEstimate, PeriodFit};
 pub use permutation::{format_p, permutation_test, permutation_test_stopping, PValue};
 pub use power::*;

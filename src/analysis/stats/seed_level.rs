@@ -15,8 +15,9 @@
 //! Each seed draws its stage-2 units from its own stream (seeded by the replicate and the
 //! seed's index), so the same seed gives the same numbers.
 
+use super::difference::check_arm_counts;
 use super::groups::{check_seeds, fold_period};
-use super::interval::{check_arm_counts, BootInterval};
+use super::interval::BootInterval;
 use super::power::sample_variance;
 use super::resample::{bootstrap_draw, gap_of, BOOTSTRAP_ROUNDS};
 use crate::{Error, Result};
