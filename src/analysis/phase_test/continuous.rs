@@ -14,7 +14,15 @@
 //! squares is `s' (X'X)^-1 s` with `s = X'y`; a within-family permutation leaves the
 //! within-family sum of squares unchanged, so each round costs one pass over the prompts.
 
-use super::*;
+use super::config::PhaseTestConfig;
+use super::pooled::SeedAgreement;
+use crate::analysis::stats::PValue;
+use crate::{Error, Result};
+use nalgebra::{DMatrix, DVector};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// The probability floor of the continuous test: `y = -ln(max(prob, PROB_FLOOR))` (§8.3).
 pub const PROB_FLOOR: f64 = 1e-6;

@@ -1,7 +1,15 @@
 //! Knockout rows tested cell by cell against the unablated model (Newcombe intervals,
 //! Bonferroni over the row), `theory/phase-lab.md` §4 and §7.
 
-use super::*;
+use super::config::{PhaseTestConfig, TestMethod};
+use super::logistic::{chi2_p, resampled_p, LrProblem};
+use crate::analysis::stats::{GroupAccuracy, PValue};
+use crate::numeric::wilson95;
+use crate::{Error, Result};
+use nalgebra::DMatrix;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
 /// One cell of a knockout map with its uncertainty.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -4,7 +4,14 @@
 //! the exact suprema of `separation` (§8.6); the capped Newton fit [`fit`] only gives the finite
 //! coefficients of the depth-adjusted accuracies.
 
-use super::*;
+use super::likelihood::{loglik, sigmoid};
+use super::separation::{exact_fit, ExactFit};
+use crate::analysis::stats::PValue;
+use crate::{Error, Result};
+use nalgebra::{DMatrix, DVector};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use statrs::distribution::{ChiSquared, ContinuousCDF};
 
 /// Binomial cells with a full and a nested null design.
 pub(super) struct LrProblem {
@@ -22,29 +29,6 @@ pub(super) struct LrProblem {
 #[derive(Clone, Debug)]
 pub(super) struct Fit {
     pub(super) beta: DVector<f64>,
-}
-
-pub(super) fn softplus(x: f64) -> f64 {
-    if x > 0.0 {
-        x + (-x).exp().ln_1p()
-    } else {
-        x.exp().ln_1p()
-    }
-}
-
-pub(super) fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
-
-pub(super) fn loglik(x: &DMatrix<f64>, beta: &DVector<f64>, n: &[f64], y: &[f64]) -> (f64, DVector<f64>) {
-    let eta = x * beta;
-    let ll = eta.iter().zip(n).zip(y).map(|((&e, &n), &y)| y * e - n * softplus(e)).sum();
-    (ll, eta)
 }
 
 /// Newton's method with step halving for a binomial logistic model (maximum likelihood; with
@@ -286,4 +270,39 @@ pub(super) fn spline_basis(x: f64, knots: &[f64]) -> Vec<f64> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spline_is_linear_beyond_the_outer_knots() {
+        let knots = [10.0, 20.0, 30.0, 40.0, 50.0];
+        // Second differences vanish outside [10, 50] (natural spline).
+        for &x in &[0.0, 55.0, 70.0] {
+            let b: Vec<Vec<f64>> = [x - 1.0, x, x + 1.0].iter().map(|&v| spline_basis(v, &knots)).collect();
+            for (j, ((a, m), c)) in b[0].iter().zip(&b[1]).zip(&b[2]).enumerate() {
+                let d2 = a - 2.0 * m + c;
+                assert!(d2.abs() < 1e-12, "basis {j} at {x}: second difference {d2}");
+            }
+        }
+        assert_eq!(spline_basis(30.0, &knots).len(), 4);
+    }
+
+    #[test]
+    fn logistic_fit_recovers_known_coefficients() {
+        // One covariate, exact cell proportions sigma(-1 + 2 x): the MLE is (-1, 2).
+        let xs = [0.0, 0.25, 0.5, 0.75, 1.0];
+        let mut x = DMatrix::zeros(5, 2);
+        let n = vec![1e6; 5];
+        let mut y = Vec::new();
+        for (i, &v) in xs.iter().enumerate() {
+            x[(i, 0)] = 1.0;
+            x[(i, 1)] = v;
+            y.push(1e6 * sigmoid(-1.0 + 2.0 * v));
+        }
+        let f = fit(&x, &n, &y, None).unwrap();
+        assert!((f.beta[0] + 1.0).abs() < 1e-6 && (f.beta[1] - 2.0).abs() < 1e-6, "{:?}", f.beta);
+    }
 }

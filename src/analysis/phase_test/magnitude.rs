@@ -1,8 +1,13 @@
 //! The magnitude of a phase effect over seeds: the depth-adjusted phase spread with a bootstrap
 //! interval (E4 of `theory/phase-lab.md` §7.5).
 
-use super::*;
+use super::config::PhaseRecord;
+use super::one_seed::adjusted_phase_accuracies;
 use crate::analysis::stats::{BootInterval, Magnitude, Within};
+use crate::{Error, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
 /// The mean of the seeds' depth-adjusted phase spreads ([`PhaseTest::adjusted_gap_pp`]: max
 /// minus min of the full model's phase accuracies at every prompt's depth) at `stride`, with a

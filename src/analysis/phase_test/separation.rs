@@ -18,7 +18,10 @@
 //! exact reduction), usually on a handful of unknowns, and is skipped when that null space is
 //! `{0}` (no separation possible).
 
-use super::*;
+use super::likelihood::{loglik, sigmoid};
+use crate::{Error, Result};
+use nalgebra::{DMatrix, DVector};
+use std::collections::BTreeMap;
 
 /// Newton's method stops when the score's Euclidean norm is below this (§8.6).
 pub(super) const GRADIENT_TOL: f64 = 1e-10;
@@ -409,4 +412,82 @@ pub(super) fn konis_lp_for_tests(rows: &[DVector<f64>], k: usize) -> Result<Vec<
 pub(super) fn witness_for_tests(rows: &[DVector<f64>]) -> bool {
     let sum = rows.iter().fold(DVector::<f64>::zeros(rows[0].len()), |acc, b| acc + b);
     all_positive_witness(rows, sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn separation_reaches_the_supremum_exactly() {
+        // Group 1 always right: its coefficient diverges; the supremum is group 0's alone.
+        let mut x = DMatrix::zeros(2, 2);
+        x[(0, 0)] = 1.0;
+        x[(1, 0)] = 1.0;
+        x[(1, 1)] = 1.0;
+        let f = exact_fit(&x, &[100.0, 100.0], &[50.0, 100.0]).unwrap();
+        let sup = 100.0 * 0.5f64.ln(); // 50 ln .5 + 50 ln .5
+        assert!((f.loglik - sup).abs() < 1e-12, "{} vs {sup}", f.loglik);
+        assert!((f.mu[0] - 0.5).abs() < 1e-12 && f.mu[1] == 1.0, "{:?}", f.mu);
+        // Negative control: nothing separable when every cell has both answers.
+        let g = exact_fit(&x, &[100.0, 100.0], &[50.0, 99.0]).unwrap();
+        assert!((g.mu[1] - 0.99).abs() < 1e-9, "{:?}", g.mu);
+    }
+
+    #[test]
+    fn the_lp_finds_separation_the_witness_cannot() {
+        // Rows b = (1, 0), (-1, 1), (0, -1) in R^2 leave only z = 0 (b1 + b2 + b3 = 0): nothing
+        // separable. Rows (1, 0), (0, 1), (-1, 1) cone: z = (1, 2) separates all three, but
+        // their sum (0, 2) is 0 on the first row, so the LP must decide.
+        let rows = |v: &[[f64; 2]]| v.iter().map(|r| DVector::from_column_slice(r)).collect::<Vec<_>>();
+        let none = konis_lp_for_tests(&rows(&[[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]]), 2).unwrap();
+        assert!(none.iter().all(|&t| t < 0.5), "{none:?}");
+        let all = konis_lp_for_tests(&rows(&[[1.0, 0.0], [0.0, 1.0], [-1.0, 1.0]]), 2).unwrap();
+        assert!(all.iter().all(|&t| t > 0.5), "{all:?}");
+        let some = konis_lp_for_tests(&rows(&[[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]]), 2).unwrap();
+        assert_eq!(some.iter().map(|&t| t > 0.5).collect::<Vec<_>>(), vec![false, false, true]);
+    }
+
+    #[test]
+    fn the_perceptron_witness_proves_only_full_separation() {
+        let rows = |v: &[[f64; 2]]| v.iter().map(|r| DVector::from_column_slice(r)).collect::<Vec<_>>();
+        // The sum (0, 2) is 0 on the first row; one perceptron round gives (1, 2), positive on all.
+        assert!(witness_for_tests(&rows(&[[1.0, 0.0], [0.0, 1.0], [-1.0, 1.0]])));
+        // Negative controls: rows that force z = 0, and a pair b, -b.
+        assert!(!witness_for_tests(&rows(&[[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]])));
+        assert!(!witness_for_tests(&rows(&[[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]])));
+    }
+
+    /// At the size of the v1 data's hardest case (185 LP rows: full-seed1, prefix, S = 6 and 8;
+    /// the data itself is `report_committed::the_separation_fit_decides_full_attention_at_strides_6_and_8`):
+    /// 180 rows positive on a direction `d0` and 10 pairs `v, -v` orthogonal to it, which only
+    /// `z . v = 0` satisfies. The LP must finish and separate exactly the first 180.
+    #[test]
+    fn the_lp_decides_at_the_size_of_the_data() {
+        let k = 6;
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut uniform = move || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        };
+        let d0 = DVector::from_fn(k, |j, _| if j == 0 { 1.0 } else { 0.0 });
+        let mut rows = Vec::new();
+        while rows.len() < 180 {
+            let mut b = DVector::from_fn(k, |_, _| uniform());
+            b[0] = b[0].abs() + 0.05;
+            rows.push(b.normalize());
+        }
+        for _ in 0..10 {
+            let mut v = DVector::from_fn(k, |_, _| uniform());
+            v[0] = 0.0;
+            let v = v.normalize();
+            rows.push(-v.clone());
+            rows.push(v);
+        }
+        assert!(rows.iter().take(180).all(|b| b.dot(&d0) > 0.0));
+        assert!(!witness_for_tests(&rows), "the pairs leave no direction positive on all");
+        let t = konis_lp_for_tests(&rows, k).unwrap();
+        let separated: Vec<bool> = t.iter().map(|&t| t > 0.5).collect();
+        assert_eq!(separated, (0..200).map(|i| i < 180).collect::<Vec<_>>());
+    }
 }
