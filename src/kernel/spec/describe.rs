@@ -1,6 +1,8 @@
 //! The one-line description of a spec's knobs (`phasekv kernel list`).
 
-use super::{GateKind, KernelSpec, ParamGroups, RopeChannels, RopeScaling};
+use super::kernel_spec::KernelSpec;
+use super::knobs::{GateKind, ParamGroups, Stagger};
+use super::rope::{RopeChannels, RopeScaling};
 use crate::geometry::{Alignment, EntryPosition};
 
 impl KernelSpec {
@@ -47,8 +49,8 @@ impl KernelSpec {
             ),
         };
         let grid = match (g.offset(), self.stagger) {
-            (0, super::Stagger::None) => String::new(),
-            (o, super::Stagger::None) => format!(" offset={o}"),
+            (0, Stagger::None) => String::new(),
+            (o, Stagger::None) => format!(" offset={o}"),
             (0, rule) => format!(" stagger={}", rule.name()),
             (o, rule) => format!(" offset={o} stagger={}", rule.name()),
         };

@@ -7,11 +7,12 @@
 //! `dsv4-hca{m}` (DeepSeek-V4's HCA kernel at rate `m`), and `dsv41-c{m}` (DeepSeek-V4.1's
 //! compressor at ratio `m`).
 
+use super::kernel_spec::{KernelSpec, RMS_NORM_EPS};
+use super::knobs::{GateKind, ParamGroups, Stagger};
 use super::rope::{
     dsv4_rope, dsv4_yarn, RopeChannels, RopeSpec, DSV41_ROPE_CHANNELS, DSV4_COMPRESS_ROPE_THETA, DSV4_HCA_RATE,
     ROPE_THETA,
 };
-use super::{GateKind, KernelSpec, ParamGroups, RMS_NORM_EPS};
 use crate::geometry::{Alignment, EntryPosition, Geometry, Visibility};
 use crate::{Error, Result};
 
@@ -178,8 +179,7 @@ fn ablate_norope(spec: &mut KernelSpec) {
 
 /// The stagger rules a `w{W}s{S}` name takes as a `-suffix` (after an ablation suffix, if any:
 /// `w8s4-tied-stagger-heads`).
-pub const STAGGERS: &[(&str, super::Stagger)] =
-    &[("stagger-heads", super::Stagger::Heads), ("stagger-layers", super::Stagger::Layers)];
+pub const STAGGERS: &[(&str, Stagger)] = &[("stagger-heads", Stagger::Heads), ("stagger-layers", Stagger::Layers)];
 
 /// The listed preset with this name.
 pub fn by_name(name: &str) -> Option<&'static Preset> {
@@ -245,7 +245,7 @@ impl KernelSpec {
             let offset: usize = offset.parse().map_err(|_| unknown(name))?;
             let spec = KernelSpec::preset(base)?;
             let geometry = spec.geometry.with_offset(offset)?;
-            return Ok(KernelSpec { geometry, stagger: super::Stagger::None, ..spec });
+            return Ok(KernelSpec { geometry, stagger: Stagger::None, ..spec });
         }
         match by_name(name) {
             Some(p) => p.spec(),
@@ -261,7 +261,7 @@ impl KernelSpec {
         KernelSpec {
             name: name.into(),
             geometry,
-            stagger: super::Stagger::None,
+            stagger: Stagger::None,
             gate: GateKind::Vector,
             groups: ParamGroups::PerOffset,
             gate_bias: true,
@@ -280,7 +280,7 @@ impl KernelSpec {
 fn windowed(name: &str) -> Result<KernelSpec> {
     let (name_unstaggered, stagger) = match STAGGERS.iter().find(|(s, _)| name.ends_with(&format!("-{s}"))) {
         Some((s, rule)) => (&name[..name.len() - s.len() - 1], *rule),
-        None => (name, super::Stagger::None),
+        None => (name, Stagger::None),
     };
     let (base, suffix) = match name_unstaggered.split_once('-') {
         Some((b, s)) => (b, Some(s)),

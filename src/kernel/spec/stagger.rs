@@ -14,38 +14,9 @@
 //! no rule left (what a dump of one head carries). A kernel is one head's compressor; the rule
 //! only says how a model lays its heads out, so it adds no parameter and changes no window size.
 
-use super::KernelSpec;
+use super::kernel_spec::KernelSpec;
+use super::knobs::Stagger;
 use crate::{Error, Result};
-use serde::{Deserialize, Serialize};
-
-/// How a model's KV heads and layers spread their grid offsets.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stagger {
-    /// Every head of every layer on the geometry's grid.
-    #[default]
-    None,
-    /// KV head `h` at `floor(h S / n_kv_head)` (2 heads: 0 and S/2), the same in every layer.
-    Heads,
-    /// Layer `l` at `floor(l S / n_layer)`, every head of the layer alike.
-    Layers,
-}
-
-impl Stagger {
-    /// Whether this is [`Stagger::None`] (serde skips it then: unstaggered specs read as before).
-    pub fn is_none(&self) -> bool {
-        *self == Stagger::None
-    }
-
-    /// The JSON name (`none`, `heads`, `layers`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Stagger::None => "none",
-            Stagger::Heads => "heads",
-            Stagger::Layers => "layers",
-        }
-    }
-}
 
 impl KernelSpec {
     /// The grid offset of KV head `head` in layer `layer` (module table). Checks the indices.
