@@ -375,7 +375,6 @@ const FRONT_DOOR_NOT_YET: &[&str] = &[
     "conformance::harness::checks",
     "conformance::harness::external",
     "conformance::validate",
-    "kernel::tensor::fast",
     "lab",
     "model::fast",
     "model::fast::compress",

@@ -2,7 +2,9 @@
 //! window, compiled for AVX-512, AVX2 or neither (the same operations in the same order, so the
 //! same bits), and the polynomial exponential it uses.
 
-use super::*;
+use super::chunk::{Ctx, Item, Scratch};
+use crate::kernel::post;
+use crate::numeric::{gemm, View};
 
 /// The instruction set the window pass is compiled for (detected once per call).
 #[derive(Clone, Copy, Debug)]
