@@ -376,8 +376,6 @@ const FRONT_DOOR_NOT_YET: &[&str] = &[
     "conformance::harness::external",
     "conformance::validate",
     "lab",
-    "model::fast",
-    "model::fast::compress",
     "report::ledger",
     "reproduce::plan",
 ];

@@ -1,7 +1,12 @@
 //! The fast engine's backward pass: from the loss's gradient the forward pass left, through
 //! every layer in reverse, to every parameter's gradient.
 
-use super::*;
+use super::attention::attention_backward;
+use super::compress::compress_layer_backward;
+use super::decoder::{FastDecoder, Inputs, Plan, Sizes};
+use super::layout::{ATTN_NORM, K_NORM, LAYER, MLP_NORM, Q_NORM, WK, WO, WQ, WV, W_DOWN, W_GATE, W_UP};
+use super::ops::{rms_norm_back, size};
+use crate::numeric::{gemm, View};
 
 impl FastDecoder {
     /// Backward pass from the loss's gradient [`FastDecoder::forward`] left: every parameter's

@@ -3,7 +3,15 @@
 //! reads kept in [`LayerCache`], the final norm, the logits and the loss's gradient with respect
 //! to them.
 
-use super::*;
+use super::attention::attention_forward;
+use super::buffers::LayerCache;
+use super::compress::compress_layer_forward;
+use super::decoder::{FastDecoder, Inputs, Plan, Sizes};
+use super::layout::{ATTN_NORM, K_NORM, LAYER, MLP_NORM, Q_NORM, WK, WO, WQ, WV, W_DOWN, W_GATE, W_UP};
+use super::ops::{rms_norm, sigmoid, size};
+use crate::model::decoder::NORM_EPS;
+use crate::model::record::BatchScore;
+use crate::numeric::{gemm, View};
 
 impl FastDecoder {
     /// Forward pass through the loss: every layer's cache, the final hidden states and, in

@@ -78,3 +78,12 @@ impl Rope {
         }
     }
 }
+
+/// Sizes `v` to `n` elements (contents unspecified: the caller overwrites them).
+pub fn size(v: &mut Vec<f32>, n: usize) {
+    v.resize(n, 0.0);
+}
+
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}

@@ -3,7 +3,9 @@
 //! backward, and the GEMMs into `dC`, `dZ`, `db` and `dX`.
 
 use super::super::ops::rms_norm_back;
-use super::*;
+use super::super::ops::size;
+use super::shape::{CompressCache, CompressScratch, CompressorShape, EntryRows, KernelGrads, Windows};
+use crate::numeric::{gemm, View};
 
 /// The entry RMSNorm of one branch as its backward pass reads it: the pre-norm entries and
 /// `1 / rms` the forward kept, the weight, and the weight's gradient (accumulated into).

@@ -12,7 +12,9 @@
 //! their gradient is never read. Its parameter gradients land in its columns.
 
 use super::backward::compress_backward;
-use super::*;
+use super::forward::compress_forward;
+use super::shape::{CompressCache, CompressScratch, CompressorShape, EntryRows, Windows};
+use crate::kernel::spec::KernelSpec;
 
 /// One layer's windows: the one grid of all its KV heads, or each head's own.
 pub(in crate::model::fast) enum LayerWindows {
