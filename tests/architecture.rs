@@ -377,7 +377,6 @@ const FRONT_DOOR_NOT_YET: &[&str] = &[
     "conformance::validate",
     "lab",
     "report::ledger",
-    "reproduce::plan",
 ];
 
 /// The import cycles between the files of a folder: each edge `a -> b` becomes an edge between

@@ -1,7 +1,8 @@
 //! Shards: which units one invocation of a sharded reproduction runs (`--shard i/n`, or a
 //! Slurm array task).
 
-use super::*;
+use super::unit::Unit;
+use crate::{Error, Result};
 
 /// Parses `i/n` (0-based `i < n`).
 pub fn parse_shard(s: &str) -> Result<(usize, usize)> {

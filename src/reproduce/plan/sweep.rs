@@ -2,7 +2,10 @@
 //! are templates filled with the axis values), and the small helpers of arm names and
 //! override paths.
 
-use super::*;
+use super::file::{Sweep, MAX_UNITS};
+use crate::{Error, Result};
+use serde_json::Value;
+use std::collections::BTreeSet;
 
 impl Sweep {
     /// Every combination of axis values (axis name, value), outermost axis first, that
