@@ -376,7 +376,6 @@ const FRONT_DOOR_NOT_YET: &[&str] = &[
     "conformance::harness::external",
     "conformance::validate",
     "lab",
-    "report::ledger",
 ];
 
 /// The import cycles between the files of a folder: each edge `a -> b` becomes an edge between

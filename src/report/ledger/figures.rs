@@ -3,7 +3,7 @@
 //! [`crate::figures`]; figures that belong to one claim are drawn by that claim.
 
 use super::collect::{Collected, RunData};
-use super::write_json;
+use super::write::write_json;
 use crate::analysis::protocol::Protocol;
 use crate::analysis::stats::GroupAccuracy;
 use crate::figures::lab as figures;
@@ -60,11 +60,11 @@ fn two_column_panels(stem: &Path, title: &str, panels: &[Panel], cell: (u32, u32
     Ok(())
 }
 
-/// Whether a run trained: its held-out exact match reached [`super::FAILED_ACCURACY`] (or is
+/// Whether a run trained: its held-out exact match reached [`super::banner::FAILED_ACCURACY`] (or is
 /// unknown). A run that did not is drawn in a panel of its own and left out of every pooled line
 /// and reference.
 fn trained(r: &RunData) -> bool {
-    r.metrics.as_ref().is_none_or(|m| m.final_eval.accuracy >= super::FAILED_ACCURACY)
+    r.metrics.as_ref().is_none_or(|m| m.final_eval.accuracy >= super::banner::FAILED_ACCURACY)
 }
 
 /// One panel per arm under protocol `p` (each seed thin, the seeds pooled bold with Wilson
@@ -198,7 +198,7 @@ pub fn build_figures(c: &Collected, out: &Path, stop: &dyn Fn() -> bool) -> Resu
         write_csv_atomic(&out.join(format!("figures/{name}.csv")), &csv)?;
         caps.push((
             format!("figures/{name}.png"),
-            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride. Each panel's y axis is fitted to its data but spans at least {:.0} pp, and its range is printed in the panel's title: compare panels by those ranges, not by the height of a curve. A seed that did not train (held-out below {:.0} %) has a panel of its own and is pooled into no line.", p.name(), 100.0 * figures::MIN_ACCURACY_SPAN, 100.0 * super::FAILED_ACCURACY),
+            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride. Each panel's y axis is fitted to its data but spans at least {:.0} pp, and its range is printed in the panel's title: compare panels by those ranges, not by the height of a curve. A seed that did not train (held-out below {:.0} %) has a panel of its own and is pooled into no line.", p.name(), 100.0 * figures::MIN_ACCURACY_SPAN, 100.0 * super::banner::FAILED_ACCURACY),
         ));
         if !fpanels.is_empty() {
             let name = format!("folded-{}", p.name());
@@ -330,7 +330,7 @@ fn learning_curves(c: &Collected, out: &Path, fig: &Path, caps: &mut Vec<(String
         0,
         (
             "figures/learning-curves.png".into(),
-            format!("Learning curves of every model (held-out set of the training distribution): colour by arm, line pattern by seed (solid, dashed, dotted in seed order), a run that did not train (held-out below {:.0} %) black and dotted with its own label. The x axis starts at 0; the {note}.", 100.0 * super::FAILED_ACCURACY),
+            format!("Learning curves of every model (held-out set of the training distribution): colour by arm, line pattern by seed (solid, dashed, dotted in seed order), a run that did not train (held-out below {:.0} %) black and dotted with its own label. The x axis starts at 0; the {note}.", 100.0 * super::banner::FAILED_ACCURACY),
         ),
     );
     Ok(())

@@ -5,9 +5,9 @@
 //! `ledger.json` alone ([`Ledger`]); the appendix reads the run data. Renders only; computes no
 //! verdict.
 
+use super::banner::Ledger;
 use super::claims::{fmt_p, period_word, Claim, Verdict};
 use super::collect::{arms, Collected};
-use super::Ledger;
 use crate::analysis::protocol::Protocol;
 use crate::{Error, Result};
 use serde::Serialize;

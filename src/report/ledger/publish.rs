@@ -149,9 +149,9 @@ pub fn check_runs(from: &[PathBuf], partial: bool) -> Result<Vec<PathBuf>> {
 }
 
 /// The banner's first entry of a partial report: the unfinished runs it was built from.
-pub fn partial_entry(unfinished: &[PathBuf]) -> super::BannerEntry {
+pub fn partial_entry(unfinished: &[PathBuf]) -> super::banner::BannerEntry {
     let names: Vec<String> = unfinished.iter().map(|r| format!("`{}`", r.display())).collect();
-    super::BannerEntry {
+    super::banner::BannerEntry {
         kind: "partial report".into(),
         text: format!(
             "built with --partial while {} run(s) had not finished ({}: no {METRICS_FILE}); every verdict, figure and number below may change when they finish, and none of them is the reproduction's result",
