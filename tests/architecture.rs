@@ -375,7 +375,6 @@ const FRONT_DOOR_NOT_YET: &[&str] = &[
     "conformance::harness::checks",
     "conformance::harness::external",
     "conformance::validate",
-    "lab",
 ];
 
 /// The import cycles between the files of a folder: each edge `a -> b` becomes an edge between

@@ -1,7 +1,12 @@
 //! `phasekv audit analyze`: the phase lab on results of a model that lives elsewhere.
 
 use super::rows::group_rows;
-use super::*;
+use crate::analysis::phase::{self, PhaseProfile};
+use crate::figures::lab as figures;
+use crate::run_dir::{write_csv_atomic, write_json_atomic};
+use crate::stop::Stop;
+use crate::{Error, Result};
+use std::path::Path;
 
 /// `phasekv audit analyze`: the phase profile of external results, written into `out`
 /// (`profile.json`, `groups.csv`, `phase.svg`/`.png`), which must not exist yet (results are

@@ -17,8 +17,10 @@
 //! | `knockout[-<protocol>].json` | protocol, preset, positive `per_group`; clean accuracies and every row of the map's length `M`, accuracies in [0, 1] |
 //! | `gates.json` | preset the config's, positive window and samples |
 
+use super::cache::read_json;
+use super::knockout_run::knockout_file;
 use super::outcomes::RunColumns;
-use super::{knockout_file, read_json, EvalResult, GatesResult, KnockoutResult};
+use super::results::{EvalResult, GatesResult, KnockoutResult};
 use crate::analysis::phase::Outcome;
 use crate::analysis::protocol::Protocol;
 use crate::analysis::stats::GroupAccuracy;

@@ -7,7 +7,8 @@
 //! renames the evaluation JSON's `seed` (the evaluation seed) to `eval_seed` with the `arm`
 //! beside the preset.
 
-use super::{read_json, EvalResult};
+use super::cache::read_json;
+use super::results::EvalResult;
 use crate::analysis::phase::Outcome;
 use crate::analysis::protocol::Protocol;
 use crate::model::RunConfig;

@@ -1,6 +1,8 @@
 //! The rows of the lab's CSV tables (written with `run_dir::write_csv_atomic`).
 
-use super::*;
+use super::results::{GatesResult, KnockoutResult};
+use crate::analysis::stats::GroupAccuracy;
+use serde::Serialize;
 
 /// A float as the committed tables print it (six decimals).
 pub(super) fn f6(x: f64) -> String {
@@ -125,8 +127,11 @@ pub(super) fn cycle_rows(result: &crate::analysis::cycling::CycleResult) -> Vec<
 
 #[cfg(test)]
 mod csv_tests {
+    use super::super::results::EvalResult;
     use super::*;
+    use crate::analysis::protocol::Protocol;
     use crate::run_dir::csv_bytes;
+    use std::path::Path;
 
     /// The committed run directories' CSVs are exactly what the CSV rows of this module make
     /// of the committed JSON next to them (so the `csv` crate changed no byte). Runs where only
