@@ -369,7 +369,6 @@ fn module_edges(files: &[(Vec<String>, String)]) -> BTreeMap<Vec<String>, BTreeS
 /// import their siblings by name.
 const FRONT_DOOR_NOT_YET: &[&str] = &[
     "cli",
-    "cli::kernel",
     "conformance::dump",
     "conformance::harness",
     "conformance::harness::checks",

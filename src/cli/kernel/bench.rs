@@ -1,6 +1,6 @@
 //! `phasekv kernel bench`: parses, calls [`phasekv::conformance::bench`], prints.
 
-use super::Impl;
+use super::args::Impl;
 use phasekv::conformance::bench::{self, BenchRow};
 use phasekv::kernel::KernelSpec;
 

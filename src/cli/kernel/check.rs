@@ -1,7 +1,7 @@
 //! `phasekv kernel check`: the invariant catalogue on the reference, the candle kernel, a mutant
 //! or a kernel served by another process. Parses, calls [`phasekv::conformance::harness`], prints.
 
-use super::Impl;
+use super::args::{device, Impl};
 use anyhow::bail;
 use candle_core::DType;
 use phasekv::conformance::harness::external::{end_process_group, ExternalKernel, ExternalOptions};
@@ -80,7 +80,7 @@ fn check_grid(spec: &KernelSpec, opts: &Options) -> anyhow::Result<bool> {
                 subjects.push(Box::new(ReferenceSubject::new(&spec)));
             }
             if opts.r#impl.candle() {
-                subjects.push(Box::new(TensorSubject::new(&spec, opts.dtype, &super::device())));
+                subjects.push(Box::new(TensorSubject::new(&spec, opts.dtype, &device())));
             }
             if opts.r#impl.fast() {
                 if opts.dtype != candle_core::DType::F32 {
