@@ -97,7 +97,7 @@ impl Observer for Progress {
             bar.set_position(r.step as u64);
             bar.set_message(format!("loss {:.3} acc {:.3} lr {:.2e}", r.loss, r.accuracy, r.lr));
         }
-        if super::interrupted() {
+        if super::signals::interrupted() {
             eprintln!("signal received: stopping after step {} with a checkpoint (send it again to quit now)", r.step);
             return ControlFlow::Break(());
         }
@@ -191,7 +191,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitCode> {
         }
         Outcome::Interrupted { step } => {
             println!("stopped after {step} steps with a checkpoint; rerun the same command to resume");
-            Ok(super::interrupted_exit_code())
+            Ok(super::signals::interrupted_exit_code())
         }
     }
 }

@@ -29,7 +29,7 @@ pub fn run(dump: &Path, dtype: Option<&str>, report: Option<&PathBuf>) -> anyhow
                 b.finish();
             }
         },
-        &super::stop(),
+        &super::signals::stop(),
     )?;
     print(&v, dump);
     if let Some(dir) = report {

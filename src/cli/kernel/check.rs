@@ -113,18 +113,18 @@ fn check_external(cmd: &str, given: Option<&KernelSpec>, opts: &Options) -> anyh
     let ext = ExternalOptions {
         reply_timeout: Duration::from_secs_f64(reply_timeout),
         budget: Duration::from_secs_f64(budget),
-        stop: crate::cli::interrupted,
+        stop: crate::cli::signals::interrupted,
     };
     let kernel = match ExternalKernel::start(cmd, ext) {
         Ok(k) => k,
-        Err(_) if crate::cli::interrupted() => stop_now(None),
+        Err(_) if crate::cli::signals::interrupted() => stop_now(None),
         Err(e) => return Err(e.into()),
     };
     // The main thread may be computing the reference between requests: a watcher ends the
     // process group and exits as soon as a first signal arrives.
     let group = kernel.process_group();
     std::thread::spawn(move || loop {
-        if crate::cli::interrupted() {
+        if crate::cli::signals::interrupted() {
             stop_now(Some(group));
         }
         std::thread::sleep(Duration::from_millis(25));
@@ -173,7 +173,7 @@ fn stop_now(group: Option<u32>) -> ! {
     if let Some(g) = group {
         end_process_group(g);
     }
-    let (name, code) = crate::cli::interrupted_by();
+    let (name, code) = crate::cli::signals::interrupted_by();
     eprintln!("interrupted by {name}: stopped at once; the kernel's process group was ended");
     std::process::exit(code as i32)
 }

@@ -85,7 +85,7 @@ pub fn run(args: StudyArgs) -> anyhow::Result<ExitCode> {
     }
     let Some(result) = result else {
         println!("stopped with a checkpoint; rerun the same command to resume");
-        return Ok(crate::cli::interrupted_exit_code());
+        return Ok(crate::cli::signals::interrupted_exit_code());
     };
     let page = phasekv::report::study::render(&result);
     for line in page.lines().skip(2).take_while(|l| l.starts_with("- ")) {

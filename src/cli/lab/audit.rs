@@ -96,7 +96,15 @@ pub fn audit(cmd: AuditCmd) -> anyhow::Result<ExitCode> {
         }
         AuditCmd::Analyze { results, modulus, stride, out, export, seed } => {
             let out = out.unwrap_or_else(|| results.with_extension("audit"));
-            let a = lab::audit_analyze(&results, modulus, stride, seed, &out, export.as_deref(), &crate::cli::stop())?;
+            let a = lab::audit_analyze(
+                &results,
+                modulus,
+                stride,
+                seed,
+                &out,
+                export.as_deref(),
+                &crate::cli::signals::stop(),
+            )?;
             print_profile(&format!("audit of {}", results.display()), None, &a.profile);
             match &a.statistics {
                 Some(st) => print_statistics(st),

@@ -153,7 +153,7 @@ fn bar(label: &str) -> impl FnMut(usize, usize) {
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let protocol = Protocol::from(args.protocol);
-    let r = lab::eval_run(&args.run, protocol, args.samples, args.seed, &mut bar("eval"), &super::stop())?;
+    let r = lab::eval_run(&args.run, protocol, args.samples, args.seed, &mut bar("eval"), &super::signals::stop())?;
     print_profile(
         &format!("{} ({}), {} padding, {} prompts", r.preset, args.run.display(), protocol.name(), r.profile.n),
         Some(&r.balance),
@@ -183,7 +183,7 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
         AnalyzeCmd::Knockout { run, samples, protocol, reference, seed, intervention } => {
             let protocol = Protocol::from(protocol);
             let intervention = Intervention::from(intervention);
-            let (bar, stop) = (&mut bar("knockout"), &super::stop());
+            let (bar, stop) = (&mut bar("knockout"), &super::signals::stop());
             let r = lab::knockout_run(&run, protocol, samples, reference, seed, intervention, bar, stop)?;
             println!(
                 "{}: {} knockouts, {} prompts per group, {} references each",
@@ -207,7 +207,7 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
         AnalyzeCmd::Cycle { run, layer, head, k, samples, protocol, seed } => {
             let protocol = Protocol::from(protocol);
             let ks = if k.is_empty() { (1..lab::run_window(&run)?).collect() } else { k };
-            let (bar, stop) = (&mut bar("cycle"), &super::stop());
+            let (bar, stop) = (&mut bar("cycle"), &super::signals::stop());
             let r = lab::cycle_run(&run, protocol, samples, seed, layer, head, &ks, bar, stop)?;
             let c = &r.cycle;
             println!(
@@ -229,7 +229,7 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
             println!("  written: {}/{}.{{json,csv}}", run.display(), lab::cycle_stem(protocol, layer));
         }
         AnalyzeCmd::Upgrade { runs } => {
-            let report = lab::outcomes::upgrade_runs(&runs, &crate::cli::interrupted)?;
+            let report = lab::outcomes::upgrade_runs(&runs, &crate::cli::signals::interrupted)?;
             for (run, u) in &report.runs {
                 if u.files.is_empty() {
                     println!("{}: already upgraded", run.display());
@@ -246,9 +246,9 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
                 println!("removed {} stale temporary file(s) of killed writers", report.stale_removed);
             }
             if report.stopped {
-                let (name, _) = crate::cli::interrupted_by();
+                let (name, _) = crate::cli::signals::interrupted_by();
                 eprintln!("stopped by {name}: every file is old or new; run the same command again to finish");
-                return Ok(crate::cli::interrupted_exit_code());
+                return Ok(crate::cli::signals::interrupted_exit_code());
             }
         }
         AnalyzeCmd::Manifest { runs } => {
@@ -260,7 +260,7 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
             }
         }
         AnalyzeCmd::Gates { run, samples, seed } => {
-            match lab::gates_run(&run, samples, seed, &mut bar("gates"), &super::stop())? {
+            match lab::gates_run(&run, samples, seed, &mut bar("gates"), &super::signals::stop())? {
                 None => println!("{}: full attention has no gates", run.display()),
                 Some(r) => {
                     println!(

@@ -31,7 +31,7 @@ impl Observer for Bars {
     fn on_step(&mut self, r: &StepReport) -> ControlFlow<()> {
         let b = self.bar("training", r.total);
         b.set_position(r.step as u64);
-        if crate::cli::interrupted() {
+        if crate::cli::signals::interrupted() {
             return ControlFlow::Break(());
         }
         ControlFlow::Continue(())
@@ -56,7 +56,7 @@ impl Progress for Bars {
         self
     }
     fn stop(&self) -> phasekv::stop::Stop {
-        crate::cli::stop()
+        crate::cli::signals::stop()
     }
 
     fn step(&mut self, stage: &str, done: usize, total: usize) {

@@ -128,9 +128,9 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
     let mut worked = false;
     for u in &units {
         let done = reproduce::run_unit(&out, &plan, u, &mut bars);
-        if super::interrupted() {
+        if super::signals::interrupted() {
             bars.message("interrupted: finished units and checkpoints are kept; rerun the same command to continue");
-            return Ok(super::interrupted_exit_code());
+            return Ok(super::signals::interrupted_exit_code());
         }
         worked |= done?;
     }

@@ -28,7 +28,7 @@ pub(super) fn print_claims(claims: &[ledger::Claim]) {
 /// Builds the report (the library's one way), stopping at the first SIGINT, SIGTERM or SIGHUP
 /// with the old report left as it was; prints the claims.
 pub(super) fn write_report(from: &[PathBuf], out: &Path, partial: bool) -> anyhow::Result<ExitCode> {
-    let stop = crate::cli::interrupted;
+    let stop = crate::cli::signals::interrupted;
     match ledger::build_report_with(from, out, &ledger::ReportOptions { partial, stop: &stop })? {
         ledger::ReportOutcome::Written(claims) => {
             print_claims(&claims);
@@ -36,8 +36,8 @@ pub(super) fn write_report(from: &[PathBuf], out: &Path, partial: bool) -> anyho
             Ok(ExitCode::SUCCESS)
         }
         ledger::ReportOutcome::Stopped => {
-            eprintln!("{}: report stopped; {} is as it was", crate::cli::interrupted_by().0, out.display());
-            Ok(crate::cli::interrupted_exit_code())
+            eprintln!("{}: report stopped; {} is as it was", crate::cli::signals::interrupted_by().0, out.display());
+            Ok(crate::cli::signals::interrupted_exit_code())
         }
     }
 }

@@ -95,8 +95,8 @@ pub(super) fn bar(len: u64, label: &str) -> Progress {
 /// in `cli::main` only sets a flag) a theory command stops at its next unit of work, leaving its
 /// run directory unfinished (no DONE), with exit status 130, 143 or 129.
 pub(super) fn stop_if_interrupted() {
-    if crate::cli::interrupted() {
-        let code = i32::from(crate::cli::interrupted_by().1);
+    if crate::cli::signals::interrupted() {
+        let code = i32::from(crate::cli::signals::interrupted_by().1);
         eprintln!("interrupted: stopped; the run directory is left unfinished (no DONE)");
         std::process::exit(code);
     }
