@@ -369,9 +369,6 @@ fn module_edges(files: &[(Vec<String>, String)]) -> BTreeMap<Vec<String>, BTreeS
 /// import their siblings by name.
 const FRONT_DOOR_NOT_YET: &[&str] = &[
     "conformance::dump",
-    "conformance::harness",
-    "conformance::harness::checks",
-    "conformance::harness::external",
     "conformance::validate",
 ];
 

@@ -1,7 +1,7 @@
 //! The fast CPU kernel as a kernel under test of the invariant harness.
 
+use super::subject::KernelUnderTest;
 use super::subjects::stream_by_prefixes;
-use super::KernelUnderTest;
 use crate::kernel::attention::{AttentionInputs, AttentionOut};
 use crate::kernel::params::KernelParams;
 use crate::kernel::reference;

@@ -1,7 +1,7 @@
 //! The kernels the harness checks: the reference (optionally mutated) and the candle
 //! implementation in a chosen dtype and device.
 
-use super::KernelUnderTest;
+use super::subject::KernelUnderTest;
 use crate::conformance::mutants::{self, Mutant};
 use crate::kernel::attention::{compressed_attention, AttentionInputs, AttentionOut};
 use crate::kernel::params::KernelParams;

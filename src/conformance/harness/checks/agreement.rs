@@ -1,9 +1,12 @@
 //! K11-K13 and the low-precision reference: streaming equals one-shot, causality of
 //! compressed attention, agreement with the f64 reference under the tolerance rule.
 
+use super::super::invariant::CheckVerdict;
+use super::super::strategies::Case;
+use super::super::subject::KernelUnderTest;
 use super::super::tolerance::{self, max_abs, max_abs_diff};
-use super::super::{Case, CheckVerdict, KernelUnderTest};
-use super::*;
+use super::geometry::perturbed_or_same;
+use super::shared::{all_entries_diff, magnitude, same_bound, terms, window_span};
 use crate::geometry::Visibility;
 use crate::kernel::params::KernelParams;
 use crate::kernel::reference;

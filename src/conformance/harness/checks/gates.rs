@@ -1,9 +1,11 @@
 //! K5-K10: what the gates do (normalisation, convexity, uniform and one-hot limits,
 //! permutation, tied scalar gates).
 
+use super::super::invariant::CheckVerdict;
+use super::super::strategies::Case;
+use super::super::subject::KernelUnderTest;
 use super::super::tolerance::{self, max_abs_diff};
-use super::super::{Case, CheckVerdict, KernelUnderTest};
-use super::*;
+use super::shared::{magnitude, terms, window_span};
 use crate::kernel::params::{GateParams, KernelParams};
 use crate::kernel::spec::{GateKind, KernelSpec};
 use crate::Result;

@@ -9,7 +9,7 @@
 //! shell, the kernel and whatever they started in it. A normal end kills the group directly.
 
 use super::frames::{decode_reply, frame, one_line, read_frame, Fault, Reply};
-use super::ExternalOptions;
+use super::options::ExternalOptions;
 use crate::conformance::dump::{safetensors_bytes, RawTensor};
 use crate::{Error, Result};
 use std::collections::{BTreeMap, HashMap, VecDeque};
