@@ -3,8 +3,9 @@
 //! "Containers"): little-endian float, C order, never panicking;
 //! files are written through [`crate::run_dir::atomic_write`].
 
+use super::data::{Dump, RawTensor};
+use super::parts::file_err;
 use super::parts::{decode, elem_size};
-use super::{file_err, Dump, RawTensor};
 use crate::{Error, Result};
 use candle_core::DType;
 use std::collections::{BTreeMap, HashMap};

@@ -1,11 +1,12 @@
 //! From tensors and metadata to a checked [`Dump`]: every field and shape validated, sizes
 //! capped before anything is allocated, one [`Error::File`] line per problem.
 
-use super::{dtype_name, file_err, parse_dtype, Dump, RawTensor, Run, FORMAT_VERSION, MAX_DIM};
+use super::data::{Dump, RawTensor, Run, FORMAT_VERSION, MAX_DIM};
+use super::dtype::{dtype_name, parse_dtype};
 use crate::kernel::params::{KernelParams, ParamLayout};
 use crate::kernel::spec::{KernelDims, KernelSpec, Named};
 use crate::numeric::formats::CacheFormat;
-use crate::Result;
+use crate::{Error, Result};
 use candle_core::DType;
 use ndarray::{Array3, Array4};
 use std::collections::{BTreeMap, HashMap};
@@ -332,4 +333,8 @@ pub(super) fn elem_size(dtype: DType) -> usize {
         DType::F32 => 4,
         _ => 2,
     }
+}
+
+pub(super) fn file_err(path: &Path, reason: impl Into<String>) -> Error {
+    Error::File { path: path.to_path_buf(), reason: reason.into() }
 }

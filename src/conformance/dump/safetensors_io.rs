@@ -1,7 +1,8 @@
 //! The safetensors form of a dump: read (bounded, never panicking on any bytes) and write.
 
+use super::data::RawTensor;
+use super::parts::file_err;
 use super::parts::{decode, elem_size};
-use super::{file_err, RawTensor};
 use crate::Result;
 use candle_core::DType;
 use std::collections::{BTreeMap, HashMap};
