@@ -2,9 +2,9 @@
 //! normalisation, with dumped gates), K2 (locality, with a perturbed run) and K3 (stride shift,
 //! with a shifted run).
 
-use super::references;
+use super::references::references;
+use super::report::{not_checkable, CheckRow, Status};
 use super::tolerance::{AngleAllowance, Bounds, Encoded};
-use super::{not_checkable, CheckRow, Status};
 use crate::conformance::dump::{Dump, Run};
 use crate::conformance::harness::tolerance::{max_abs, max_abs_diff, reassociation, unit_roundoff};
 use crate::kernel::post::rope_angle;

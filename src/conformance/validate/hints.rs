@@ -1,8 +1,8 @@
 //! Named hints from the shape of a failing dump's key error (RoPE, RMSNorm, dtype), for a
 //! kernel engineer to act on.
 
+use super::report::{CheckRow, Status};
 use super::tolerance::{flips_rms_bound, Bounds};
-use super::{CheckRow, Status};
 use crate::conformance::dump::Dump;
 use crate::conformance::harness::checks::post_rows;
 use crate::conformance::harness::tolerance::{unit_roundoff, STAGE_ROUNDINGS};

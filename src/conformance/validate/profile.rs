@@ -2,7 +2,7 @@
 //! the window start (the kernel against references whose windows are displaced by `delta`),
 //! and the diagnosis an off-phase best match gives.
 
-use super::PhasePoint;
+use super::report::PhasePoint;
 use crate::conformance::dump::Dump;
 use crate::conformance::harness::tolerance::max_abs_diff;
 use crate::kernel::reference::{project, window_from_projected, Projected};

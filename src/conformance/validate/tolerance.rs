@@ -4,7 +4,7 @@
 //! (or end to end), encoded like the kernel's cache when the dump names a `cache_format`, and the
 //! systematic-scale check beside each.
 
-use super::{CheckRow, Status};
+use super::report::{CheckRow, Status};
 use crate::conformance::dump::Dump;
 use crate::conformance::harness::checks::post_rows;
 use crate::conformance::harness::tolerance::{
