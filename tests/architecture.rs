@@ -362,19 +362,12 @@ fn module_edges(files: &[(Vec<String>, String)]) -> BTreeMap<Vec<String>, BTreeS
     edges
 }
 
-/// The folders whose front door (`mod.rs`, or the `name.rs` beside a `name/` folder) still
-/// defines items its files import (issue 39): in these alone an edge between a file and its own
-/// folder's front door is not counted, and a non-test `use super::*` is let pass. A shrinking
-/// list: a folder leaves it once its front door only declares and re-exports and its files
-/// import their siblings by name.
-const FRONT_DOOR_NOT_YET: &[&str] = &["conformance::dump", "conformance::validate"];
-
 /// The import cycles between the files of a folder: each edge `a -> b` becomes an edge between
 /// the two entries of their deepest common folder that hold them (a file, a sub-folder as one
 /// node, or the folder's front door, `mod.rs`, as the node `folder::mod`), so a file that
 /// imports an item of its folder's `mod.rs` while that `mod.rs` imports from it (a re-export
 /// counts) is a cycle; edges between a file and the front door of a folder in `exempt` are not
-/// counted. Each cycle is the set of entries of one strongly connected component, as `a::b`
+/// counted (only the negative controls pass one: `src/` runs with none, issue 39). Each cycle is the set of entries of one strongly connected component, as `a::b`
 /// strings.
 fn folder_cycles(files: &[(Vec<String>, String)], exempt: &[&str]) -> BTreeSet<Vec<String>> {
     let mut graph: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
@@ -417,6 +410,8 @@ fn folder_cycles(files: &[(Vec<String>, String)], exempt: &[&str]) -> BTreeSet<V
     cycles
 }
 
+/// No folder of `src/` is exempt (issue 39): every front door only declares and re-exports, and
+/// every file imports its siblings by name.
 #[test]
 fn no_import_cycle_between_the_files_of_a_folder() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -426,18 +421,10 @@ fn no_import_cycle_between_the_files_of_a_folder() {
         .iter()
         .map(|p| (module_path(p.strip_prefix(&src).unwrap()), std::fs::read_to_string(p).unwrap()))
         .collect();
-    let cycles = folder_cycles(&files, FRONT_DOOR_NOT_YET);
+    let cycles = folder_cycles(&files, &[]);
     assert!(cycles.is_empty(), "import cycles between the files of a folder: {cycles:?}");
-    let globs = super_globs(&files, FRONT_DOOR_NOT_YET);
+    let globs = super_globs(&files, &[]);
     assert!(globs.is_empty(), "non-test `use super::*` (import by name): {globs:?}");
-    // the list only shrinks: each folder on it still needs it
-    for folder in FRONT_DOOR_NOT_YET {
-        let others: Vec<&str> = FRONT_DOOR_NOT_YET.iter().copied().filter(|f| f != folder).collect();
-        let inside = |m: &String| m.starts_with(&format!("{folder}::"));
-        let needs = folder_cycles(&files, &others).iter().flatten().any(inside)
-            || super_globs(&files, &others).iter().any(inside);
-        assert!(needs, "{folder} no longer needs its place in FRONT_DOOR_NOT_YET: remove it");
-    }
     // the scan resolved imports (a parser that found nothing would pass vacuously)
     let edges = module_edges(&files);
     let model = |m: &str| m.split("::").map(String::from).collect::<Vec<_>>();
