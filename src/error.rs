@@ -92,6 +92,18 @@ impl From<candle_core::Error> for Error {
 }
 
 impl Error {
+    /// An interruption inside a stage of `command` names the command first, then the stage
+    /// ("audit analyze (the permutation test)"), so the user's one line says what stopped
+    /// whichever stage the signal reached; every other error passes through unchanged.
+    pub fn during(self, command: &str) -> Self {
+        match self {
+            Error::Interrupted { what } if !what.starts_with(command) => {
+                Error::Interrupted { what: format!("{command} ({what})") }
+            }
+            e => e,
+        }
+    }
+
     /// Shorthand for [`Error::Invalid`].
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Error::Invalid { field: field.into(), reason: reason.into() }
@@ -110,3 +122,19 @@ impl Error {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn an_interrupted_stage_names_its_command_once_and_other_errors_pass_through() {
+        let stage = Error::Interrupted { what: "the permutation test".into() }.during("audit analyze");
+        assert_eq!(stage.to_string(), "stopped during audit analyze (the permutation test); nothing was written");
+        // Already named by the command (its own check, or a nested call): left as it is.
+        let own = Error::Interrupted { what: "audit analyze (reading results)".into() }.during("audit analyze");
+        assert_eq!(own.to_string(), "stopped during audit analyze (reading results); nothing was written");
+        let other = Error::invalid("--modulus", "must be 2..=64").during("audit analyze");
+        assert!(matches!(other, Error::Invalid { .. }), "{other}");
+    }
+}

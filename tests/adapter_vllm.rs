@@ -21,8 +21,8 @@ fn passes(label: &str, extra: &[&str], preset: &str) {
     adapter_passes(PyTool::Vllm, SCRIPT, &format!("vllm-{label}"), extra, preset, "e4m3");
 }
 
-fn fails(label: &str, extra: &[&str]) {
-    adapter_fails(PyTool::Vllm, SCRIPT, &format!("vllm-{label}"), extra);
+fn fails(label: &str, extra: &[&str]) -> Option<String> {
+    adapter_fails(PyTool::Vllm, SCRIPT, &format!("vllm-{label}"), extra)
 }
 
 #[test]
@@ -47,6 +47,11 @@ fn vllm_v41_ratios_1_and_2_pass_in_mxfp8_one_shot_and_chunked() {
 #[test]
 fn vllm_v41_negative_controls_fail() {
     fails("v41-wrong-ratio", &["--kind", "v41-c2", "--wrong-ratio"]);
-    fails("v41-plain", &["--kind", "v41-c2", "--label-plain"]);
+    // Its real MXFP8 record labelled plain bf16 fails, and is suggested its own format: pow2
+    // scales per 32 on every channel (issue 41, item 6; not the V4 per-64 NoPE record).
+    if let Some(text) = fails("v41-plain", &["--kind", "v41-c2", "--label-plain"]) {
+        let hint = text.lines().find(|l| l.contains("cache_format = ")).unwrap_or_else(|| panic!("no suggestion:\n{text}"));
+        assert!(hint.contains(r#""scale":"pow2","block":32,"channels":"all""#), "{hint}");
+    }
     fails("v41-interpreter-rounding", &["--kind", "v41-c2", "--triton-rounding", "interpreter"]);
 }

@@ -55,6 +55,14 @@ fn a_study_of_a_custom_spec_trains_evaluates_reports_and_resumes() {
             assert!(run.join(format!("eval-{p}.json")).is_file(), "{p}");
         }
         assert!(out.join(format!("runs/w4s4-seed{seed}/eval-prefix.json")).is_file());
+        // Every outcome line carries the model's answer, what the flip rate compares
+        // (theory/flip-rate.md): token ids, one per answer token.
+        let lines = std::fs::read_to_string(run.join("eval-prefix-outcomes.jsonl")).unwrap();
+        for line in lines.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let p = v["predicted"].as_str().unwrap_or_else(|| panic!("no answer: {line}"));
+            assert!(!p.is_empty() && p.split(' ').all(|t| t.parse::<u32>().is_ok()), "{line}");
+        }
     }
     let result = std::fs::read(out.join("study.json")).unwrap();
     let (code, _, err) = phasekv(&args);

@@ -255,6 +255,31 @@ fn a_rope_table_clamped_at_256_fails_in_every_format() {
     }
 }
 
+/// A RoPE position wrapping at 256 (every entry from 256 on rotated as at `p mod 256`) at CSA
+/// width (`dsv41-c4`, `W = 8`, 300 tokens): fails in every stored format, with and without
+/// pooled entries (issue 41; the HCA-width twin is below).
+#[test]
+fn a_rope_position_wrapping_at_256_fails_at_csa_width_in_every_format() {
+    let c = case("dsv41-c4", 300);
+    let good = c.correct();
+    let (_, freqs) = rotated(&good);
+    let back: Vec<f64> = freqs.iter().map(|f| -f).collect();
+    let wrapped = keys_bug(good.clone(), &|p, v, _| {
+        if p >= 256 {
+            rope(&mut v[..], &back, p - p % 256);
+        }
+    });
+    for (name, f) in formats() {
+        let v = validate(&stored(good.clone(), &f)).unwrap();
+        assert!(v.passed, "CSA {name}: the correct record fails: {:?}", failing(&v));
+        for d in [wrapped.clone(), without_pooled(wrapped.clone())] {
+            let pooled = d.main.pooled_keys.is_some();
+            let v = assert_fails(&stored(d, &f), &format!("CSA RoPE wrapping at 256, {name}, pooled {pooled}"));
+            assert!(failing(&v).iter().any(|r| r.contains("keys")), "{name} pooled {pooled}: {:?}", failing(&v));
+        }
+    }
+}
+
 /// `d`'s keys encoded in `f` with its first `quantized` channels encoded (every run), labelled
 /// `label`: a record stored one way and labelled another.
 fn relabelled(d: &Dump, f: &CacheFormat, quantized: usize, label: &str) -> Dump {

@@ -142,11 +142,12 @@ fn the_runs_readme_documents_every_column() {
         protocol: Some("prefix".into()),
         family: Some(0),
         phase: Some(0),
+        predicted: Some("7 3".into()),
         ..Outcome::default()
     };
     let v = serde_json::to_value(&full).unwrap();
     let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
-    assert_eq!(keys.len(), 12);
+    assert_eq!(keys.len(), 13);
     let documented: Vec<&str> = phasekv::report::ledger::OUTCOME_COLUMNS.iter().map(|c| c.0).collect();
     for k in &keys {
         assert!(documented.contains(&k.as_str()), "column {k} undocumented");

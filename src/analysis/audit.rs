@@ -418,6 +418,7 @@ pub fn read_results(
             protocol: text("protocol")?,
             family: uint("family")?.map(|f| f as usize),
             phase: uint("phase")?.map(|f| f as usize),
+            predicted: text("predicted")?,
         });
     }
     if out.is_empty() {

@@ -61,7 +61,8 @@ fn score(model: &Decoder, prompts: &[&Prompt], probe: &Probe, device: &Device) -
         .map(|(b, p)| {
             let rows = b * per..(b + 1) * per;
             let correct = rows.clone().all(|r| pred[r] == targets[r]);
-            let lp: f64 = rows.map(|r| logp[r][targets[r] as usize] as f64).sum();
+            let lp: f64 = rows.clone().map(|r| logp[r][targets[r] as usize] as f64).sum();
+            let predicted: Vec<String> = rows.map(|r| pred[r].to_string()).collect();
             Outcome {
                 id: p.id,
                 group: p.group,
@@ -69,6 +70,7 @@ fn score(model: &Decoder, prompts: &[&Prompt], probe: &Probe, device: &Device) -
                 prob: Some(lp.exp()),
                 position: Some(p.target_pos),
                 depth: Some(p.depth()),
+                predicted: Some(predicted.join(" ")),
                 ..Outcome::default()
             }
         })

@@ -16,6 +16,7 @@
 pub mod audit;
 pub mod cycling;
 pub mod eval;
+pub mod flips;
 pub mod gates;
 pub mod phase;
 pub mod phase_test;

@@ -56,6 +56,11 @@ pub struct Outcome {
     /// attention, or no position).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<usize>,
+    /// The model's answer at the scored query (its greedy token at each answer position under
+    /// teacher forcing, token ids joined by spaces; any string for an external model): what the
+    /// flip rate compares across a family's shifts (`theory/flip-rate.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<String>,
 }
 
 /// The chi-square test of independence between group and correctness.

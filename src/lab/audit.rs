@@ -50,8 +50,8 @@ pub fn audit_analyze(
         None => None,
     };
     stop.check("audit analyze")?;
-    let outcomes = read_results_file(results, m, manifest.as_ref(), stop)?;
-    let profile = phase::profile_stopping(&outcomes, m, stride, seed, stop)?;
+    let outcomes = read_results_file(results, m, manifest.as_ref(), stop).map_err(|e| e.during("audit analyze"))?;
+    let profile = phase::profile_stopping(&outcomes, m, stride, seed, stop).map_err(|e| e.during("audit analyze"))?;
     stop.check("audit analyze")?;
     // The pre-registered statistics need each prompt's depth: positions from the export, else
     // from the results themselves where every line carries them (the suite's outcome files).
@@ -60,7 +60,7 @@ pub fn audit_analyze(
         None => crate::analysis::audit::own_records(&outcomes),
     };
     let statistics = match records {
-        Some(r) => Some(phase::statistics_stopping(&r, m, stride, seed, stop)?),
+        Some(r) => Some(phase::statistics_stopping(&r, m, stride, seed, stop).map_err(|e| e.during("audit analyze"))?),
         None => None,
     };
     stop.check("audit analyze")?;

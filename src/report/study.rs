@@ -11,6 +11,7 @@
 //! a checkpoint (`Ok(None)`); during an evaluation it ends with [`Error::Interrupted`] (nothing
 //! of that evaluation written).
 
+use crate::analysis::flips::{self, Answer, FlipRate};
 use crate::analysis::protocol::Protocol;
 use crate::analysis::stats::GroupAccuracy;
 use crate::analysis::stats::{self as seed_level, SeedCount, SEED_LEVEL_ROUNDS};
@@ -58,6 +59,13 @@ pub struct ArmSummary {
     pub in_sequence_gap: Option<(f64, f64, f64)>,
     /// How many seeds the intervals rest on.
     pub seed_count: SeedCount,
+    /// The flip rate under prefix padding (`theory/flip-rate.md`) on the same seeds as the gaps
+    /// (`None`: no trained seed, or outcomes without answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_flips: Option<FlipRate>,
+    /// The same under in-sequence padding (the control).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_sequence_flips: Option<FlipRate>,
 }
 
 /// The verdict of `theory/study.md` §2.
@@ -185,12 +193,14 @@ struct ArmData {
     held_out: Vec<(u64, usize, usize)>,
     /// Per protocol of [`PROTOCOLS`], each trained seed's prompts as `(family, group, correct)`.
     prompts: [Vec<Vec<(usize, usize, bool)>>; 2],
+    /// Per protocol, each trained seed's answers (`None` where an outcome has no answer).
+    answers: [Option<Vec<Vec<Answer>>>; 2],
     /// Per seed (trained or not), the prefix protocol's per-group accuracies (the figure).
     groups: Vec<Vec<GroupAccuracy>>,
 }
 
 fn read_arm(s: &StudySettings, out: &Path, config: &RunConfig) -> Result<ArmData> {
-    let mut d = ArmData { held_out: vec![], prompts: [vec![], vec![]], groups: vec![] };
+    let mut d = ArmData { held_out: vec![], prompts: [vec![], vec![]], answers: [Some(vec![]), Some(vec![])], groups: vec![] };
     for &seed in &s.seeds {
         let dir = run_dir(out, config, seed);
         let f = load_run(&dir, None)?.ok_or_else(|| Error::File { path: dir.clone(), reason: "no run".into() })?;
@@ -211,6 +221,19 @@ fn read_arm(s: &StudySettings, out: &Path, config: &RunConfig) -> Result<ArmData
                 .ok_or_else(|| Error::File { path: dir.clone(), reason: format!("no {} outcomes", protocol.name()) })?;
             let per = s.per_group.max(1);
             d.prompts[k].push(outcomes.iter().map(|o| (o.family.unwrap_or(o.id % per), o.group, o.correct)).collect());
+            let answers: Option<Vec<Answer>> = outcomes
+                .iter()
+                .map(|o| {
+                    Some(Answer { family: o.family.unwrap_or(o.id % per), position: o.position?, predicted: o.predicted.clone()? })
+                })
+                .collect();
+            d.answers[k] = match (d.answers[k].take(), answers) {
+                (Some(mut all), Some(a)) => {
+                    all.push(a);
+                    Some(all)
+                }
+                _ => None,
+            };
         }
     }
     Ok(d)
@@ -230,6 +253,12 @@ fn summarise(s: &StudySettings, config: &RunConfig, d: &ArmData) -> Result<(ArmS
         }
     };
     let (prefix_gap, in_sequence_gap) = (gap(0)?, gap(1)?);
+    let flip = |k: usize| -> Result<Option<FlipRate>> {
+        match &d.answers[k] {
+            Some(a) if !a.is_empty() => Ok(Some(flips::flip_rate(a, SEED_LEVEL_ROUNDS, s.eval_seed)?)),
+            _ => Ok(None),
+        }
+    };
     let verdict = match (prefix_gap, in_sequence_gap) {
         (Some((_, lo, _)), Some((_, _, hi))) if lo > hi => Sensitivity::Sensitive,
         (Some(_), Some(_)) => Sensitivity::NotShown,
@@ -249,6 +278,8 @@ fn summarise(s: &StudySettings, config: &RunConfig, d: &ArmData) -> Result<(ArmS
         prefix_gap,
         in_sequence_gap,
         seed_count: SeedCount { seeds: d.prompts[0].len() },
+        prefix_flips: flip(0)?,
+        in_sequence_flips: flip(1)?,
     };
     Ok((summary, verdict))
 }
@@ -305,6 +336,16 @@ fn interval(x: Option<(f64, f64, f64)>) -> String {
     }
 }
 
+fn flip_words(f: &Option<FlipRate>) -> String {
+    match f {
+        Some(f) => {
+            let (m, lo, hi) = f.interval;
+            format!("{:.1} % [{:.1}, {:.1}]", 100.0 * m, 100.0 * lo, 100.0 * hi)
+        }
+        None => "not measured".into(),
+    }
+}
+
 fn verdict_words(a: &ArmSummary, v: Sensitivity) -> String {
     let s = a.stride.unwrap_or(1);
     match v {
@@ -332,23 +373,33 @@ pub fn render(r: &StudyResult) -> String {
         interval(b.prefix_gap)
     );
     t += &format!(
-        "- Accuracy cost (held-out exact match, {} minus {}): {}.\n\n",
+        "- Accuracy cost (held-out exact match, {} minus {}): {}.\n",
         c.kernel,
         b.kernel,
         interval(r.accuracy_cost)
     );
-    t += "| kernel | stride | held-out accuracy per seed | untrained seeds | prefix gap | in-sequence gap (control) | seeds |\n";
-    t += "|---|---|---|---|---|---|---|\n";
+    t += &format!(
+        "- Flip rate (share of a prompt family's shifts whose answer differs from the family's majority, \
+         `theory/flip-rate.md`; prefix padding, seed-level 95 % interval; the in-sequence control is in the table): {} {}, {} {}.\n\n",
+        c.kernel,
+        flip_words(&c.prefix_flips),
+        b.kernel,
+        flip_words(&b.prefix_flips)
+    );
+    t += "| kernel | stride | held-out accuracy per seed | untrained seeds | prefix gap | in-sequence gap (control) | prefix flip rate | in-sequence flip rate (control) | seeds |\n";
+    t += "|---|---|---|---|---|---|---|---|---|\n";
     for a in [c, b] {
         let acc: Vec<String> = a.held_out.iter().map(|x| format!("{:.1} %", 100.0 * x)).collect();
         t += &format!(
-            "| {} | {} | {} | {:?} | {} | {} | {} |\n",
+            "| {} | {} | {} | {:?} | {} | {} | {} | {} | {} |\n",
             a.kernel,
             a.stride.map_or("-".into(), |s| s.to_string()),
             acc.join(", "),
             a.untrained,
             interval(a.prefix_gap),
             interval(a.in_sequence_gap),
+            flip_words(&a.prefix_flips),
+            flip_words(&a.in_sequence_flips),
             a.seed_count.words()
         );
     }
@@ -388,6 +439,7 @@ mod tests {
         ArmData {
             held_out: (0..seeds as u64).map(|s| (s, 990, 1000)).collect(),
             prompts: [prompts(prefix_wrong), prompts(in_seq_wrong)],
+            answers: [None, None],
             groups: vec![],
         }
     }
@@ -417,6 +469,43 @@ mod tests {
         let (a, v) = summarise(&s, &s.candidate, &untrained).unwrap();
         assert_eq!((v, a.untrained.clone()), (Sensitivity::NotJudged, vec![0, 1, 2]));
         assert!(verdict_words(&a, v).contains("no seed reached"));
+    }
+
+    /// The flip rate (`theory/flip-rate.md`) reaches the summary and the page: answers that
+    /// change at odd phases under prefix padding only give a prefix rate near the planted one
+    /// and a control near 0; outcomes without answers give "not measured", never a number.
+    #[test]
+    fn the_flip_rate_is_reported_per_protocol_and_only_from_answers() {
+        let s = settings(3);
+        let mut d = arm(3, |f, g| g % 2 == 1 && f % 2 == 0, |_, _| false);
+        let answers = |flip: bool| -> Vec<Vec<Answer>> {
+            (0..3)
+                .map(|_| {
+                    (0..4)
+                        .flat_map(|g| {
+                            (0..60).map(move |f| Answer {
+                                family: f,
+                                position: 40 + g,
+                                predicted: if flip && g % 2 == 1 && f % 2 == 0 { "32".into() } else { "8".into() },
+                            })
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        d.answers = [Some(answers(true)), Some(answers(false))];
+        let (a, _) = summarise(&s, &s.candidate, &d).unwrap();
+        let (p, c) = (a.prefix_flips.clone().unwrap(), a.in_sequence_flips.clone().unwrap());
+        // Half the families flip at 2 of 4 members (fraction 0.5): rate 0.25.
+        assert!((p.interval.0 - 0.25).abs() < 0.02 && p.interval.1 > 0.1, "{p:?}");
+        assert_eq!(c.interval, (0.0, 0.0, 0.0));
+        // Members 2 apart share a phase's parity and never differ; 1 and 3 apart do.
+        assert!(p.curve.iter().any(|k| k.shift == 2 && k.differ == 0), "{:?}", p.curve);
+        assert!(p.curve.iter().any(|k| k.shift == 1 && k.differ > 0), "{:?}", p.curve);
+        let (none, _) = summarise(&s, &s.candidate, &arm(3, |_, _| false, |_, _| false)).unwrap();
+        assert!(none.prefix_flips.is_none());
+        assert_eq!(flip_words(&none.prefix_flips), "not measured");
+        assert!(flip_words(&a.prefix_flips).starts_with("25."), "{}", flip_words(&a.prefix_flips));
     }
 
     /// A study of a kernel against itself, on another task, with no or repeated seeds is refused

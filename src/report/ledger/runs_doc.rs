@@ -74,7 +74,7 @@ pub fn runs_readme(c: &Collected) -> String {
 }
 
 /// Every column of an outcome line and what it means (the order the evaluation writes them).
-pub const OUTCOME_COLUMNS: [(&str, &str); 12] = [
+pub const OUTCOME_COLUMNS: [(&str, &str); 13] = [
     ("id", "the prompt: `id = group * n + family`, with `n` the prompts per group (`per_group`, table above) and `family` in `0..n`; ids follow group order"),
     ("group", "residue group of the target, `position mod M` (`M` = `config.json`'s `task.residue_modulus`)"),
     ("correct", "greedy (argmax) decoding of the answer equals it exactly"),
@@ -87,4 +87,5 @@ pub const OUTCOME_COLUMNS: [(&str, &str); 12] = [
     ("protocol", "the padding protocol of the prompt, as in the file name"),
     ("family", "the phase family (`theory/phase-lab.md` §7.1.1), `family = id - group * n`: each family has one member in every group (its layout shifted to the group under `prefix`, redrawn before the target under `in-sequence`), so paired analyses match prompts with equal `family` across groups"),
     ("phase", "the target's phase at the kernel's stride, `position mod S` (`stride` in `eval-<protocol>.json`); absent for full attention, which has no stride"),
+    ("predicted", "the model's answer at the scored query, its greedy token at each answer position under teacher forcing, token ids joined by spaces: what the flip rate compares across a family's shifts (`theory/flip-rate.md`); written by evaluations from 2026-12-04 on, so absent from the committed v2 runs"),
 ];
