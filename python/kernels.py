@@ -14,6 +14,7 @@ The interface a dumpable compressor implements (see README, "Validating a kernel
 offset, `w8s8@o4`); `W8S4OffByOne` is deliberately wrong (every window
 starts one token late) and must fail validation with the phase signature.
 """
+import copy
 import math
 
 import torch
@@ -186,4 +187,39 @@ class W8S8Offset4(GatedCompressor):
         return "w8s8@o4"
 
 
-KERNELS = {"w8s4": W8S4, "dsv4-csa": Dsv4Csa, "w8s4-off-by-one": W8S4OffByOne, "w8s8-offset4": W8S8Offset4}
+class Dsv4CsaF32(Dsv4Csa):
+    """dsv4-csa as a careful low-precision kernel: in whatever dtype it is held, it computes in
+    f32 from its (already rounded) inputs and parameters and rounds only its outputs, the least
+    rounding a stored bf16 entry can have."""
+
+    last_window_bf16 = False
+
+    def branch(self, xw, valid, gate, proj):
+        a, pooled = super().branch(xw, valid, gate, proj)
+        if self.last_window_bf16:
+            # The planted bug: the last window's weighted sum accumulated in bf16, term by term.
+            g = torch.tensor(self.groups())
+            terms = a * torch.einsum("bnwd,wed->bnwe", xw, proj[g])
+            acc = torch.zeros_like(terms[:, -1, 0]).to(torch.bfloat16)
+            for w in range(terms.shape[2]):
+                acc = (acc.float() + terms[:, -1, w]).to(torch.bfloat16)
+            pooled = pooled.clone()
+            pooled[:, -1] = acc.to(pooled.dtype)
+        return a, pooled
+
+    def forward(self, x):
+        f32 = copy.deepcopy(self).float()
+        out = GatedCompressor.forward(f32, x.float())
+        return {k: v.to(x.dtype) for k, v in out.items()}
+
+
+class Dsv4CsaLastWindowBf16(Dsv4CsaF32):
+    """Negative control (issue 41): Dsv4CsaF32 with its last window's sum accumulated in bf16.
+    The entry errs about twice the kernel's own level, which the whole output's RMS hides; the
+    localized-error row of K13 must fail at d_h 512 in bf16."""
+
+    last_window_bf16 = True
+
+
+KERNELS = {"w8s4": W8S4, "dsv4-csa": Dsv4Csa, "w8s4-off-by-one": W8S4OffByOne, "w8s8-offset4": W8S8Offset4,
+           "dsv4-csa-f32": Dsv4CsaF32, "dsv4-csa-last-bf16": Dsv4CsaLastWindowBf16}

@@ -31,6 +31,7 @@ mod checks;
 mod coverage;
 mod format_check;
 mod hints;
+mod localized;
 mod profile;
 mod tolerance;
 
