@@ -333,3 +333,46 @@ fn the_pytorch_writer_takes_the_offset() {
     assert!(out.contains("YaRN's original context") && out.contains("position_offset >="), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The measurement in `theory/dump-format.md`, "Position offset": per preset, dtype and YaRN
+/// bug, the keys row at `p0 = 65 536` (error, bound) and the smallest offset (a multiple of `S`,
+/// by bisection) at which `validate` fails the bug:
+/// `cargo test --test suite kernel_validate_offset::smallest -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn smallest_offset_that_catches_each_yarn_bug() {
+    println!(
+        "{:<9} {:<5} {:<15} {:>22} {:>22} {:>10}",
+        "preset", "dtype", "bug", "keys at 0 (err/bound)", "keys at 65536", "smallest p0"
+    );
+    for (preset, tokens) in [("dsv4-csa", 67), ("dsv4-hca", 259)] {
+        let c = case(preset, tokens);
+        let s = c.spec.geometry.stride();
+        for dtype in [DType::BF16, DType::F32] {
+            for (bug, factor) in [("no YaRN", None), ("YaRN factor 32", Some(32.0))] {
+                let wrong = yarn(&c.spec, factor);
+                let keys = |p0: usize| {
+                    let v = validate(&c.dump(&wrong, p0, dtype)).unwrap();
+                    let r = v.rows.iter().find(|r| r.name.starts_with("tolerance: keys")).unwrap().clone();
+                    (v.passed, format!("{:.2e}/{:.2e}", r.error, r.bound))
+                };
+                let (at0_passed, at0) = keys(0);
+                let (far_passed, far) = keys(P0);
+                assert!(!far_passed);
+                let (mut lo, mut hi) = (0usize, P0 / s);
+                if !at0_passed {
+                    hi = 0;
+                }
+                while hi > lo + 1 {
+                    let mid = (lo + hi) / 2;
+                    if validate(&c.dump(&wrong, mid * s, dtype)).unwrap().passed {
+                        lo = mid;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                println!("{preset:<9} {:<5} {bug:<15} {at0:>22} {far:>22} {:>10}", format!("{dtype:?}"), hi * s);
+            }
+        }
+    }
+}

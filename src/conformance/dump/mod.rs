@@ -23,6 +23,7 @@ mod parts;
 mod safetensors_io;
 
 pub use npy::{parse_npy, read_npy_dir, write_npy_dir};
+pub use parts::METADATA_KEYS;
 pub use safetensors_io::{read_safetensors, safetensors_bytes, write_safetensors};
 
 use crate::kernel::params::{KernelParams, ParamLayout};
