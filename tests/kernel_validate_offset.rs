@@ -202,7 +202,7 @@ fn the_cli_exit_status_and_the_named_offset() {
     let v = validate(&c.dump(&c.spec, 0, DType::BF16)).unwrap();
     let w = yarn_warning(&v).unwrap().clone();
     let n: usize = w.split("position_offset >= ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
-    assert!(n % 128 == 0 && n <= P0, "{w}");
+    assert!(n.is_multiple_of(128) && n <= P0, "{w}");
     let v = validate(&c.dump(&c.spec, n, DType::BF16)).unwrap();
     assert!(yarn_warning(&v).is_none(), "at the named offset {n}: {:?}", v.warnings);
     let v = validate(&c.dump(&c.spec, n - 128, DType::BF16)).unwrap();

@@ -319,24 +319,26 @@ impl KernelSpec {
         let s = self.geometry.stride();
         let max = MAX_ROPE_POSITION.saturating_sub(tokens);
         let max = max - max % s;
-        let range = format!("a multiple of the stride S = {s} in 0..={max} (for {tokens} tokens)");
-        let Some(_) = self.rope else {
-            return match p0 {
-                0 => Ok(self.clone()),
-                _ => Err(Error::invalid(
+        let mut out = self.clone();
+        match out.rope.as_mut() {
+            None if p0 == 0 => {}
+            None => {
+                return Err(Error::invalid(
                     "position_offset",
                     format!(
                         "is {p0}, but the spec {} has no RoPE: positions enter nothing, only 0 is allowed",
                         self.name
                     ),
-                )),
-            };
-        };
-        if p0 % s != 0 || p0 > max {
-            return Err(Error::invalid("position_offset", format!("is {p0}; allowed: {range}")));
+                ))
+            }
+            Some(_) if !p0.is_multiple_of(s) || p0 > max => {
+                return Err(Error::invalid(
+                    "position_offset",
+                    format!("is {p0}; allowed: a multiple of the stride S = {s} in 0..={max} (for {tokens} tokens)"),
+                ))
+            }
+            Some(rope) => rope.position_offset = p0,
         }
-        let mut out = self.clone();
-        out.rope.as_mut().expect("checked").position_offset = p0;
         Ok(out)
     }
 
