@@ -8,7 +8,10 @@ The interface a dumpable compressor implements (see README, "Validating a kernel
 - `phasekv_spec()` returning a preset name (str) or a dict of every knob (phasekv's JSON spec);
 - `forward(x)` with `x: [B, T, d]` returning a dict with `keys [B, n, d_h]`, `values` (omit for
   shared_kv kernels) and optionally `pooled_keys`, `pooled_values [B, n, d_h]`,
-  `gate_k`, `gate_v [B, n, W, c]` (c = d_g, or 1 for uniform gates).
+  `gate_k`, `gate_v [B, n, W, c]` (c = d_g, or 1 for uniform gates);
+- optionally a `position_offset` attribute (int, default 0): the absolute position p0 of token
+  0, so entries rotate at p0 + their position (`phasekv_dump.dump(..., position_offset=p0)`
+  sets it and records it in the dump; a module without it refuses an offset).
 
 `W8S4` and `Dsv4Csa` implement the presets, `W8S8Offset4` one head of a staggered preset (a grid
 offset, `w8s8@o4`); `W8S4OffByOne` is deliberately wrong (every window
@@ -79,6 +82,7 @@ class GatedCompressor(torch.nn.Module):
     offset = 0  # grid offset o in 0..S (theory/kernels.md, "Staggered grids"): windows move by o - S
     #             when o > 0, so one leading window holds tokens 0..o-1 (its earlier slots empty)
     theta, yarn = 10000.0, None  # RoPE base and YaRN (factor, original length, beta_fast, beta_slow)
+    position_offset = 0  # absolute position p0 of token 0: entries rotate at p0 + their position
 
     def __init__(self, d_model, d_head, seed=0):
         super().__init__()
@@ -139,7 +143,7 @@ class GatedCompressor(torch.nn.Module):
         ak, pk = self.branch(xw, valid, self.gate_k, self.proj_k)
         lead = self.offset - self.stride if self.offset > 0 else 0
         stride_start = (torch.arange(n) * self.stride + lead).clamp(min=0)
-        positions = start.clamp(min=0) if self.position == "first" else stride_start
+        positions = (start.clamp(min=0) if self.position == "first" else stride_start) + self.position_offset
         out = {"keys": self.post(pk, positions), "pooled_keys": pk, "gate_k": ak}
         if not self.shared_kv:
             av, pv = self.branch(xw, valid, self.gate_v, self.proj_v)

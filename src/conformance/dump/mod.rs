@@ -4,7 +4,8 @@
 //! - a safetensors file whose `__metadata__` holds `phasekv.format` (= `1`), `preset` (a preset
 //!   name) or `spec` (a JSON [`KernelSpec`]), `d_model`, `d_head`, `dtype` (`f64`, `f32`, `f16`,
 //!   `bf16`), optionally `deterministic` (`true`/`false`, default `true`), `perturbed.token` and
-//!   `cache_format` (a [`CacheFormat`]: the entries were stored quantized, decoded in the dump);
+//!   `cache_format` (a [`CacheFormat`]: the entries were stored quantized, decoded in the dump),
+//!   `position_offset` (`p0`: token `t` at RoPE position `p0 + t`, default 0);
 //! - tensors `input` `[T, d]` or `[B, T, d]`, the parameters under their [`ParamLayout`] names,
 //!   the outputs `keys` (and `values` unless `shared_kv`), optionally `pooled_keys`,
 //!   `pooled_values` `[B, n, d_h]` and `gate_k`, `gate_v` `[B, n, W, c]`; extra runs under the
@@ -22,6 +23,7 @@ mod parts;
 mod safetensors_io;
 
 pub use npy::{parse_npy, read_npy_dir, write_npy_dir};
+pub use parts::METADATA_KEYS;
 pub use safetensors_io::{read_safetensors, safetensors_bytes, write_safetensors};
 
 use crate::kernel::params::{KernelParams, ParamLayout};
@@ -177,10 +179,16 @@ impl Dump {
     pub fn to_parts(&self) -> (HashMap<String, String>, BTreeMap<String, RawTensor>) {
         let mut meta = HashMap::new();
         meta.insert("phasekv.format".to_string(), FORMAT_VERSION.to_string());
-        match self.spec.is_listed() {
-            true => meta.insert("preset".to_string(), self.spec.name.clone()),
-            false => meta.insert("spec".to_string(), serde_json::to_string(&self.spec).expect("spec serialises")),
+        // The offset is the run's, not the kernel's: the spec is named as at position 0.
+        let p0 = self.spec.position_offset();
+        let spec = self.spec.at_position_offset(0, 0).expect("offset 0 is always allowed");
+        match spec.is_listed() {
+            true => meta.insert("preset".to_string(), spec.name.clone()),
+            false => meta.insert("spec".to_string(), serde_json::to_string(&spec).expect("spec serialises")),
         };
+        if p0 > 0 {
+            meta.insert("position_offset".to_string(), p0.to_string());
+        }
         meta.insert("d_model".to_string(), self.dims.d_model.to_string());
         meta.insert("d_head".to_string(), self.dims.d_head.to_string());
         meta.insert("dtype".to_string(), dtype_name(self.dtype).to_string());
