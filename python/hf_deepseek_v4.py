@@ -31,6 +31,7 @@ Usage:
 
     python3 python/hf_deepseek_v4.py --out hf-dumps/                 # dumps csa.safetensors, hca.safetensors
     python3 python/hf_deepseek_v4.py --out hf-dumps/ --validate target/release/phasekv
+    python3 python/hf_deepseek_v4.py --out hf-far/ --d-head 512 --position-offset 65536 --validate target/release/phasekv
 """
 import argparse
 import os
@@ -56,8 +57,9 @@ RELEASED_YARN = {
 }
 
 
-def tiny_config(d_model=64, d_head=64, hca_rate=128):
-    """A tiny DeepSeek-V4 config: the released compressor settings at small widths."""
+def tiny_config(d_model=64, d_head=64, hca_rate=128, yarn_factor=None):
+    """A tiny DeepSeek-V4 config: the released compressor settings at small widths (with
+    `yarn_factor`, YaRN at that factor instead of 16: a negative control)."""
     return DeepseekV4Config(
         hidden_size=d_model,
         head_dim=d_head,
@@ -72,7 +74,7 @@ def tiny_config(d_model=64, d_head=64, hca_rate=128):
         index_head_dim=d_head // 4,
         index_topk=4,
         compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": hca_rate},
-        rope_parameters=dict(RELEASED_YARN),
+        rope_parameters=dict(RELEASED_YARN, **({"factor": yarn_factor} if yarn_factor else {})),
     )
 
 
@@ -94,6 +96,18 @@ class HfCompressor(torch.nn.Module):
                 else:
                     p.copy_((torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1) / config.hidden_size**0.5)
         self.q_residual_gen_seed = seed + 7
+        # The absolute position p0 of token 0 (`--position-offset`, theory/dump-format.md,
+        # "Position offset"). HF's compressor derives its entries' positions from its own window
+        # count (`first_window_position`), not from `position_ids`, so p0 is added where those
+        # positions enter its rotary embedding: a pre-hook on the compressor's own `rotary_emb`
+        # (the CSA indexer's is another module). HF's angle computation itself is unchanged.
+        self.position_offset = 0
+        self.hf.rotary_emb.register_forward_pre_hook(self._at_offset, with_kwargs=True)
+
+    def _at_offset(self, _module, args, kwargs):
+        if self.position_offset:
+            kwargs = dict(kwargs, position_ids=kwargs["position_ids"] + self.position_offset)
+        return args, kwargs
 
     def _apply(self, fn, *args, **kwargs):
         """`Module.to(dtype)` on the rotary embedding's frequency buffers as HF's own loading
@@ -157,7 +171,8 @@ class HfCompressor(torch.nn.Module):
 
     def _call(self, x, start, cache):
         b, t, _ = x.shape
-        position_ids = torch.arange(start, start + t)[None].expand(b, -1)
+        p0 = self.position_offset
+        position_ids = torch.arange(p0 + start, p0 + start + t)[None].expand(b, -1)
         gen = torch.Generator().manual_seed(self.q_residual_gen_seed + start)
         q_residual = (torch.rand(b, t, self.config.q_lora_rank, generator=gen, dtype=torch.float64) * 2 - 1).to(x.dtype)
         past = None if cache is None else types.SimpleNamespace(layers=[cache])
@@ -251,10 +266,16 @@ def main():
     ap.add_argument("--chunk", type=int, default=None, help="run through HF's streaming cache, this many tokens a call")
     ap.add_argument("--swap", action="store_true", help="negative control: map prev and cur the wrong way round")
     ap.add_argument("--validate", metavar="PHASEKV", help="then run PHASEKV kernel validate on each dump; exit with its worst status")
+    ap.add_argument("--yarn-factor", type=float, default=None, metavar="F",
+                    help="negative control: HF's YaRN at factor F instead of the released 16, labelled as the preset "
+                         "(visible past the original context: use with --position-offset 65536)")
+    ap.add_argument("--position-offset", type=int, default=0, metavar="P0",
+                    help="token t at RoPE position P0 + t (a multiple of the compression rate; 65536 checks YaRN "
+                         "past its original context)")
     a = ap.parse_args()
     if a.chunk is not None and a.chunk < 1:
         ap.error(f"--chunk must be at least 1, got {a.chunk}")
-    config = tiny_config(a.d_model, a.d_head, a.hca_rate)
+    config = tiny_config(a.d_model, a.d_head, a.hca_rate, a.yarn_factor)
     os.makedirs(a.out, exist_ok=True)
     status = 0
     for kind in (["csa", "hca"] if a.kind == "both" else [a.kind]):
@@ -263,10 +284,12 @@ def main():
         gen = torch.Generator().manual_seed(a.seed)
         x = torch.rand(a.batch, tokens, a.d_model, generator=gen, dtype=torch.float64) * 2 - 1
         path = os.path.join(a.out, f"{kind}.safetensors")
-        dump(module, x, path, dtype=DTYPES[a.dtype], seed=a.seed)
+        dump(module, x, path, dtype=DTYPES[a.dtype], seed=a.seed, position_offset=a.position_offset)
         print(f"wrote {path} (HF DeepseekV4{kind.upper()}Compressor as {module.phasekv_spec()}, "
               f"{a.batch}x{tokens}x{a.d_model}, {a.dtype}{', streaming chunk %d' % a.chunk if a.chunk else ''}"
-              f"{', prev/cur swapped' if a.swap else ''})", flush=True)
+              f"{', from position %d' % a.position_offset if a.position_offset else ''}"
+              f"{', prev/cur swapped' if a.swap else ''}{', YaRN factor %g' % a.yarn_factor if a.yarn_factor else ''})",
+              flush=True)
         if a.validate:
             rc = subprocess.call([a.validate, "kernel", "validate", path])
             status = max(status, rc)

@@ -8,12 +8,16 @@ The interface a dumpable compressor implements (see README, "Validating a kernel
 - `phasekv_spec()` returning a preset name (str) or a dict of every knob (phasekv's JSON spec);
 - `forward(x)` with `x: [B, T, d]` returning a dict with `keys [B, n, d_h]`, `values` (omit for
   shared_kv kernels) and optionally `pooled_keys`, `pooled_values [B, n, d_h]`,
-  `gate_k`, `gate_v [B, n, W, c]` (c = d_g, or 1 for uniform gates).
+  `gate_k`, `gate_v [B, n, W, c]` (c = d_g, or 1 for uniform gates);
+- optionally a `position_offset` attribute (int, default 0): the absolute position p0 of token
+  0, so entries rotate at p0 + their position (`phasekv_dump.dump(..., position_offset=p0)`
+  sets it and records it in the dump; a module without it refuses an offset).
 
 `W8S4` and `Dsv4Csa` implement the presets, `W8S8Offset4` one head of a staggered preset (a grid
 offset, `w8s8@o4`); `W8S4OffByOne` is deliberately wrong (every window
 starts one token late) and must fail validation with the phase signature.
 """
+import copy
 import math
 
 import torch
@@ -78,6 +82,7 @@ class GatedCompressor(torch.nn.Module):
     offset = 0  # grid offset o in 0..S (theory/kernels.md, "Staggered grids"): windows move by o - S
     #             when o > 0, so one leading window holds tokens 0..o-1 (its earlier slots empty)
     theta, yarn = 10000.0, None  # RoPE base and YaRN (factor, original length, beta_fast, beta_slow)
+    position_offset = 0  # absolute position p0 of token 0: entries rotate at p0 + their position
 
     def __init__(self, d_model, d_head, seed=0):
         super().__init__()
@@ -138,7 +143,7 @@ class GatedCompressor(torch.nn.Module):
         ak, pk = self.branch(xw, valid, self.gate_k, self.proj_k)
         lead = self.offset - self.stride if self.offset > 0 else 0
         stride_start = (torch.arange(n) * self.stride + lead).clamp(min=0)
-        positions = start.clamp(min=0) if self.position == "first" else stride_start
+        positions = (start.clamp(min=0) if self.position == "first" else stride_start) + self.position_offset
         out = {"keys": self.post(pk, positions), "pooled_keys": pk, "gate_k": ak}
         if not self.shared_kv:
             av, pv = self.branch(xw, valid, self.gate_v, self.proj_v)
@@ -186,4 +191,39 @@ class W8S8Offset4(GatedCompressor):
         return "w8s8@o4"
 
 
-KERNELS = {"w8s4": W8S4, "dsv4-csa": Dsv4Csa, "w8s4-off-by-one": W8S4OffByOne, "w8s8-offset4": W8S8Offset4}
+class Dsv4CsaF32(Dsv4Csa):
+    """dsv4-csa as a careful low-precision kernel: in whatever dtype it is held, it computes in
+    f32 from its (already rounded) inputs and parameters and rounds only its outputs, the least
+    rounding a stored bf16 entry can have."""
+
+    last_window_bf16 = False
+
+    def branch(self, xw, valid, gate, proj):
+        a, pooled = super().branch(xw, valid, gate, proj)
+        if self.last_window_bf16:
+            # The planted bug: the last window's weighted sum accumulated in bf16, term by term.
+            g = torch.tensor(self.groups())
+            terms = a * torch.einsum("bnwd,wed->bnwe", xw, proj[g])
+            acc = torch.zeros_like(terms[:, -1, 0]).to(torch.bfloat16)
+            for w in range(terms.shape[2]):
+                acc = (acc.float() + terms[:, -1, w]).to(torch.bfloat16)
+            pooled = pooled.clone()
+            pooled[:, -1] = acc.to(pooled.dtype)
+        return a, pooled
+
+    def forward(self, x):
+        f32 = copy.deepcopy(self).float()
+        out = GatedCompressor.forward(f32, x.float())
+        return {k: v.to(x.dtype) for k, v in out.items()}
+
+
+class Dsv4CsaLastWindowBf16(Dsv4CsaF32):
+    """Negative control (issue 41): Dsv4CsaF32 with its last window's sum accumulated in bf16.
+    The entry errs about twice the kernel's own level, which the whole output's RMS hides; the
+    localized-error row of K13 must fail at d_h 512 in bf16."""
+
+    last_window_bf16 = True
+
+
+KERNELS = {"w8s4": W8S4, "dsv4-csa": Dsv4Csa, "w8s4-off-by-one": W8S4OffByOne, "w8s8-offset4": W8S8Offset4,
+           "dsv4-csa-f32": Dsv4CsaF32, "dsv4-csa-last-bf16": Dsv4CsaLastWindowBf16}

@@ -15,6 +15,7 @@ The module interface is documented in kernels.py. Library use:
 Command line (the shipped kernels):
 
     python3 python/phasekv_dump.py --kernel w8s4 --out w8s4.safetensors
+    python3 python/phasekv_dump.py --kernel dsv4-csa --position-offset 65536 --out csa-far.safetensors
 """
 import argparse
 import os
@@ -44,9 +45,16 @@ def to_numpy(t):
 
 
 def dump(module, x, path, dtype=torch.float32, seed=0, perturb_token=None, npy=False, deterministic=True,
-         cache_format=None):
+         cache_format=None, position_offset=0):
     """Run `module` on x [B, T, d] (cast to `dtype`, with the module), plus the shifted and
-    perturbed runs, and write the dump to `path` (phasekv_npdump.dump)."""
+    perturbed runs, and write the dump to `path` (phasekv_npdump.dump). With `position_offset`
+    p0 every run's token t sits at RoPE position p0 + t: the module's `position_offset` attribute
+    is set to p0 (a module without one refuses any p0 but 0) and the dump records it."""
+    if position_offset:
+        if not hasattr(module, "position_offset"):
+            raise ValueError(f"position_offset {position_offset}: {type(module).__name__} has no position_offset "
+                             "attribute (it cannot rotate at an absolute position); only 0 is allowed")
+        module.position_offset = position_offset
     module = module.to(dtype)
 
     def run_np(inp):
@@ -57,7 +65,7 @@ def dump(module, x, path, dtype=torch.float32, seed=0, perturb_token=None, npy=F
     x = x.detach().cpu().double().numpy() if isinstance(x, torch.Tensor) else x
     return phasekv_npdump.dump(run_np, x, params, module.phasekv_spec(), path, dtype=NAMES[dtype], seed=seed,
                                perturb_token=perturb_token, npy=npy, deterministic=deterministic,
-                               cache_format=cache_format)
+                               cache_format=cache_format, position_offset=position_offset)
 
 
 def main():
@@ -75,6 +83,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--npy", action="store_true",
                     help="write a folder of .npy files instead (with several kernels: as well)")
+    ap.add_argument("--position-offset", type=int, default=0, metavar="P0",
+                    help="token t sits at RoPE position P0 + t (a multiple of the stride; e.g. 65536 to check "
+                         "DeepSeek-V4's YaRN past its original context)")
     a = ap.parse_args()
     kernels = a.kernel.split(",")
     for k in kernels:
@@ -92,8 +103,9 @@ def main():
             if a.npy:
                 outs.append((os.path.join(a.out, k + ".npy"), True))
         for path, npy in outs:
-            dump(module, x, path, dtype=DTYPES[a.dtype], seed=a.seed, npy=npy)
-            print(f"wrote {path} ({k}, spec {module.phasekv_spec()}, {a.batch}x{a.tokens}x{a.d_model}, {a.dtype})")
+            dump(module, x, path, dtype=DTYPES[a.dtype], seed=a.seed, npy=npy, position_offset=a.position_offset)
+            at = f", from position {a.position_offset}" if a.position_offset else ""
+            print(f"wrote {path} ({k}, spec {module.phasekv_spec()}, {a.batch}x{a.tokens}x{a.d_model}, {a.dtype}{at})")
 
 
 if __name__ == "__main__":

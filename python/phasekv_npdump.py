@@ -132,12 +132,15 @@ def write(path, tensors, meta, dtype, npy=False):
 
 
 def dump(run, x, params, spec, path, dtype="f32", seed=0, perturb_token=None, npy=False,
-         deterministic=True, cache_format=None):
+         deterministic=True, cache_format=None, position_offset=0):
     """Run `run` on x [B, T, d] (rounded to `dtype`), on the shifted input (S random tokens
     prepended) and on the perturbed input (one token replaced), and write the dump to `path`.
 
     `params`: phasekv's parameter names -> arrays. `spec`: a preset name or a spec dict.
-    `cache_format`: the format dict of quantized cache entries, or None for plain `dtype`."""
+    `cache_format`: the format dict of quantized cache entries, or None for plain `dtype`.
+    `position_offset`: the absolute position p0 of every run's token 0 (token t at RoPE position
+    p0 + t; theory/dump-format.md, "Position offset"). `run` must already rotate at p0 + t: this
+    only records it (metadata `position_offset`, written when not 0)."""
     if dtype not in NP_DTYPES:
         raise ValueError(f"dtype {dtype!r}: expected one of {sorted(NP_DTYPES)}")
     x = round_to(np.asarray(x, dtype=np.float64), dtype)
@@ -174,6 +177,8 @@ def dump(run, x, params, spec, path, dtype="f32", seed=0, perturb_token=None, np
     else:
         meta["preset"] = spec
     store = dtype
+    if position_offset:
+        meta["position_offset"] = str(position_offset)
     if cache_format is not None:
         meta["cache_format"] = json.dumps(cache_format)
         store = "f32"

@@ -68,3 +68,26 @@ fn an_unknown_spec_field_is_refused_by_name() {
     let e = KernelSpec::from_json(&v.to_string()).unwrap_err().to_string();
     assert!(e.contains("betafast"), "{e}");
 }
+
+/// Every metadata key the loader accepts has its row in the doc's "Metadata" table (issue 41:
+/// `position_offset` is documented where a writer looks), and the table names no other key.
+#[test]
+fn every_metadata_key_has_its_row() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/theory/dump-format.md")).unwrap();
+    let table = doc.split("\n## Metadata\n").nth(1).unwrap().split("\n## ").next().unwrap();
+    let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| `")).collect();
+    let mut named: Vec<String> = Vec::new();
+    for row in &rows {
+        let first = row.split(" | ").next().unwrap();
+        named.extend(first.split('`').skip(1).step_by(2).map(String::from));
+    }
+    for key in phasekv::conformance::dump::METADATA_KEYS {
+        assert!(named.iter().any(|n| n == key), "metadata key {key} has no row in theory/dump-format.md");
+    }
+    for n in &named {
+        assert!(
+            phasekv::conformance::dump::METADATA_KEYS.contains(&n.as_str()),
+            "the doc names {n}, the loader does not"
+        );
+    }
+}

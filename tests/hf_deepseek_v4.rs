@@ -119,3 +119,25 @@ fn hugging_face_dsv4_compressors_pass_at_production_width() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// Issue 41, item 3: HF's compressors with `--position-offset 65536` (the adapter adds `p0` at
+/// the compressor's own rotary call; `theory/dump-format.md`, "Position offset") pass in f32 at
+/// `d_h = 512`, forming their RoPE angles in f32 at positions past YaRN's original context, with
+/// no YaRN warning; the same HF modules with YaRN factor 32 (a config of the wrong factor,
+/// labelled as the released preset) fail there, CSA and HCA.
+#[test]
+fn hugging_face_dsv4_compressors_at_a_position_offset_and_a_wrong_yarn_factor() {
+    let Some(py) = python_with_transformers() else { return };
+    let base = ["--d-head", "512", "--d-model", "256", "--tokens", "259", "--batch", "1", "--position-offset", "65536"];
+    let dir = scratch("offset");
+    let (code, out) = adapter(py, &dir, &base);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.matches("verdict: PASS").count(), 2, "{out}");
+    assert!(!out.contains("YaRN's original context"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let dir = scratch("offset-factor32");
+    let (code, out) = adapter(py, &dir, &[&base[..], &["--yarn-factor", "32"]].concat());
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(out.matches("verdict: FAIL").count(), 2, "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -128,6 +128,43 @@ fn pytorch_kernels_round_trip_correct_ones_pass_the_off_by_one_fails_by_phase() 
     }
 }
 
+/// Issue 41: a bf16 kernel whose last window's sum is accumulated in bf16 (`python/kernels.py`'s
+/// `Dsv4CsaLastWindowBf16`) errs in that one entry about twice the kernel's own level, which the
+/// output's RMS dilutes over 74 entries; at DeepSeek-V4's width (`d_h = 512`) the localized-error
+/// row fails it, and it alone, while the same kernel without the bug passes.
+#[test]
+fn a_last_window_accumulated_in_bf16_fails_the_localized_row_at_production_width() {
+    let Some(py) = python_with_torch() else { return };
+    let dir = scratch("torch-last-bf16");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/phasekv_dump.py");
+    let args = [
+        script.to_str().unwrap(),
+        "--kernel",
+        "dsv4-csa-f32,dsv4-csa-last-bf16",
+        "--out",
+        dir.to_str().unwrap(),
+        "--tokens",
+        "300",
+        "--d-model",
+        "64",
+        "--d-head",
+        "512",
+        "--dtype",
+        "bf16",
+    ];
+    let o = Command::new(py).args(args).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let validate = |k: &str| phasekv(&["kernel", "validate", dir.join(format!("{k}.safetensors")).to_str().unwrap()]);
+    let (code, out, err) = validate("dsv4-csa-f32");
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.lines().any(|l| l.starts_with("K13  localized error: pooled keys") && l.contains("PASS")), "{out}");
+    let (code, out, err) = validate("dsv4-csa-last-bf16");
+    assert_eq!(code, 1, "{out}\n{err}");
+    let failing: Vec<&str> = out.lines().filter(|l| l.starts_with('K') && l.contains(" FAIL ")).collect();
+    assert_eq!(failing.len(), 1, "{out}");
+    assert!(failing[0].starts_with("K13  localized error: pooled keys") && failing[0].contains("entry 74"), "{out}");
+}
+
 /// A PyTorch kernel on a staggered grid (`python/kernels.py`'s `W8S8Offset4`: head 1 of
 /// `w8s8-stagger-heads`, spec `w8s8@o4`) round-trips through the dump script and validates; the
 /// same module dumped as the unshifted `w8s8` (its offset forgotten) fails.

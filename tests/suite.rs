@@ -65,6 +65,8 @@ mod kernel_tensor;
 mod kernel_validate;
 #[path = "kernel_validate_mutants.rs"]
 mod kernel_validate_mutants;
+#[path = "kernel_validate_offset.rs"]
+mod kernel_validate_offset;
 #[path = "kernel_validate_quantized.rs"]
 mod kernel_validate_quantized;
 #[path = "kernel_validate_strict.rs"]

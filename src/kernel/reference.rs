@@ -219,6 +219,72 @@ pub fn window_from_projected<F: Float>(
     finish(spec, params, j, pooled_k, pooled_v, gate_k, gate_v)
 }
 
+/// Per channel, the first-order scale of the roundings a correct low-precision kernel makes in
+/// window `j`'s pooled entry, for the keys and the values, on the tokens of `x` (`[T, d]`): each
+/// gated term `t_i = a_i C h_i` rounded once, its weight off by the rounding of its logit `l_i`
+/// (softmax: `da_i = a_i (dl_i - sum_k a_k dl_k)`, `dl ~ u |l|`), and the sum rounded once:
+/// `sqrt(sum_i t_i^2 (1 + l_i^2) + y^2 (1 + sum_i a_i l_i^2))`, in units of roundoff.
+/// `kernel validate`'s localized-error row divides each entry's error by it, so an entry whose
+/// terms cancel or whose logits are large does not look like a bug.
+pub fn pooled_rounding_scale(
+    spec: &KernelSpec,
+    dims: KernelDims,
+    params: &KernelParams<f64>,
+    x: ArrayView2<f64>,
+    j: usize,
+) -> (Array1<f64>, Array1<f64>) {
+    let g = spec.geometry;
+    let slots: Vec<Option<Projected<f64>>> = (0..g.window())
+        .map(|i| {
+            g.token_at(j, i)
+                .filter(|&t| t < x.nrows())
+                .map(|t| project(spec, dims, params, spec.group_of(i), x.row(t)))
+        })
+        .collect();
+    let refs: Vec<Option<&Projected<f64>>> = slots.iter().map(Option::as_ref).collect();
+    let out = window_from_projected(spec, dims, params, j, &refs);
+    let vector = spec.gate == GateKind::Vector;
+    let scale = |a: &Array2<f64>,
+                 y: &Array1<f64>,
+                 gate: Option<&GateParams<f64>>,
+                 logit: fn(&Projected<f64>) -> &[f64],
+                 v: fn(&Projected<f64>) -> &[f64]|
+     -> Array1<f64> {
+        let mut sq = Array1::<f64>::zeros(dims.d_head);
+        let mut weighted = Array1::<f64>::zeros(dims.d_head);
+        for (i, p) in refs.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let proj = v(p);
+            if proj.is_empty() {
+                continue;
+            }
+            let (w, l) = (a.row(i), logit(p));
+            for e in 0..dims.d_head {
+                let ch = if vector { e } else { 0 };
+                let li = match (gate, l.get(ch)) {
+                    (Some(gp), Some(&l)) => l + gp.b[[i, ch]],
+                    _ => 0.0,
+                };
+                let t = w[ch] * proj[e];
+                sq[e] += t * t * (1.0 + li * li);
+                weighted[e] += w[ch] * li * li;
+            }
+        }
+        Array1::from_shape_fn(dims.d_head, |e| (sq[e] + y[e] * y[e] * (1.0 + weighted[e])).sqrt())
+    };
+    let key_gate = if spec.gate == GateKind::Uniform { None } else { params.gate_k.as_ref() };
+    let key = scale(&out.gate_k, &out.pooled_k, key_gate, |p| &p.logit_k, |p| &p.proj_k);
+    let value = if params.proj_v.is_none() {
+        key.clone()
+    } else if value_gate_is_key_gate(spec) {
+        scale(&out.gate_v, &out.pooled_v, key_gate, |p| &p.logit_k, |p| &p.proj_v)
+    } else {
+        let value_gate = if spec.gate == GateKind::Uniform { None } else { params.gate_v.as_ref() };
+        scale(&out.gate_v, &out.pooled_v, value_gate, |p| &p.logit_v, |p| &p.proj_v)
+    };
+    (key, value)
+}
+
 /// Whether the value branch reuses the key gate's weights (shared or tied gates, uniform pooling).
 pub fn value_gate_is_key_gate(spec: &KernelSpec) -> bool {
     spec.shared_kv || spec.tied || spec.gate == GateKind::Uniform

@@ -45,10 +45,16 @@ impl Dump {
     pub fn to_parts(&self) -> (HashMap<String, String>, BTreeMap<String, RawTensor>) {
         let mut meta = HashMap::new();
         meta.insert("phasekv.format".to_string(), FORMAT_VERSION.to_string());
-        match self.spec.is_listed() {
-            true => meta.insert("preset".to_string(), self.spec.name.clone()),
-            false => meta.insert("spec".to_string(), serde_json::to_string(&self.spec).expect("spec serialises")),
+        // The offset is the run's, not the kernel's: the spec is named as at position 0.
+        let p0 = self.spec.position_offset();
+        let spec = self.spec.at_position_offset(0, 0).expect("offset 0 is always allowed");
+        match spec.is_listed() {
+            true => meta.insert("preset".to_string(), spec.name.clone()),
+            false => meta.insert("spec".to_string(), serde_json::to_string(&spec).expect("spec serialises")),
         };
+        if p0 > 0 {
+            meta.insert("position_offset".to_string(), p0.to_string());
+        }
         meta.insert("d_model".to_string(), self.dims.d_model.to_string());
         meta.insert("d_head".to_string(), self.dims.d_head.to_string());
         meta.insert("dtype".to_string(), dtype_name(self.dtype).to_string());

@@ -4,7 +4,8 @@
 //! - a safetensors file whose `__metadata__` holds `phasekv.format` (= `1`), `preset` (a preset
 //!   name) or `spec` (a JSON [`KernelSpec`]), `d_model`, `d_head`, `dtype` (`f64`, `f32`, `f16`,
 //!   `bf16`), optionally `deterministic` (`true`/`false`, default `true`), `perturbed.token` and
-//!   `cache_format` (a [`CacheFormat`]: the entries were stored quantized, decoded in the dump);
+//!   `cache_format` (a [`CacheFormat`]: the entries were stored quantized, decoded in the dump),
+//!   `position_offset` (`p0`: token `t` at RoPE position `p0 + t`, default 0);
 //! - tensors `input` `[T, d]` or `[B, T, d]`, the parameters under their [`ParamLayout`] names,
 //!   the outputs `keys` (and `values` unless `shared_kv`), optionally `pooled_keys`,
 //!   `pooled_values` `[B, n, d_h]` and `gate_k`, `gate_v` `[B, n, W, c]`; extra runs under the
@@ -27,4 +28,5 @@ mod safetensors_io;
 pub use data::{Dump, RawTensor, Run, FORMAT_VERSION};
 pub use dtype::{dtype_name, parse_dtype, round_to};
 pub use npy::{parse_npy, read_npy_dir, write_npy_dir};
+pub use parts::METADATA_KEYS;
 pub use safetensors_io::{read_safetensors, safetensors_bytes, write_safetensors};

@@ -23,6 +23,7 @@ pub const METADATA_KEYS: &[&str] = &[
     "deterministic",
     "perturbed.token",
     "cache_format",
+    "position_offset",
 ];
 
 impl Dump {
@@ -213,6 +214,21 @@ impl Dump {
                 return Err(err("metadata perturbed.token is set but tensor perturbed.input is missing".into()));
             }
             None
+        };
+        // The position offset last: its range depends on the longest run (`theory/dump-format.md`,
+        // "Position offset"); the rule itself is the spec's (`KernelSpec::at_position_offset`).
+        let spec = match meta.get("position_offset") {
+            None => spec,
+            Some(v) => {
+                let p0: usize = v.trim().parse().map_err(|_| {
+                    err(format!("metadata position_offset = '{v}' is not a non-negative integer (a token position)"))
+                })?;
+                let longest = shifted.as_ref().map_or(main.tokens(), |r| r.tokens());
+                spec.at_position_offset(p0, longest).map_err(|e| match e {
+                    crate::Error::Invalid { reason, .. } => err(format!("metadata position_offset {reason}")),
+                    e => err(e.to_string()),
+                })?
+            }
         };
         if let Some(name) = tensors.keys().next() {
             return Err(err(format!(

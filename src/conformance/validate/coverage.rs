@@ -22,8 +22,9 @@ fn tokens_to_reach(d: &Dump, p: usize) -> usize {
 ///
 /// - no complete main-run window starts at or after some power of two below the dump's length
 ///   (the smallest such named, with the length that reaches it);
-/// - every entry position lies below YaRN's original context, where a wrong factor or
-///   correction range moves the slow pairs by too little to see.
+/// - every entry position (the run's position offset included) lies below YaRN's original
+///   context, where a wrong factor or correction range moves the slow pairs by too little to
+///   see (the offset that reaches it named).
 pub(super) fn warnings(d: &Dump, n: usize, max_position: usize) -> Vec<String> {
     let mut out = Vec::new();
     let g = d.spec.geometry;
@@ -46,11 +47,16 @@ pub(super) fn warnings(d: &Dump, n: usize, max_position: usize) -> Vec<String> {
         d.spec.rope.as_ref().and_then(|r| r.scaling.as_ref())
     {
         if max_position < *original_max_position {
+            // The smallest offset that lifts the largest entry position to the original context,
+            // rounded up to a multiple of S (`KernelSpec::at_position_offset`).
+            let s = g.stride();
+            let need = (original_max_position - max_position).div_ceil(s) * s + d.spec.position_offset();
             out.push(format!(
                 "every entry position (at most {max_position}) lies below YaRN's original context \
                  ({original_max_position}): a wrong factor (not {factor}) or correction range moves the slow pairs by \
                  position x frequency change, too little to see at these positions; YaRN is checked only past the \
-                 original context"
+                 original context: dump with metadata position_offset >= {need} (--position-offset; \
+                 theory/dump-format.md, \"Position offset\")"
             ));
         }
     }

@@ -32,6 +32,7 @@ mod checks;
 mod coverage;
 mod format_check;
 mod hints;
+mod localized;
 mod profile;
 mod references;
 mod report;

@@ -11,6 +11,7 @@ use crate::conformance::harness::tolerance::{
     accumulator, max_abs_diff, rounding_bound, rounding_bound_rms, unit_roundoff, STAGE_ROUNDINGS, STAGE_ROUNDINGS_RMS,
 };
 use crate::kernel::spec::RopeScaling;
+use crate::kernel::reference::pooled_rounding_scale;
 use crate::kernel::Compressed;
 use crate::numeric::formats::CacheFormat;
 use candle_core::DType;
@@ -521,6 +522,28 @@ pub(super) fn rows(
         out
     };
     let first_n = |a: &Array2<f64>| a.slice(s![..n, ..]).to_owned();
+    // The localized-error row of a pooled output (`localized`): one entry far above its
+    // sequence's level, which the whole output's RMS dilutes.
+    let localized = |name: &str, got: &ndarray::Array3<f64>, value: bool| {
+        let gots: Vec<Array2<f64>> = (0..b).map(|k| cut2(got, k)).collect();
+        let refs: Vec<Array2<f64>> =
+            (0..b).map(|k| first_n(if value { &ref64[k].pooled_v } else { &ref64[k].pooled_k })).collect();
+        if !super::localized::held(&refs, d.dtype) {
+            return None;
+        }
+        let terms: Vec<Array2<f64>> = (0..b)
+            .map(|k| {
+                let x = run.input.index_axis(Axis(0), k);
+                let mut t = Array2::<f64>::zeros((n, d.dims.d_head));
+                for j in 0..n {
+                    let (tk, tv) = pooled_rounding_scale(spec, d.dims, &d.params, x, j);
+                    t.row_mut(j).assign(if value { &tv } else { &tk });
+                }
+                t
+            })
+            .collect();
+        super::localized::row(name, &gots, &refs.iter().collect::<Vec<_>>(), &terms, d.dtype)
+    };
     if let Some(pk) = &run.pooled_keys {
         rows.extend(rule(
             "pooled keys",
@@ -528,6 +551,7 @@ pub(super) fn rows(
             &|k| (first_n(&ref64[k].pooled_k), first_n(&low[k].pooled_k)),
             false,
         ));
+        rows.extend(localized("pooled keys", pk, false));
     }
     if let Some(pv) = run.pooled_values.as_ref().or(if spec.shared_kv { run.pooled_keys.as_ref() } else { None }) {
         if !spec.shared_kv {
@@ -537,6 +561,7 @@ pub(super) fn rows(
                 &|k| (first_n(&ref64[k].pooled_v), first_n(&low[k].pooled_v)),
                 false,
             ));
+            rows.extend(localized("pooled values", pv, true));
         }
     }
     for (name, gate, pick) in

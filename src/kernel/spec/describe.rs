@@ -48,6 +48,11 @@ impl KernelSpec {
                 }
             ),
         };
+        // A run's position offset (`KernelSpec::at_position_offset`), named only when set.
+        let rope = match self.position_offset() {
+            0 => rope,
+            p0 => format!("{rope} from position {p0}"),
+        };
         let grid = match (g.offset(), self.stagger) {
             (0, Stagger::None) => String::new(),
             (o, Stagger::None) => format!(" offset={o}"),

@@ -2,7 +2,7 @@
 //! [`Named`], why a kernel named from outside was not found.
 
 use super::knobs::{GateKind, ParamGroups, Stagger};
-use super::rope::{RopeChannels, RopeScaling, RopeSpec};
+use super::rope::{MAX_ROPE_POSITION, RopeChannels, RopeScaling, RopeSpec};
 use crate::geometry::{EntryPosition, Geometry, Visibility};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -224,8 +224,55 @@ impl KernelSpec {
 
     /// The position entry `j` carries (the RoPE position rule; a kernel without RoPE uses the
     /// window's first token): the one place this fallback lives.
+    ///
+    /// With a position offset `p0` ([`Self::at_position_offset`]) every entry carries `p0` more:
+    /// the one place the offset is applied, so the f64 reference, the low-precision twin, the
+    /// candle kernels and validation all rotate at the absolute position.
     pub fn entry_position(&self, j: usize) -> usize {
-        self.geometry.entry_position(j, self.rope.as_ref().map_or(EntryPosition::First, |r| r.position))
+        let rope = self.rope.as_ref();
+        self.geometry.entry_position(j, rope.map_or(EntryPosition::First, |r| r.position))
+            + rope.map_or(0, |r| r.position_offset)
+    }
+
+    /// The position offset `p0` of the run this spec describes (0 unless set by
+    /// [`Self::at_position_offset`]).
+    pub fn position_offset(&self) -> usize {
+        self.rope.as_ref().map_or(0, |r| r.position_offset)
+    }
+
+    /// This spec for a run whose token 0 sits at absolute position `p0` (token `t` at `p0 + t`,
+    /// for RoPE only), checked against the rule of `theory/dump-format.md`, "Position offset":
+    /// the spec has RoPE (without it positions enter nothing; only 0 is allowed), `p0` is a
+    /// multiple of the stride `S` (the grid phase `(t - o) mod S` of every token is then the
+    /// same at `t` and `p0 + t`; every window start moves by whole strides, `start(j) + kS =
+    /// start(j + k)` under both alignments, so the window `W` adds no condition), and the
+    /// largest position of a run of `tokens` tokens, `p0 + tokens - 1`, is below
+    /// [`MAX_ROPE_POSITION`] (positions exact in f32, where correct kernels form the angle).
+    pub fn at_position_offset(&self, p0: usize, tokens: usize) -> Result<KernelSpec> {
+        let s = self.geometry.stride();
+        let max = MAX_ROPE_POSITION.saturating_sub(tokens);
+        let max = max - max % s;
+        let mut out = self.clone();
+        match out.rope.as_mut() {
+            None if p0 == 0 => {}
+            None => {
+                return Err(Error::invalid(
+                    "position_offset",
+                    format!(
+                        "is {p0}, but the spec {} has no RoPE: positions enter nothing, only 0 is allowed",
+                        self.name
+                    ),
+                ))
+            }
+            Some(_) if !p0.is_multiple_of(s) || p0 > max => {
+                return Err(Error::invalid(
+                    "position_offset",
+                    format!("is {p0}; allowed: a multiple of the stride S = {s} in 0..={max} (for {tokens} tokens)"),
+                ))
+            }
+            Some(rope) => rope.position_offset = p0,
+        }
+        Ok(out)
     }
 
     /// Number of parameter groups `G`.

@@ -26,5 +26,5 @@ pub use knobs::{GateKind, ParamGroups, Stagger};
 pub use presets::{preset_names, Family, Preset};
 pub use rope::{
     dsv4_yarn, RopeChannels, RopeScaling, RopeSpec, DSV41_ROPE_CHANNELS, DSV4_COMPRESS_ROPE_THETA, DSV4_HCA_RATE,
-    DSV4_ROPE_FRACTION, ROPE_THETA,
+    DSV4_ROPE_FRACTION, MAX_ROPE_POSITION, ROPE_THETA,
 };

@@ -366,6 +366,7 @@ fn dsv41(name: &str) -> Result<KernelSpec> {
             position: EntryPosition::First,
             theta: DSV4_COMPRESS_ROPE_THETA,
             scaling: Some(dsv4_yarn()),
+            position_offset: 0,
         }),
         ..spec
     })

@@ -56,12 +56,18 @@ pub struct RopeSpec {
     /// Frequency scaling (none: plain `theta^(-2k/r)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<RopeScaling>,
+    /// The absolute position `p0` of a run's token 0: token `t` sits at RoPE position `p0 + t`,
+    /// the window grid unchanged (a dump's metadata `position_offset`, `theory/dump-format.md`,
+    /// "Position offset"). Not part of the spec's JSON (a spec names a kernel, the offset a run):
+    /// set only through [`super::KernelSpec::at_position_offset`]; 0 everywhere else.
+    #[serde(skip)]
+    pub position_offset: usize,
 }
 
 impl RopeSpec {
     /// Plain RoPE (no scaling) with base `theta`.
     pub fn plain(channels: RopeChannels, position: EntryPosition, theta: f64) -> Self {
-        RopeSpec { channels, position, theta, scaling: None }
+        RopeSpec { channels, position, theta, scaling: None, position_offset: 0 }
     }
 
     /// Number of rotated channels `r` for a head of width `d_head` (always even, `<= d_head`).
@@ -184,6 +190,13 @@ impl RopeSpec {
     }
 }
 
+/// Every RoPE position a run may carry (with its position offset) is below this: `2^24`, the
+/// integers f32 holds exactly. A correct kernel forms the angle `p f_i` in f32 (Hugging Face,
+/// DeepSeek's reference, vLLM); the angle allowance of `kernel validate` counts the product's
+/// rounding and the frequency's, not a rounded position (`theory/dump-format.md`, "RoPE angles
+/// in the accumulator dtype").
+pub const MAX_ROPE_POSITION: usize = 1 << 24;
+
 /// RoPE base of the paper's `w{W}s{S}` presets (the common Llama/Qwen base).
 pub const ROPE_THETA: f64 = 10_000.0;
 
@@ -218,6 +231,7 @@ pub(super) fn dsv4_rope(position: EntryPosition) -> RopeSpec {
         position,
         theta: DSV4_COMPRESS_ROPE_THETA,
         scaling: Some(dsv4_yarn()),
+        position_offset: 0,
     }
 }
 
