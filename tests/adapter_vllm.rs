@@ -50,7 +50,8 @@ fn vllm_v41_negative_controls_fail() {
     // Its real MXFP8 record labelled plain bf16 fails, and is suggested its own format: pow2
     // scales per 32 on every channel (issue 41, item 6; not the V4 per-64 NoPE record).
     if let Some(text) = fails("v41-plain", &["--kind", "v41-c2", "--label-plain"]) {
-        let hint = text.lines().find(|l| l.contains("cache_format = ")).unwrap_or_else(|| panic!("no suggestion:\n{text}"));
+        let hint =
+            text.lines().find(|l| l.contains("cache_format = ")).unwrap_or_else(|| panic!("no suggestion:\n{text}"));
         assert!(hint.contains(r#""scale":"pow2","block":32,"channels":"all""#), "{hint}");
     }
     fails("v41-interpreter-rounding", &["--kind", "v41-c2", "--triton-rounding", "interpreter"]);

@@ -3,8 +3,8 @@
 //! curve of how often two members of a family `k` tokens apart answer differently.
 
 use super::stats::{column_sorted, two_stage, BootInterval, SeedCount};
-use rand::Rng;
 use crate::{Error, Result};
+use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -137,7 +137,11 @@ mod tests {
     use super::{flip_fraction, flip_rate, Answer};
 
     fn family(f: usize, answers: &[&str]) -> Vec<Answer> {
-        answers.iter().enumerate().map(|(g, a)| Answer { family: f, position: 100 + g, predicted: a.to_string() }).collect()
+        answers
+            .iter()
+            .enumerate()
+            .map(|(g, a)| Answer { family: f, position: 100 + g, predicted: a.to_string() })
+            .collect()
     }
 
     #[test]
@@ -162,7 +166,10 @@ mod tests {
         let shifts: Vec<(usize, usize, usize)> = r.curve.iter().map(|c| (c.shift, c.pairs, c.differ)).collect();
         assert_eq!(shifts, vec![(1, 12, 2), (2, 8, 1), (3, 4, 0)]);
         // The same seed gives the same numbers; another gives another draw.
-        assert_eq!(flip_rate(&[s0.clone(), family(0, &["x", "x"])], 200, 3).unwrap(), flip_rate(&[s0, family(0, &["x", "x"])], 200, 3).unwrap());
+        assert_eq!(
+            flip_rate(&[s0.clone(), family(0, &["x", "x"])], 200, 3).unwrap(),
+            flip_rate(&[s0, family(0, &["x", "x"])], 200, 3).unwrap()
+        );
         assert!(flip_rate(&[vec![]], 10, 0).is_err());
     }
 }

@@ -236,9 +236,7 @@ pub fn pooled_rounding_scale(
     let g = spec.geometry;
     let slots: Vec<Option<Projected<f64>>> = (0..g.window())
         .map(|i| {
-            g.token_at(j, i)
-                .filter(|&t| t < x.nrows())
-                .map(|t| project(spec, dims, params, spec.group_of(i), x.row(t)))
+            g.token_at(j, i).filter(|&t| t < x.nrows()).map(|t| project(spec, dims, params, spec.group_of(i), x.row(t)))
         })
         .collect();
     let refs: Vec<Option<&Projected<f64>>> = slots.iter().map(Option::as_ref).collect();

@@ -51,10 +51,12 @@ pub fn eval_run(
     for o in &mut outcomes {
         columns.fill(o)?;
     }
-    let profile = phase::profile_stopping(&outcomes, task.residue_modulus, stride, seed, stop).map_err(|e| e.during("eval"))?;
+    let profile =
+        phase::profile_stopping(&outcomes, task.residue_modulus, stride, seed, stop).map_err(|e| e.during("eval"))?;
     let records = phase::records(&prompts, &outcomes)?;
-    let statistics =
-        Some(phase::statistics_stopping(&records, task.residue_modulus, stride, seed, stop).map_err(|e| e.during("eval"))?);
+    let statistics = Some(
+        phase::statistics_stopping(&records, task.residue_modulus, stride, seed, stop).map_err(|e| e.during("eval"))?,
+    );
     stop.check("eval")?;
     let samples: Vec<Sample> = prompts.iter().map(|p| p.sample.clone()).collect();
     let result = EvalResult {

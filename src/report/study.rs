@@ -200,7 +200,8 @@ struct ArmData {
 }
 
 fn read_arm(s: &StudySettings, out: &Path, config: &RunConfig) -> Result<ArmData> {
-    let mut d = ArmData { held_out: vec![], prompts: [vec![], vec![]], answers: [Some(vec![]), Some(vec![])], groups: vec![] };
+    let mut d =
+        ArmData { held_out: vec![], prompts: [vec![], vec![]], answers: [Some(vec![]), Some(vec![])], groups: vec![] };
     for &seed in &s.seeds {
         let dir = run_dir(out, config, seed);
         let f = load_run(&dir, None)?.ok_or_else(|| Error::File { path: dir.clone(), reason: "no run".into() })?;
@@ -224,7 +225,11 @@ fn read_arm(s: &StudySettings, out: &Path, config: &RunConfig) -> Result<ArmData
             let answers: Option<Vec<Answer>> = outcomes
                 .iter()
                 .map(|o| {
-                    Some(Answer { family: o.family.unwrap_or(o.id % per), position: o.position?, predicted: o.predicted.clone()? })
+                    Some(Answer {
+                        family: o.family.unwrap_or(o.id % per),
+                        position: o.position?,
+                        predicted: o.predicted.clone()?,
+                    })
                 })
                 .collect();
             d.answers[k] = match (d.answers[k].take(), answers) {

@@ -10,8 +10,8 @@ use crate::conformance::harness::checks::post_rows;
 use crate::conformance::harness::tolerance::{
     accumulator, max_abs_diff, rounding_bound, rounding_bound_rms, unit_roundoff, STAGE_ROUNDINGS, STAGE_ROUNDINGS_RMS,
 };
-use crate::kernel::spec::RopeScaling;
 use crate::kernel::reference::pooled_rounding_scale;
+use crate::kernel::spec::RopeScaling;
 use crate::kernel::Compressed;
 use crate::numeric::formats::CacheFormat;
 use candle_core::DType;

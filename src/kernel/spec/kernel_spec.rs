@@ -2,7 +2,7 @@
 //! [`Named`], why a kernel named from outside was not found.
 
 use super::knobs::{GateKind, ParamGroups, Stagger};
-use super::rope::{MAX_ROPE_POSITION, RopeChannels, RopeScaling, RopeSpec};
+use super::rope::{RopeChannels, RopeScaling, RopeSpec, MAX_ROPE_POSITION};
 use crate::geometry::{EntryPosition, Geometry, Visibility};
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
