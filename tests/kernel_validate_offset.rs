@@ -7,10 +7,11 @@
 //! `kernel_validate_quantized` build their bugs: the reference as a bf16 or f32 kernel computes
 //! it, under the wrong spec, labelled with the right one.
 
+use crate::common::dumps::keys_rotated_by;
 use crate::common::plans::phasekv;
 use candle_core::DType;
 use ndarray::Array3;
-use phasekv::conformance::dump::{round_to, Dump};
+use phasekv::conformance::dump::Dump;
 use phasekv::conformance::known::mutant_dump;
 use phasekv::conformance::validate::{validate, Status, Validation};
 use phasekv::kernel::post::{rope, rope_angle};
@@ -245,28 +246,7 @@ fn an_mxfp8_record_without_yarn_fails_at_the_offset() {
 /// `d` with every run's keys rotated as a kernel forming the angle in f32 does: pair `i` of the
 /// entry at absolute position `p` by `fl32(fl32(p) fl32(f_i))` instead of `p f_i`.
 fn f32_angles(d: &Dump, shift: i64) -> Dump {
-    let mut out = d.clone();
-    let rs = d.spec.rope.clone().unwrap();
-    let freqs = rs.inv_frequencies(rs.rotated_channels(d.dims.d_head));
-    let spec = d.spec.clone();
-    let mut runs = vec![&mut out.main];
-    runs.extend(out.shifted.as_mut());
-    runs.extend(out.perturbed.as_mut().map(|p| &mut p.0));
-    for run in runs {
-        for k in 0..run.keys.shape()[0] {
-            for j in 0..run.keys.shape()[1] {
-                let p = spec.entry_position(j);
-                let q = (p as i64 + shift) as usize;
-                let turn: Vec<f64> =
-                    freqs.iter().map(|&f| ((q as f32) * (f as f32)) as f64 - rope_angle(p, f)).collect();
-                let mut v = run.keys.slice(ndarray::s![k, j, ..]).to_vec();
-                rope(&mut v, &turn, 1);
-                let v: Vec<f64> = v.into_iter().map(|x| round_to(d.dtype, x)).collect();
-                run.keys.slice_mut(ndarray::s![k, j, ..]).assign(&ndarray::Array1::from(v));
-            }
-        }
-    }
-    out
+    keys_rotated_by(d, &|p, _, f| (((p as i64 + shift) as f32) * (f as f32)) as f64)
 }
 
 /// Item 2: the f32-angle term of the RoPE bound uses the absolute position `p0 + t`. A correct

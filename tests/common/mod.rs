@@ -3,6 +3,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod configs;
+pub mod dumps;
 pub mod invariants;
 pub mod knockouts;
 pub mod plans;
