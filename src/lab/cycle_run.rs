@@ -24,7 +24,7 @@ pub fn cycle_stem(protocol: Protocol, layer: usize) -> String {
 
 /// Gate cycling on layer `layer` of the finished run in `run` (every KV head of the layer
 /// cycled together, or only `head`), by each of `ks`, on `per_group` prompts per group of
-/// `protocol`; `stop` as in [`eval_run`]. A result with the same settings is reused; one with
+/// `protocol`; `stop` as in [`eval_run`](super::eval_run). A result with the same settings is reused; one with
 /// other settings is replaced only by this computation, under the run's lock.
 #[allow(clippy::too_many_arguments)]
 pub fn cycle_run(

@@ -13,7 +13,7 @@ use crate::Result;
 use std::path::{Path, PathBuf};
 
 /// Gate preferences of the finished run in `run` at every saved snapshot and the final model
-/// (`None` for `full`, which has no gates); `stop` as in [`eval_run`], polled between batches
+/// (`None` for `full`, which has no gates); `stop` as in [`eval_run`](super::eval_run), polled between batches
 /// of [`gates::GATE_BATCH`] sequences. The work (samples x snapshots forward passes) is
 /// bounded by [`check_lab_work`] before any model is loaded.
 pub fn gates_run(

@@ -34,7 +34,7 @@ pub fn knockout_file(run: &Path, protocol: Protocol) -> Option<PathBuf> {
     }
 }
 
-/// Knockout map of the finished run in `run` under `protocol`; `stop` as in [`eval_run`].
+/// Knockout map of the finished run in `run` under `protocol`; `stop` as in [`eval_run`](super::eval_run).
 #[allow(clippy::too_many_arguments)]
 pub fn knockout_run(
     run: &Path,

@@ -36,7 +36,7 @@ pub struct EvalResult {
     /// `None` in results written before they were computed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub statistics: Option<phase::PhaseStatistics>,
-    /// Accuracy of an elimination-only reader on these prompts ([`layout::elimination_baseline`]):
+    /// Accuracy of an elimination-only reader on these prompts ([`layout::elimination_baseline`](crate::task::layout::elimination_baseline)):
     /// chance (`1 / n_records`) when the first query is scored. `None` in older results.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elimination_baseline: Option<f64>,

@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-/// The mean of the seeds' depth-adjusted phase spreads ([`PhaseTest::adjusted_gap_pp`]: max
+/// The mean of the seeds' depth-adjusted phase spreads ([`PhaseTest::adjusted_gap_pp`](super::PhaseTest::adjusted_gap_pp): max
 /// minus min of the full model's phase accuracies at every prompt's depth) at `stride`, with a
 /// 95 % percentile interval from `rounds` stratified bootstrap resamples: each seed's records
 /// are resampled with replacement within each phase and the model is refitted. Seeded by `seed`.

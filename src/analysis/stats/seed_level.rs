@@ -240,7 +240,7 @@ pub fn family_gap_within_seed(
 
 /// The difference `a - b` of two arms' mean accuracies over seeds, pp, with its seed-level
 /// interval: `a[i]` and `b[i]` are seed `i`'s `(correct, n)`; stage 2 redraws a seed's prompts
-/// (binomially, as [`accuracy_difference`]). `paired`: the arms share their seed numbers in this
+/// (binomially, as [`accuracy_difference`](super::accuracy_difference)). `paired`: the arms share their seed numbers in this
 /// order, and the same seeds are drawn for both.
 pub fn accuracy_difference_two_stage(
     a: &[(usize, usize)],

@@ -2,11 +2,11 @@
 //! writer. The format is documented in `theory/dump-format.md`; in brief:
 //!
 //! - a safetensors file whose `__metadata__` holds `phasekv.format` (= `1`), `preset` (a preset
-//!   name) or `spec` (a JSON [`KernelSpec`]), `d_model`, `d_head`, `dtype` (`f64`, `f32`, `f16`,
+//!   name) or `spec` (a JSON [`KernelSpec`](crate::kernel::KernelSpec)), `d_model`, `d_head`, `dtype` (`f64`, `f32`, `f16`,
 //!   `bf16`), optionally `deterministic` (`true`/`false`, default `true`), `perturbed.token` and
-//!   `cache_format` (a [`CacheFormat`]: the entries were stored quantized, decoded in the dump),
+//!   `cache_format` (a [`CacheFormat`](crate::numeric::formats::CacheFormat): the entries were stored quantized, decoded in the dump),
 //!   `position_offset` (`p0`: token `t` at RoPE position `p0 + t`, default 0);
-//! - tensors `input` `[T, d]` or `[B, T, d]`, the parameters under their [`ParamLayout`] names,
+//! - tensors `input` `[T, d]` or `[B, T, d]`, the parameters under their [`ParamLayout`](crate::kernel::params::ParamLayout) names,
 //!   the outputs `keys` (and `values` unless `shared_kv`), optionally `pooled_keys`,
 //!   `pooled_values` `[B, n, d_h]` and `gate_k`, `gate_v` `[B, n, W, c]`; extra runs under the
 //!   prefixes `shifted.` (input with `S` tokens prepended, for K3) and `perturbed.` (one token
@@ -15,7 +15,7 @@
 //! A folder of `.npy` files (one per tensor, named `<tensor>.npy`) with the metadata map in
 //! `metadata.json` is the second accepted form.
 //!
-//! The loader never panics on any bytes: every problem is one [`Error::File`] naming the file
+//! The loader never panics on any bytes: every problem is one [`Error::File`](crate::Error::File) naming the file
 //! and the tensor or field.
 
 mod data;

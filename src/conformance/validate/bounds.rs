@@ -45,7 +45,7 @@ pub fn work_estimate(d: &Dump) -> Option<u64> {
         .checked_mul(passes)
 }
 
-/// The work and memory bounds of [`validate`], checked before any work: an error naming the
+/// The work and memory bounds of [`validate`](super::validate), checked before any work: an error naming the
 /// estimate, the limit and what fits (how many sequences of this length).
 pub fn check_bounds(d: &Dump) -> Result<()> {
     let (b, t) = (d.main.batch(), d.main.tokens());

@@ -72,7 +72,7 @@ pub struct Validation {
     pub best_delta: i64,
     /// A diagnosis when the best displacement is not 0 (an indexing bug), else `None`.
     pub diagnosis: Option<String>,
-    /// Named hints from the shape of the error (RoPE, RMSNorm, dtype), see [`hints`].
+    /// Named hints from the shape of the error (RoPE, RMSNorm, dtype), see `validate::hints`.
     pub hints: Vec<String>,
     /// Max error of each rotated channel pair of the keys (empty without RoPE or without a
     /// failure to explain).

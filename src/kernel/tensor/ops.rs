@@ -92,7 +92,7 @@ pub struct TensorAttention {
 /// Compressed attention in one softmax over the local raw window (`max(0,q-L+1) ..= q`) and
 /// the visible entries, with grouped-query heads. `q: [B, Hq, T, d_h]`, raw keys/values
 /// `[B, Hkv, T, d_h]`, entries `[B, Hkv, n, d_h]`; `Hq` must be a multiple of `Hkv`. The tensor
-/// twin of [`super::attention::compressed_attention`].
+/// twin of [`crate::kernel::attention::compressed_attention`].
 #[allow(clippy::too_many_arguments)]
 pub fn compressed_attention(
     geometry: &crate::geometry::Geometry,

@@ -1,7 +1,7 @@
 //! The fast training engine: a hand-derived f32 forward and backward pass of the whole decoder
 //! of [`crate::model::decoder`] on the CPU, in the spirit of a compact C training loop. One
 //! training step computes the loss, the accuracy counts and the gradient of every parameter
-//! with plain loops and a strided GEMM ([`ops::gemm`]) over row-major buffers: no graph, no
+//! with plain loops and a strided GEMM ([`gemm`](crate::numeric::gemm)) over row-major buffers: no graph, no
 //! broadcast ops, no zero-filled gradient tensors per op.
 //!
 //! It is the default engine for every preset. The candle autodiff path stays the reference,

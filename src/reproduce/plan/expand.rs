@@ -263,7 +263,7 @@ impl Plan {
         Ok(units.into_iter().filter(|u| ids.contains(&u.name())).collect())
     }
 
-    /// Estimated seconds of a unit on one core (see [`Minutes`]).
+    /// Estimated seconds of a unit on one core (see [`Minutes`](super::file::Minutes)).
     pub fn estimate_seconds(&self, unit: &Unit) -> f64 {
         60.0 * match unit {
             Unit::Kernels => self.minutes.kernels,

@@ -18,10 +18,10 @@ pub enum Integrator {
 /// uses the oracle closed form).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum FlowKernel {
-    /// [`super::fast::FastStatic`]: batched, vectorised exponentials (the default).
+    /// [`crate::theory::fast::FastStatic`]: batched, vectorised exponentials (the default).
     #[default]
     Fast,
-    /// [`super::task::static_loss_grad`] plus a separate softmax pullback: the reference the
+    /// [`crate::theory::task::static_loss_grad`] plus a separate softmax pullback: the reference the
     /// fast kernel is tested and benchmarked against.
     Reference,
 }

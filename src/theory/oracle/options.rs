@@ -10,7 +10,7 @@ pub const KKT_TOL: f64 = 1e-9;
 /// exceeds this.
 pub const CONCENTRATED: f64 = 0.9;
 
-/// Options for [`theorem1`].
+/// Options for [`theorem1`](super::theorem1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OracleOptions {
     /// Random restarts per scale in `random_scales`.
@@ -21,7 +21,7 @@ pub struct OracleOptions {
     pub near_vertex: usize,
     /// Largest number of pairs in the split starts (`2..=max_split_pairs`, capped at `S-1`).
     pub max_split_pairs: usize,
-    /// Split restarts per (pair count, subset of split heads); see [`split_subsets`].
+    /// Split restarts per (pair count, subset of split heads); see [`split_subsets`](super::starts::split_subsets).
     pub split_per_pairs: usize,
     /// L-BFGS iteration cap.
     pub max_iters: u64,

@@ -134,7 +134,7 @@ fn label_of(class: &Result<PointClass>, error: &Option<String>) -> PointLabel {
 }
 
 /// Check Theorem 1 at one parameter point (eps = 0). `progress` is called after every restart
-/// and every refinement kick ([`planned_steps`] in all).
+/// and every refinement kick ([`planned_steps`](super::starts::planned_steps) in all).
 pub fn theorem1(p: &TaskParams, opts: &OracleOptions, progress: impl FnMut()) -> Result<Theorem1Report> {
     theorem1_impl(p, opts, false, progress).map(|(report, _)| report)
 }

@@ -89,7 +89,7 @@ pub fn start_logits(p: &TaskParams, kind: &StartKind, rng: &mut ChaCha8Rng) -> V
     theta
 }
 
-/// The list of restarts [`theorem1`] runs for `opts`.
+/// The list of restarts [`theorem1`](super::theorem1) runs for `opts`.
 pub fn restart_plan(p: &TaskParams, opts: &OracleOptions) -> Vec<StartKind> {
     let mut plan = Vec::new();
     for &scale in &opts.random_scales {
@@ -135,7 +135,7 @@ pub fn plan_len(p: &TaskParams, opts: &OracleOptions) -> usize {
         .saturating_add(pair_counts.saturating_mul(subsets).saturating_mul(opts.split_per_pairs))
 }
 
-/// Work units [`theorem1`] reports through its progress callback: one per restart and one per
+/// Work units [`theorem1`](super::theorem1) reports through its progress callback: one per restart and one per
 /// refinement kick.
 pub fn planned_steps(p: &TaskParams, opts: &OracleOptions) -> usize {
     restart_plan(p, opts).len() + opts.refine_kicks

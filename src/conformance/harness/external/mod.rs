@@ -13,7 +13,7 @@
 //! `frames.rs`.
 //!
 //! What the process does not compute is taken from the reference, and said so: streaming is a
-//! stateless caller recomputing prefixes ([`stream_by_prefixes`]), attention (K12) is the
+//! stateless caller recomputing prefixes ([`stream_by_prefixes`](super::subjects::stream_by_prefixes)), attention (K12) is the
 //! reference attention over the kernel's entries, and K7/K10, which compare two specs, compare
 //! the process (its own spec) with the reference under the other spec.
 

@@ -13,7 +13,7 @@
 //!    chunk buffer (in L1/L2): the scores go into the `[W, c]` gate rows the API returns while
 //!    the running max is taken, then one pass evaluates each exponential once and accumulates
 //!    the sum and the weighted sum of the projected values, and a division finishes both. No
-//!    score tensor beyond the chunk is materialised ([`pool`] says why this form rather than the
+//!    score tensor beyond the chunk is materialised (`windows::pool` says why this form rather than the
 //!    running-rescale one);
 //! 3. post-processing ([`crate::kernel::post::apply_with`], the code the reference runs, with each
 //!    entry's RoPE table computed once for its keys and values).

@@ -28,7 +28,7 @@ pub struct Claim {
     pub measured: String,
     /// The criterion the verdict applies.
     pub criterion: String,
-    /// The section of `theory/phase-lab.md` the criterion is judged by ([`section_of`]; empty
+    /// The section of `theory/phase-lab.md` the criterion is judged by ([`section_of`](super::ledger::section_of); empty
     /// in a ledger written before this field).
     #[serde(default)]
     pub section: String,
