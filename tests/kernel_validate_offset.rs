@@ -319,7 +319,7 @@ fn the_pytorch_writer_takes_the_offset() {
 /// by bisection) at which `validate` fails the bug:
 /// `cargo test --test suite kernel_validate_offset::smallest -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "a measurement (prints the smallest offsets of theory/dump-format.md); run with --ignored --nocapture"]
 fn smallest_offset_that_catches_each_yarn_bug() {
     println!(
         "{:<9} {:<5} {:<15} {:>22} {:>22} {:>10}",

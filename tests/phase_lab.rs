@@ -360,6 +360,7 @@ fn malformed_results_are_reported_with_their_line_number() {
         ("{\"group\": 1, \"correct\": \"yes\"}\n", "line 1: correct"),
         ("{\"group\": 1}\n", "line 1: correct"),
         ("{\"group\": 1, \"prob\": 1.5}\n", "line 1: prob"),
+        ("{\"group\": 1, \"correct\": true, \"predicted\": 8}\n", "line 1: predicted"),
         ("{\"group\": 1, \"correct\": true}\n{\"group\": 2, \"correct\": tru\n", "line 2: JSON"),
         ("[1, 2]\n", "line 1"),
         ("", "no result lines"),
@@ -370,6 +371,9 @@ fn malformed_results_are_reported_with_their_line_number() {
     }
     let ok = parse_results("{\"group\": 3, \"prob\": 0.7, \"extra\": 1}\n{\"group\": 3, \"prob\": 0.2}\n", 24).unwrap();
     assert_eq!(ok.iter().map(|o| o.correct).collect::<Vec<_>>(), vec![true, false]);
+    // An external model's answer is read as given (the flip rate compares it, theory/flip-rate.md).
+    let answered = parse_results("{\"group\": 3, \"correct\": true, \"predicted\": \"32\"}\n", 24).unwrap();
+    assert_eq!(answered[0].predicted.as_deref(), Some("32"));
     // Through the CLI: one error line with the line number, exit status 2.
     let dir = tmp_dir("badjsonl");
     std::fs::create_dir_all(&dir).unwrap();

@@ -168,8 +168,22 @@ mod tests {
         // The same seed gives the same numbers; another gives another draw.
         assert_eq!(
             flip_rate(&[s0.clone(), family(0, &["x", "x"])], 200, 3).unwrap(),
-            flip_rate(&[s0, family(0, &["x", "x"])], 200, 3).unwrap()
+            flip_rate(&[s0.clone(), family(0, &["x", "x"])], 200, 3).unwrap()
         );
         assert!(flip_rate(&[vec![]], 10, 0).is_err());
+        // The order of the prompts, and of the seeds' prompts among themselves, changes nothing;
+        // relabelling every answer alike changes nothing; one planted flip raises the rate.
+        let mut shuffled = s0.clone();
+        shuffled.reverse();
+        assert_eq!(
+            flip_rate(&[shuffled], 100, 1).unwrap().per_seed,
+            flip_rate(std::slice::from_ref(&s0), 100, 1).unwrap().per_seed
+        );
+        let renamed: Vec<Answer> =
+            s0.iter().map(|a| Answer { predicted: format!("x{}", a.predicted), ..a.clone() }).collect();
+        assert_eq!(flip_rate(&[renamed], 100, 1).unwrap().per_seed, vec![0.125]);
+        let mut planted = s0.clone();
+        planted[0].predicted = "99".into();
+        assert_eq!(flip_rate(&[planted], 100, 1).unwrap().per_seed, vec![0.25]);
     }
 }

@@ -140,8 +140,9 @@ mod tests {
         let even = pair(40, 512, &|i| 0.4 * u * (1.0 + 0.05 * ((i % 5) as f64 - 2.0)));
         let one = pair(40, 512, &|i| if i == 39 { 0.8 * u } else { 0.4 * u });
         // A rounding scale equal to the entry's magnitude.
-        let check =
-            |p: &(Array2<f64>, Array2<f64>), dt| row("pooled keys", &[p.0.clone()], &[&p.1], &[p.1.clone()], dt);
+        let check = |p: &(Array2<f64>, Array2<f64>), dt| {
+            row("pooled keys", std::slice::from_ref(&p.0), &[&p.1], std::slice::from_ref(&p.1), dt)
+        };
         assert_eq!(check(&even, DType::BF16).unwrap().status, Status::Pass);
         let bad = check(&one, DType::BF16).unwrap();
         assert_eq!(bad.status, Status::Fail, "{bad:?}");
