@@ -43,6 +43,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from phasekv_dump import DTYPES, dump  # noqa: E402
+from phasekv_npdump import default_tokens  # noqa: E402
 
 from transformers.models.deepseek_v4 import modeling_deepseek_v4 as hf  # noqa: E402
 from transformers.models.deepseek_v4.configuration_deepseek_v4 import DeepseekV4Config  # noqa: E402
@@ -256,7 +257,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder for csa.safetensors and hca.safetensors")
     ap.add_argument("--kind", choices=["csa", "hca", "both"], default="both")
-    ap.add_argument("--tokens", type=int, default=None, help="default: 22 for CSA, 2 HCA windows + 3 for HCA")
+    ap.add_argument("--tokens", type=int, default=None, help="default: past token 256 (a complete window starting there, plus 3 open tokens): 267 for CSA, 387 for HCA at rate 128")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--d-head", type=int, default=64)
@@ -280,7 +281,7 @@ def main():
     status = 0
     for kind in (["csa", "hca"] if a.kind == "both" else [a.kind]):
         module = HfCompressor(kind, config, seed=a.seed, chunk=a.chunk, swap=a.swap)
-        tokens = a.tokens or (22 if kind == "csa" else 2 * a.hca_rate + 3)
+        tokens = a.tokens or default_tokens(module.phasekv_spec())
         gen = torch.Generator().manual_seed(a.seed)
         x = torch.rand(a.batch, tokens, a.d_model, generator=gen, dtype=torch.float64) * 2 - 1
         path = os.path.join(a.out, f"{kind}.safetensors")

@@ -152,7 +152,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     phasekv_npdump.add_adapter_args(ap)
     ap.add_argument("--ratio", type=int, default=4, help="compress ratio (group size), >= 1")
-    ap.add_argument("--tokens", type=int, default=None, help="default: 2 groups + 3 tokens, at least 22")
+    ap.add_argument("--tokens", type=int, default=None, help="default: past token 256 (a complete window starting there, plus 3 open tokens)")
     ap.add_argument("--d-head", type=int, default=128, help="a multiple of 16 above 64 (512 as released)")
     ap.add_argument("--dtype", choices=sorted(MX_DTYPES), default="bf16")
     ap.add_argument("--chunk", type=int, default=None, help="run the decode path, this many tokens a call")
@@ -164,7 +164,7 @@ def main():
     if a.chunk is not None and a.chunk < 1:
         ap.error(f"--chunk must be at least 1, got {a.chunk}")
     mx.set_default_device(mx.cpu)
-    tokens = a.tokens or max(2 * a.ratio + 3, 22)
+    tokens = a.tokens or phasekv_npdump.default_tokens(f"dsv41-c{a.ratio}")
     module = MlxCompressor(a.ratio, a.d_model, a.d_head, a.dtype, seed=a.seed, chunk=a.chunk)
     x = np.random.default_rng(a.seed).uniform(-1, 1, (a.batch, tokens, a.d_model))
     preset = f"dsv41-c{2 * a.ratio if a.wrong_ratio else a.ratio}"

@@ -75,7 +75,7 @@ def main():
     ap.add_argument("--out", required=True,
                     help="output .safetensors file (a folder with --npy, or with several kernels: "
                          "<out>/<kernel>.safetensors and, with --npy, <out>/<kernel>.npy/)")
-    ap.add_argument("--tokens", type=int, default=22)
+    ap.add_argument("--tokens", type=int, default=None, help="default: past token 256 (a complete window starting there, plus 3 open tokens)")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--d-model", type=int, default=8)
     ap.add_argument("--d-head", type=int, default=8)
@@ -95,7 +95,8 @@ def main():
     for k in kernels:
         module = KERNELS[k](a.d_model, a.d_head, seed=a.seed)
         gen = torch.Generator().manual_seed(a.seed)
-        x = torch.rand(a.batch, a.tokens, a.d_model, generator=gen, dtype=torch.float64) * 2 - 1
+        tokens = a.tokens or phasekv_npdump.default_tokens(module.phasekv_spec())
+        x = torch.rand(a.batch, tokens, a.d_model, generator=gen, dtype=torch.float64) * 2 - 1
         outs = [(a.out, a.npy)]
         if len(kernels) > 1:
             os.makedirs(a.out, exist_ok=True)
@@ -105,7 +106,7 @@ def main():
         for path, npy in outs:
             dump(module, x, path, dtype=DTYPES[a.dtype], seed=a.seed, npy=npy, position_offset=a.position_offset)
             at = f", from position {a.position_offset}" if a.position_offset else ""
-            print(f"wrote {path} ({k}, spec {module.phasekv_spec()}, {a.batch}x{a.tokens}x{a.d_model}, {a.dtype}{at})")
+            print(f"wrote {path} ({k}, spec {module.phasekv_spec()}, {a.batch}x{tokens}x{a.d_model}, {a.dtype}{at})")
 
 
 if __name__ == "__main__":

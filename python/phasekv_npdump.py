@@ -82,6 +82,25 @@ def stride_of(spec):
     return geometry_of(spec)[1]
 
 
+# Dumps reach past this token by default: a bug that starts at a token index (an index wrapping
+# at 256, a grid late from a power of two) shows only in a main-run window that starts there.
+DEFAULT_REACH = 256
+# Tokens after the last complete window: an open window the kernel must not emit.
+OPEN_TOKENS = 3
+
+
+def default_tokens(spec, reach=DEFAULT_REACH):
+    """The default dump length for `spec`: the smallest run whose main run holds a complete window
+    starting at or after token `reach`, plus OPEN_TOKENS of an open window. Every power of two
+    up to `reach` then has a complete window starting at or after it (the validator's coverage
+    check, `theory/dump-format.md`, "Coverage warnings"); e.g. 267 for dsv4-csa and w8s4, 387 for
+    dsv4-hca (W = 128)."""
+    w, s, alignment = geometry_of(spec)
+    first_start = -(w - s) if alignment == "pad_left" else 0
+    j = max(0, -(-(reach - first_start) // s))
+    return first_start + j * s + w + OPEN_TOKENS
+
+
 def default_perturb_token(spec, tokens):
     """A token of phase 0 that lies in a window that closes within `tokens` tokens (so K2 sees
     an entry change): 2S when that window closes, else the first token of the last closed

@@ -134,13 +134,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     phasekv_npdump.add_adapter_args(ap)
     ap.add_argument("--ratio", type=int, choices=[1, 2], default=2)
-    ap.add_argument("--tokens", type=int, default=22)
+    ap.add_argument("--tokens", type=int, default=None, help="default: past token 256 (a complete window starting there, plus 3 open tokens)")
     ap.add_argument("--d-head", type=int, default=512, help="a multiple of 16 above 64 (512 as released)")
     a = ap.parse_args()
     if a.d_head <= ROPE or a.d_head % 16:
         ap.error(f"--d-head must be a multiple of 16 above {ROPE}, got {a.d_head}")
     module = SglangCompressor(load_modules(), a.ratio, a.d_model, a.d_head, seed=a.seed)
-    x = np.random.default_rng(a.seed).uniform(-1, 1, (a.batch, a.tokens, a.d_model))
+    tokens = a.tokens or phasekv_npdump.default_tokens(f"dsv41-c{a.ratio}")
+    x = np.random.default_rng(a.seed).uniform(-1, 1, (a.batch, tokens, a.d_model))
     preset = f"dsv41-c{2 * a.ratio if a.wrong_ratio else a.ratio}"
     phasekv_npdump.adapter_dump(a, module, preset, x, "bf16", phasekv_npdump.FP4_E4M3_16,
                                 f"SGLang {VERSION} DeepseekV41Compressor ratio {a.ratio}, d_head {a.d_head}")

@@ -197,12 +197,13 @@ KERNELS = {
 
 def main():
     from phasekv_dump import DTYPES, dump
+    from phasekv_npdump import default_tokens
 
     ap = argparse.ArgumentParser(description="Dump the Triton compressors for `phasekv kernel validate`.")
     ap.add_argument("--kernel", default="triton-w8s4",
                     help=f"one of {sorted(KERNELS)}, or several separated by commas (then --out is a folder)")
     ap.add_argument("--out", required=True, help="a .safetensors file (several kernels: a folder)")
-    ap.add_argument("--tokens", type=int, default=18)
+    ap.add_argument("--tokens", type=int, default=None, help="default: past token 256 (a complete window starting there, plus 3 open tokens)")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--d-model", type=int, default=6)
     ap.add_argument("--d-head", type=int, default=8)
@@ -218,14 +219,15 @@ def main():
         module = KERNELS[k](a.d_model, a.d_head, seed=a.seed)
         module.device = a.device
         gen = torch.Generator().manual_seed(a.seed)
-        x = torch.rand(a.batch, a.tokens, a.d_model, generator=gen, dtype=torch.float64) * 2 - 1
+        tokens = a.tokens or default_tokens(module.phasekv_spec())
+        x = torch.rand(a.batch, tokens, a.d_model, generator=gen, dtype=torch.float64) * 2 - 1
         path = a.out
         if len(kernels) > 1:
             os.makedirs(a.out, exist_ok=True)
             path = os.path.join(a.out, k + ".safetensors")
         dump(module, x, path, dtype=DTYPES[a.dtype], seed=a.seed)
         mode = "interpreter" if os.environ.get("TRITON_INTERPRET") == "1" else "native"
-        print(f"wrote {path} ({k}, spec {module.phasekv_spec()}, {a.batch}x{a.tokens}x{a.d_model}, {a.dtype}, "
+        print(f"wrote {path} ({k}, spec {module.phasekv_spec()}, {a.batch}x{tokens}x{a.d_model}, {a.dtype}, "
               f"triton {triton.__version__} {mode} on {module.device or default_device()})")
 
 

@@ -285,7 +285,7 @@ def main():
     ap.add_argument("--kind", choices=sorted(KINDS), default="v41-c2")
     ap.add_argument("--record", choices=sorted(RECORDS), default=None,
                     help="V4.1's cache record (default mxfp8); V4 always writes its 584 B record")
-    ap.add_argument("--tokens", type=int, default=None, help="default: 2 windows + 3 tokens, at least 22")
+    ap.add_argument("--tokens", type=int, default=None, help="default: past token 256 (a complete window starting there, plus 3 open tokens)")
     ap.add_argument("--chunk", type=int, default=None, help="this many tokens of each request per call")
     ap.add_argument("--swap", action="store_true", help="negative control (CSA): prev and cur the wrong way round")
     ap.add_argument("--triton-rounding", choices=["hardware", "interpreter"], default="hardware",
@@ -305,8 +305,7 @@ def main():
         ap.error("--wrong-ratio: CSA's ratio is fixed by its preset; use --swap")
     if a.wrong_ratio:
         preset = "dsv4-hca256" if a.kind == "v4-hca" else f"dsv41-c{2 * ratio}"
-    window = 2 * ratio if a.kind == "v4-csa" else ratio
-    tokens = a.tokens or max(2 * window + 3, 22)
+    tokens = a.tokens or phasekv_npdump.default_tokens(KINDS[a.kind][0])
     if a.triton_rounding == "hardware":
         hardware_rounding()
     module = VllmCompressor(load_kernels(), a.kind, a.d_model, seed=a.seed, chunk=a.chunk, record=record, swap=a.swap)

@@ -26,7 +26,7 @@ fn mlx_lm_v41_compressor_passes_at_every_ratio_in_its_fp4_format_without_torch()
             "{text}"
         );
     }
-    let streaming = &["--ratio", "4", "--chunk", "3"];
+    let streaming = &["--ratio", "4", "--chunk", "3", "--tokens", "22"];
     if let Some(text) = adapter_passes(PyTool::Mlx, SCRIPT, "mlx-c4-streaming", streaming, "dsv41-c4", "e2m1") {
         assert!(text.contains("streaming chunk 3"), "mlx-lm's decode path, 3 tokens a call:\n{text}");
     }

@@ -19,6 +19,6 @@ fn sglang_v41_compressor_passes_ratios_1_and_2_in_its_fp4_format() {
 
 #[test]
 fn sglang_v41_negative_controls_fail() {
-    adapter_fails(PyTool::Sglang, SCRIPT, "sglang-wrong-ratio", &["--ratio", "1", "--wrong-ratio"]);
-    adapter_fails(PyTool::Sglang, SCRIPT, "sglang-plain", &["--ratio", "2", "--label-plain"]);
+    adapter_fails(PyTool::Sglang, SCRIPT, "sglang-wrong-ratio", &["--ratio", "1", "--wrong-ratio", "--tokens", "22"]);
+    adapter_fails(PyTool::Sglang, SCRIPT, "sglang-plain", &["--ratio", "2", "--label-plain", "--tokens", "22"]);
 }

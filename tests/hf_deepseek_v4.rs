@@ -48,8 +48,11 @@ fn hugging_face_dsv4_compressors_validate_against_the_released_presets() {
     assert_eq!(out.matches("verdict: PASS").count(), 2, "{out}");
     assert!(out.contains("dsv4-csa (W=8 S=4 pad_left") && out.contains("dsv4-hca (W=128 S=128"), "{out}");
     assert!(out.contains("theta=160000 yarn(x16, from 65536)"), "{out}");
-    // K2 perturbs a token inside a window that closes, for HCA too (token 128 of 259: entry 1).
-    assert!(out.contains("token 8: entries [2, 3] change") && out.contains("token 128: entries [1] change"), "{out}");
+    // K2 perturbs a token inside a window that closes, for HCA too (token 256 of 387: entry 2).
+    assert!(out.contains("token 8: entries [2, 3] change") && out.contains("token 256: entries [2] change"), "{out}");
+    // The default lengths (267 CSA, 387 HCA tokens) reach past token 256 in the main run.
+    assert!(out.contains("2x267x64") && out.contains("2x387x64"), "{out}");
+    assert!(!out.contains(crate::common::python::COVERAGE_WARNING), "{out}");
     for id in ["K1 ", "K2 ", "K3 ", "K5 "] {
         assert_eq!(out.lines().filter(|l| l.starts_with(id) && l.contains("PASS")).count(), 2, "{id}:\n{out}");
     }

@@ -128,6 +128,36 @@ fn pytorch_kernels_round_trip_correct_ones_pass_the_off_by_one_fails_by_phase() 
     }
 }
 
+/// Issue 41, item 3: the writers' default length reaches past token 256 (`phasekv_npdump.
+/// default_tokens`: a complete main-run window starting there, plus 3 open tokens), so a bug from
+/// token 256 on shows in the main run; validate then warns of nothing. The control: one token short
+/// of that window's end, the coverage warning names token 256 and the length that reaches it.
+#[test]
+fn the_default_dump_reaches_past_token_256_and_one_token_short_is_warned() {
+    let Some(py) = python_with_torch() else { return };
+    let dir = scratch("torch-default-length");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/phasekv_dump.py");
+    // w8s4 (start-aligned): the window from 256 ends at 263, so 264 tokens reach it, 267 by default.
+    for (tokens, warned) in [(None, false), (Some("263"), true)] {
+        let out_path = dir.join(format!("w8s4-{}.safetensors", tokens.unwrap_or("default")));
+        let mut args = vec![script.to_str().unwrap(), "--kernel", "w8s4", "--out", out_path.to_str().unwrap()];
+        args.extend(tokens.iter().flat_map(|t| ["--tokens", t]));
+        let o = Command::new(py).args(&args).output().unwrap();
+        let wrote = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{wrote}{}", String::from_utf8_lossy(&o.stderr));
+        assert!(wrote.contains(&format!("2x{}x8", tokens.unwrap_or("267"))), "{wrote}");
+        let (code, out, err) = phasekv(&["kernel", "validate", out_path.to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}\n{err}");
+        let warning = out.lines().find(|l| l.contains(crate::common::python::COVERAGE_WARNING));
+        if warned {
+            let w = warning.unwrap_or_else(|| panic!("263 tokens must be warned:\n{out}"));
+            assert!(w.contains("token 256") && w.contains("dump at least 264 tokens"), "{w}");
+        } else {
+            assert!(warning.is_none(), "the default length must reach past token 256:\n{out}");
+        }
+    }
+}
+
 /// Issue 41: a bf16 kernel whose last window's sum is accumulated in bf16 (`python/kernels.py`'s
 /// `Dsv4CsaLastWindowBf16`) errs in that one entry about twice the kernel's own level, which the
 /// output's RMS dilutes over 74 entries; at DeepSeek-V4's width (`d_h = 512`) the localized-error

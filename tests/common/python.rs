@@ -182,9 +182,15 @@ pub fn run_adapter(py: &str, script: &str, out: &std::path::Path, extra: &[&str]
     (o.status.code().unwrap_or(-1), text)
 }
 
+/// The start of `validate`'s warning that no complete main-run window starts at or after some
+/// power of two below the dump's length (`conformance::validate::coverage`).
+pub const COVERAGE_WARNING: &str = "no complete main-run window starts at or after token";
+
 /// Runs adapter `script` of `tool` (`--validate`, extra options `extra`) in a scratch folder and
-/// asserts it passes against `preset`, naming a cache format that mentions `format`. Returns its
-/// output, or `None` when the tool is missing (skipped, unless required).
+/// asserts it passes against `preset`, naming a cache format that mentions `format`. At the
+/// adapter's default length (no `--tokens` in `extra`) it also asserts that validation saw a
+/// complete window past token 256 (no coverage warning). Returns its output, or `None` when the
+/// tool is missing (skipped, unless required).
 pub fn adapter_passes(
     tool: PyTool,
     script: &str,
@@ -199,6 +205,10 @@ pub fn adapter_passes(
     assert_eq!(code, 0, "{label}:\n{text}");
     assert!(text.contains(&format!("as {preset},")) && text.contains("verdict: PASS"), "{label}:\n{text}");
     assert!(text.contains("cache format: ") && text.contains(format), "{label}: the format checked is named:\n{text}");
+    if !extra.contains(&"--tokens") {
+        // The adapter's default length reaches past token 256 (`phasekv_npdump.default_tokens`).
+        assert!(!text.contains(COVERAGE_WARNING), "{label}: the default dump must reach past token 256:\n{text}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
     Some(text)
 }
