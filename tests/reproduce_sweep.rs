@@ -28,6 +28,21 @@ fn a_sweep_plan_gives_the_same_report_in_one_process_and_as_concurrent_shards() 
         let run = one.join("runs").join(id.trim_start_matches("model:"));
         assert!(run.join("unit.json").exists(), "{id} did not finish");
     }
+    // The timing file says where the time went (issue 40): seconds per stage over the 4 models.
+    let timing: Vec<_> = std::fs::read_dir(one.join("timing")).unwrap().map(|e| e.unwrap().path()).collect();
+    let [timing] = timing.as_slice() else { panic!("one timing file, got {timing:?}") };
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(timing).unwrap()).unwrap();
+    assert_eq!(t["model_units_run"], 4, "{t}");
+    let stages: Vec<(&str, f64)> = t["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["stage"].as_str().unwrap(), s["seconds"].as_f64().unwrap()))
+        .collect();
+    let names: Vec<&str> = stages.iter().map(|s| s.0).collect();
+    assert!(names.starts_with(&["train"]) && names.contains(&"eval prefix") && names.contains(&"gates"), "{t}");
+    let sum: f64 = stages.iter().map(|s| s.1).sum();
+    assert!(sum > 0.0 && sum <= t["wall_seconds"].as_f64().unwrap(), "stages {sum} s within the wall time: {t}");
 
     // A Slurm job for an output that holds results requests their measured time (seconds a
     // unit here: 2 min of SIGTERM lead + 5 min + rounding = 8 min), not the estimate (9 min a

@@ -285,6 +285,16 @@ fn under_v2_reproduce_extends_a_seed_below_90_percent_once_then_reports_it_faile
     assert!(u.stages[0].seconds > 0.0 && u.stages[1].seconds > 0.0, "training and its extension ran: {:?}", u.stages);
     let analyses: f64 = u.stages[2..].iter().map(|s| s.seconds).sum();
     assert!(analyses <= u.analysis_seconds + 1e-3, "{analyses} s of stages, {} s of analyses", u.analysis_seconds);
+    // The shard's timing file sums the stages of the units that did work; none ran, nothing.
+    let units = one_model_plan(Rules::V2).units().unwrap();
+    let (totals, models) = reproduce::stage_totals(&out, &units.iter().collect::<Vec<_>>()).unwrap();
+    assert_eq!((totals, models), (u.stages.clone(), 1));
+    let (twice, models) = reproduce::stage_totals(&out, &[&units[0], &units[0]]).unwrap();
+    assert_eq!(models, 2);
+    for (t, s) in twice.iter().zip(&u.stages) {
+        assert_eq!((t.stage.as_str(), t.seconds), (s.stage.as_str(), 2.0 * s.seconds));
+    }
+    assert_eq!(reproduce::stage_totals(&out, &[]).unwrap(), (vec![], 0));
     // The ledger reads the count from metrics.json: failed after its extension.
     assert_eq!(phasekv::analysis::training::run_outcome(&m).unwrap(), phasekv::analysis::training::SeedOutcome::Failed);
     std::fs::remove_dir_all(&out).unwrap();

@@ -121,6 +121,36 @@ pub struct StageSeconds {
     pub seconds: f64,
 }
 
+/// Where the time of the units in `ran` went, summed by stage in the order stages first appear
+/// (`train`, `extend`, `eval <protocol>`, `knockout <protocol>`, `gates`, from each model unit's
+/// `unit.json` in `out`; `kernels` and `theory` from their own result's seconds), with the number
+/// of model units read: the per-stage profile `reproduce` writes into the shard's timing file
+/// (issue 40, item 1). A model unit written before stages were recorded adds nothing.
+pub fn stage_totals(out: &Path, ran: &[&Unit]) -> Result<(Vec<StageSeconds>, usize)> {
+    #[derive(Deserialize)]
+    struct Seconds {
+        seconds: f64,
+    }
+    let mut totals: Vec<StageSeconds> = Vec::new();
+    let mut add = |stage: &str, seconds: f64| match totals.iter_mut().find(|t| t.stage == stage) {
+        Some(t) => t.seconds += seconds,
+        None => totals.push(StageSeconds { stage: stage.to_string(), seconds }),
+    };
+    let mut models = 0;
+    for unit in ran {
+        match unit {
+            Unit::Model(m) => {
+                let r: ModelUnitResult = lab::read_json(&out.join(m.dir()).join("unit.json"))?;
+                r.stages.iter().for_each(|st| add(&st.stage, st.seconds));
+                models += 1;
+            }
+            Unit::Kernels => add("kernels", lab::read_json::<Seconds>(&out.join("kernels").join("kernels.json"))?.seconds),
+            Unit::Theory => add("theory", lab::read_json::<Seconds>(&out.join("theory").join("theory.json"))?.seconds),
+        }
+    }
+    Ok((totals, models))
+}
+
 /// Progress of a reproduction.
 pub trait Progress {
     /// A line of news.

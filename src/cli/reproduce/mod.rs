@@ -125,21 +125,28 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
     eprintln!("reproduce ({:?}, {part}) into {}: {}", plan.scale, out.display(), names.join(", "));
     let t0 = Instant::now();
     let mut bars = Bars { bar: None, stage: String::new() };
-    let mut worked = false;
+    let mut ran = Vec::new();
     for u in &units {
         let done = reproduce::run_unit(&out, &plan, u, &mut bars);
         if super::signals::interrupted() {
             bars.message("interrupted: finished units and checkpoints are kept; rerun the same command to continue");
             return Ok(super::signals::interrupted_exit_code());
         }
-        worked |= done?;
+        if done? {
+            ran.push(u);
+        }
     }
+    let worked = !ran.is_empty();
+    let (stages, model_units) = reproduce::stage_totals(&out, &ran)?;
     bars.message(&format!("all units of {part} done in {:.1} min", t0.elapsed().as_secs_f64() / 60.0));
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let timing = serde_json::json!({
         "shard": format!("{i}/{n}"),
         "units": names,
         "wall_seconds": t0.elapsed().as_secs_f64(),
+        // Where the time went (issue 40): seconds per stage, summed over the units that did work.
+        "stages": stages,
+        "model_units_run": model_units,
         "rayon_threads": std::env::var("RAYON_NUM_THREADS").ok(),
         "cpus": std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1),
         "slurm_job": std::env::var("SLURM_JOB_ID").ok(),
