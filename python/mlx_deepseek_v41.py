@@ -85,7 +85,8 @@ def to_np(a):
 class MlxCompressor:
     """mlx-lm's V4.1 compression path (`Attention._compress`) behind phasekv_npdump's `run`."""
 
-    def __init__(self, ratio, d_model, d_head, dtype="bf16", seed=0, chunk=None):
+    def __init__(self, ratio, d_model, d_head, dtype="bf16", seed=0, chunk=None, position_offset=0):
+        self.position_offset = position_offset  # token t of a run at absolute position p0 + t
         self.ratio, self.chunk, self.dtype = ratio, chunk, MX_DTYPES[dtype]
         self.attn = ds.Attention(tiny_args(ratio, d_model, d_head), 0)
         rng = np.random.default_rng(seed)
@@ -120,7 +121,7 @@ class MlxCompressor:
         if self.chunk is not None:
             keys = None
             for start in range(0, t, self.chunk):
-                keys = self._compress(x[:, start : start + self.chunk], start, cache)
+                keys = self._compress(x[:, start : start + self.chunk], self.position_offset + start, cache)
             return {"keys": empty if keys is None else to_np(keys)}
         captured = {}
         real_softmax, real_norm = mx.softmax, self.attn.compressor.kv_norm
@@ -137,7 +138,7 @@ class MlxCompressor:
 
         mx.softmax, self.attn.compressor.kv_norm = softmax, Capture()
         try:
-            keys = self._compress(x, 0, cache)
+            keys = self._compress(x, self.position_offset, cache)
         finally:
             mx.softmax, self.attn.compressor.kv_norm = real_softmax, real_norm
         if keys is None:
@@ -165,7 +166,8 @@ def main():
         ap.error(f"--chunk must be at least 1, got {a.chunk}")
     mx.set_default_device(mx.cpu)
     tokens = a.tokens or phasekv_npdump.default_tokens(f"dsv41-c{a.ratio}")
-    module = MlxCompressor(a.ratio, a.d_model, a.d_head, a.dtype, seed=a.seed, chunk=a.chunk)
+    module = MlxCompressor(a.ratio, a.d_model, a.d_head, a.dtype, seed=a.seed, chunk=a.chunk,
+                           position_offset=a.position_offset)
     x = np.random.default_rng(a.seed).uniform(-1, 1, (a.batch, tokens, a.d_model))
     preset = f"dsv41-c{2 * a.ratio if a.wrong_ratio else a.ratio}"
     phasekv_npdump.adapter_dump(a, module, preset, x, a.dtype, phasekv_npdump.FP4_E4M3_16,

@@ -223,6 +223,11 @@ def add_adapter_args(ap, d_model=64):
     ap.add_argument("--label-plain", action="store_true", help="negative control: claim the quantized entries are plain")
     ap.add_argument("--validate", metavar="PHASEKV",
                     help="then run PHASEKV kernel validate on the dump; exit with its status")
+    ap.add_argument("--position-offset", type=int, default=0, metavar="P0",
+                    help="token t sits at RoPE position P0 + t (a multiple of the ratio; e.g. 65536 to check "
+                         "YaRN past the original context; theory/dump-format.md, \"Position offset\")")
+    ap.add_argument("--offset-unrecorded", action="store_true",
+                    help="negative control: the kernel runs from --position-offset but the dump records 0")
 
 
 def adapter_dump(a, module, preset, x, dtype, cache_format, description):
@@ -232,8 +237,15 @@ def adapter_dump(a, module, preset, x, dtype, cache_format, description):
     if a.wrong_ratio:
         run, params = mislabelled(run, params)
     fmt = None if a.label_plain else cache_format
-    dump(run, x, params, preset, a.out, dtype=dtype, seed=a.seed, cache_format=fmt)
+    if a.offset_unrecorded and not a.position_offset:
+        print("error: --offset-unrecorded needs --position-offset P0 > 0 (got 0)", file=sys.stderr)
+        sys.exit(2)
+    p0 = 0 if a.offset_unrecorded else a.position_offset
+    dump(run, x, params, preset, a.out, dtype=dtype, seed=a.seed, cache_format=fmt, position_offset=p0)
     cache = "plain (relabelled)" if a.label_plain and cache_format else (json.dumps(fmt) if fmt else "plain")
-    print(f"wrote {a.out} ({description} as {preset}, {'x'.join(map(str, x.shape))}, {dtype}, cache {cache})", flush=True)
+    at = f", from position {a.position_offset}{' (recorded as 0)' if a.offset_unrecorded else ''}" \
+        if a.position_offset else ""
+    print(f"wrote {a.out} ({description} as {preset}, {'x'.join(map(str, x.shape))}, {dtype}, cache {cache}{at})",
+          flush=True)
     if a.validate:
         sys.exit(subprocess.call([a.validate, "kernel", "validate", a.out]))

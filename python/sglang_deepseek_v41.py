@@ -65,7 +65,8 @@ def load_modules():
 class SglangCompressor:
     """SGLang's V4.1 compressor and cache-entry step behind phasekv_npdump's `run`."""
 
-    def __init__(self, modules, ratio, d_model, d_head, seed=0):
+    def __init__(self, modules, ratio, d_model, d_head, seed=0, position_offset=0):
+        self.position_offset = position_offset  # token t of a run at absolute position p0 + t
         self.sparse, self.rope = modules
         self.ratio, self.d_head = ratio, d_head
         self.comp = self.sparse.DeepseekV41Compressor(d_model, d_head, ratio, RMS_NORM_EPS, fused_compress=False)
@@ -99,7 +100,7 @@ class SglangCompressor:
             pooled = self.comp.pool_pairs(torch.stack([kv[first], kv[second]], dim=1),
                                           torch.stack([score[first], score[second]], dim=1))
         latent = self.comp.finish(pooled)
-        group_pos = torch.arange(n) * self.ratio
+        group_pos = self.position_offset + torch.arange(n) * self.ratio
         entries = self.sparse._rope_fq4(latent, freqs_cis[group_pos], ROPE, compressed_kv=True)
         gates = captured.pop("gate", None)
         return entries, pooled.to(torch.bfloat16), gates
@@ -108,7 +109,7 @@ class SglangCompressor:
         b, t, _ = x_np.shape
         x = torch.from_numpy(x_np.astype(np.float32)).to(torch.bfloat16)
         freqs_cis = self.rope.precompute_freqs_cis(
-            dim=ROPE, seqlen=max(t, 1), original_seq_len=65536, base=160000.0, factor=16.0, beta_fast=32, beta_slow=1)
+            dim=ROPE, seqlen=max(self.position_offset + t, 1), original_seq_len=65536, base=160000.0, factor=16.0, beta_fast=32, beta_slow=1)
         captured = {}
         real_softmax = torch.Tensor.softmax
 
@@ -139,7 +140,8 @@ def main():
     a = ap.parse_args()
     if a.d_head <= ROPE or a.d_head % 16:
         ap.error(f"--d-head must be a multiple of 16 above {ROPE}, got {a.d_head}")
-    module = SglangCompressor(load_modules(), a.ratio, a.d_model, a.d_head, seed=a.seed)
+    module = SglangCompressor(load_modules(), a.ratio, a.d_model, a.d_head, seed=a.seed,
+                              position_offset=a.position_offset)
     tokens = a.tokens or phasekv_npdump.default_tokens(f"dsv41-c{a.ratio}")
     x = np.random.default_rng(a.seed).uniform(-1, 1, (a.batch, tokens, a.d_model))
     preset = f"dsv41-c{2 * a.ratio if a.wrong_ratio else a.ratio}"

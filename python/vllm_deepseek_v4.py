@@ -301,6 +301,10 @@ def main():
         ap.error("--swap needs --kind v4-csa (the only kernel with prev/cur halves)")
     if a.chunk is not None and a.chunk < 1:
         ap.error(f"--chunk must be at least 1, got {a.chunk}")
+    if a.position_offset:
+        ap.error(f"--position-offset {a.position_offset}: this adapter runs from position 0 only (vLLM's kernels "
+                 "index their state cache and block table by absolute position); check YaRN past the original "
+                 "context with python/hf_deepseek_v4.py --position-offset or the mlx-lm and SGLang adapters")
     if a.wrong_ratio and a.kind == "v4-csa":
         ap.error("--wrong-ratio: CSA's ratio is fixed by its preset; use --swap")
     if a.wrong_ratio:

@@ -8,7 +8,7 @@
 //! Needs python3 with numpy, safetensors, `mlx[cpu]` 0.32.4 and mlx-lm 0.32.2. CI installs them
 //! (`.ci/run`) and sets `PHASEKV_REQUIRE_MLX=1`, which turns a missing package into a failure.
 
-use crate::common::python::{adapter_fails, adapter_passes, PyTool};
+use crate::common::python::{adapter_fails, adapter_passes, PyTool, YARN_WARNING};
 
 const SCRIPT: &str = "mlx_deepseek_v41.py";
 
@@ -36,4 +36,19 @@ fn mlx_lm_v41_compressor_passes_at_every_ratio_in_its_fp4_format_without_torch()
 fn mlx_lm_v41_negative_controls_fail() {
     adapter_fails(PyTool::Mlx, SCRIPT, "mlx-wrong-ratio", &["--ratio", "2", "--wrong-ratio"]);
     adapter_fails(PyTool::Mlx, SCRIPT, "mlx-plain", &["--ratio", "4", "--label-plain"]);
+}
+
+/// YaRN past the original context (issue 41, item 3): from position 65 536 (`--position-offset`,
+/// mlx-lm's own `start_pos`) the compressor passes with neither coverage warning; the control runs
+/// the kernel there but records position 0 in the dump, and fails.
+#[test]
+fn mlx_lm_v41_passes_past_the_original_context_and_an_unrecorded_offset_fails() {
+    let at = &["--ratio", "4", "--position-offset", "65536"];
+    if let Some(text) = adapter_passes(PyTool::Mlx, SCRIPT, "mlx-c4-offset", at, "dsv41-c4", "e2m1") {
+        assert!(text.contains("from position 65536") && !text.contains(YARN_WARNING), "{text}");
+    }
+    let streaming = &["--ratio", "4", "--position-offset", "65536", "--chunk", "5"];
+    adapter_passes(PyTool::Mlx, SCRIPT, "mlx-c4-offset-streaming", streaming, "dsv41-c4", "e2m1");
+    let unrecorded = &["--ratio", "4", "--position-offset", "65536", "--offset-unrecorded"];
+    adapter_fails(PyTool::Mlx, SCRIPT, "mlx-c4-offset-unrecorded", unrecorded);
 }

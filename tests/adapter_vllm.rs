@@ -13,7 +13,7 @@
 //! `$PHASEKV_WHEELS` (else `target/wheels`). CI downloads it (`.ci/run`) and sets
 //! `PHASEKV_REQUIRE_VLLM=1`.
 
-use crate::common::python::{adapter_fails, adapter_passes, PyTool};
+use crate::common::python::{adapter_fails, adapter_passes, python_with, run_adapter, PyTool};
 
 const SCRIPT: &str = "vllm_deepseek_v4.py";
 
@@ -60,4 +60,18 @@ fn vllm_v41_negative_controls_fail() {
         assert!(hint.contains(r#""scale":"pow2","block":32,"channels":"all""#), "{hint}");
     }
     fails("v41-interpreter-rounding", &["--kind", "v41-c2", "--triton-rounding", "interpreter", "--tokens", SHORT]);
+}
+
+/// vLLM's kernels index their state cache and block table by absolute position, so this adapter
+/// runs from position 0 only: `--position-offset` is refused in one line (exit 2), naming where
+/// YaRN past the original context is checked instead, and no dump is written.
+#[test]
+fn vllm_refuses_a_position_offset_in_one_line() {
+    let Some(py) = python_with(PyTool::Vllm, SCRIPT) else { return };
+    let out = std::env::temp_dir().join(format!("phasekv-vllm-offset-{}.safetensors", std::process::id()));
+    let (code, text) = run_adapter(py, SCRIPT, &out, &["--position-offset", "65536"], false);
+    assert_eq!(code, 2, "{text}");
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.contains("--position-offset 65536") && last.contains("hf_deepseek_v4.py"), "{text}");
+    assert!(!out.exists(), "nothing written");
 }

@@ -186,6 +186,10 @@ pub fn run_adapter(py: &str, script: &str, out: &std::path::Path, extra: &[&str]
 /// power of two below the dump's length (`conformance::validate::coverage`).
 pub const COVERAGE_WARNING: &str = "no complete main-run window starts at or after token";
 
+/// The start of `validate`'s warning that every entry position lies below YaRN's original
+/// context (a wrong YaRN is invisible there).
+pub const YARN_WARNING: &str = "lies below YaRN's original context";
+
 /// Runs adapter `script` of `tool` (`--validate`, extra options `extra`) in a scratch folder and
 /// asserts it passes against `preset`, naming a cache format that mentions `format`. At the
 /// adapter's default length (no `--tokens` in `extra`) it also asserts that validation saw a
