@@ -251,7 +251,7 @@ pub fn knockout_by(
         return Err(Error::invalid("intervention", "window-slot knockouts need a compressed preset, got full"));
     }
     // Rows per layer: KV heads, or window slots.
-    let per_layer = if slots { model.spec().geometry.window() } else { cfg.n_kv_head };
+    let per_layer = if slots { model.spec().needs_common_window("window-slot knockouts")? } else { cfg.n_kv_head };
     let mut clean: Vec<Outcome> = Vec::new();
     let mut knocked: Vec<Vec<Outcome>> = vec![Vec::new(); n_layer * per_layer];
     let chunk_size = (CHUNK / reference.min(CHUNK)).max(1);

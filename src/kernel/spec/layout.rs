@@ -96,6 +96,31 @@ impl KernelSpec {
         out
     }
 
+    /// The window every layer shares: this spec's window, or `None` for a layout whose layers
+    /// differ in window (what analyses indexed by window offset refuse: offset knockouts, gate
+    /// profiles).
+    pub fn common_window(&self) -> Option<usize> {
+        let w = self.geometry.window();
+        self.layout.iter().flatten().all(|k| k.geometry.window() == w).then_some(w)
+    }
+
+    /// The largest window among the layers (this spec's without a layout).
+    pub fn max_window(&self) -> usize {
+        self.layout.iter().flatten().map(|k| k.geometry.window()).fold(self.geometry.window(), usize::max)
+    }
+
+    /// The error of an analysis indexed by window offset on a layout whose windows differ.
+    pub fn needs_common_window(&self, what: &str) -> Result<usize> {
+        self.common_window().ok_or_else(|| {
+            let ws: Vec<String> =
+                self.layout.iter().flatten().map(|k| format!("{} W={}", k.name, k.geometry.window())).collect();
+            Error::invalid(
+                "preset",
+                format!("{what} need one window in every layer; layout '{}' has {}", self.name, ws.join(", ")),
+            )
+        })
+    }
+
     /// The one check of a layout (nothing without one). Refused, each in one line naming the
     /// field: an empty or overlong layout; a layer that is full attention, carries a layout of
     /// its own, staggers, or fails its own checks; layers whose model-level RoPE (the queries'
