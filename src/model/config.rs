@@ -546,6 +546,10 @@ mod tests {
         c.model.preset = "dsv4-layout".into();
         c.validate().unwrap();
         assert_eq!(c.model.phase_stride().unwrap(), Some(4), "the representative (CSA) layer's stride");
+        // The lab's sequences (98 tokens) hold 6 HCA16 entries and 24 CSA entries per layer.
+        let spec = c.model.kernel().unwrap();
+        let t = c.task.seq_len();
+        assert_eq!((t, spec.layer(1).geometry.num_windows(t), spec.layer(0).geometry.num_windows(t)), (98, 6, 24));
         c.model.n_layer = 3;
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("model.n_layer") && e.contains("is 3") && e.contains("multiple of 2"), "{e}");
