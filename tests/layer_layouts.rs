@@ -117,3 +117,65 @@ fn window_slot_knockouts_refuse_a_layout_of_two_windows() {
     let map = knock(Intervention::KvHead).unwrap();
     assert_eq!(map.rows.len(), cfg.model.n_layer * cfg.model.n_kv_head);
 }
+
+/// Knockout by layer (issue 42, "HCA layers contribute little"): with one KV head per layer (as
+/// DeepSeek-V4), §8.9's rule gives a layout of two windows KV-head knockouts, and each row
+/// mean-replaces one layer's whole compressed path: layer 1's row replaces HCA16 entries (fewer
+/// than CSA's), and replacing them changes the model's output. Gate profiles run on the layout,
+/// each layer on its own window.
+#[test]
+fn with_one_kv_head_each_layer_s_compressed_path_is_knocked_out_by_its_row() {
+    use phasekv::analysis::protocol::{self, Protocol};
+    use phasekv::model::decoder::Replacement;
+    let mut cfg = config("dsv4-layout", 2);
+    cfg.task.residue_modulus = 8;
+    (cfg.model.n_kv_head, cfg.model.n_head) = (1, 2);
+    let spec = cfg.model.kernel().unwrap();
+    assert_eq!(Intervention::for_model(&cfg.model, &spec), Intervention::KvHead);
+    assert_eq!(Intervention::for_model(&cfg.model, &KernelSpec::preset("dsv4-csa").unwrap()), Intervention::WindowSlot);
+    let model = Model::new(&cfg, &Device::Cpu).unwrap();
+    let prompts = protocol::generate(&cfg.task, Protocol::InSequence, 1, 0).unwrap();
+    let map = eval::knockout_by(
+        &model.decoder,
+        &cfg.task,
+        &prompts,
+        1,
+        0,
+        Intervention::KvHead,
+        &mut |_, _| {},
+        &Stop::never(),
+    )
+    .unwrap();
+    let rows: Vec<_> = map.rows.iter().map(|r| (r.layer, r.head, r.slot)).collect();
+    assert_eq!(rows, [(0, 0, None), (1, 0, None)]);
+    let (r0, r1) = (map.rows[0].replaced_entries.unwrap(), map.rows[1].replaced_entries.unwrap());
+    assert!(r1 >= 1 && r1 < r0, "layer 1 replaces HCA16 entries: {r1} against CSA's {r0}");
+    // Zeroing layer 1's entries reaches the output; a replacement with its own entries does not.
+    let batch = Batch::new(&training_batch(&cfg, 0), &Device::Cpu).unwrap();
+    let (b, t) = batch.tokens.dims2().unwrap();
+    let clean = model.decoder.forward_probe(&batch.tokens, &Probe { capture: true, ..Probe::default() }).unwrap();
+    let own = clean.captures[1].keys.squeeze(1).unwrap();
+    let m = spec.layer(1).geometry.num_windows(t);
+    assert_eq!(own.dims3().unwrap(), (b, m, cfg.model.d_head));
+    let knocked = |keys: candle_core::Tensor| {
+        let replace = Replacement { layer: 1, head: 0, values: keys.clone(), keys };
+        let fwd =
+            model.decoder.forward_probe(&batch.tokens, &Probe { replace: Some(replace), ..Probe::default() }).unwrap();
+        (fwd.hidden - &clean.hidden).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
+    };
+    let own_values = clean.captures[1].values.squeeze(1).unwrap();
+    let same = {
+        let replace = Replacement { layer: 1, head: 0, keys: own.clone(), values: own_values };
+        let fwd =
+            model.decoder.forward_probe(&batch.tokens, &Probe { replace: Some(replace), ..Probe::default() }).unwrap();
+        (fwd.hidden - &clean.hidden).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap()
+    };
+    assert_eq!(same, 0.0, "replacing layer 1's entries by themselves changes nothing");
+    assert!(knocked(own.zeros_like().unwrap()) > 1e-3, "zeroed HCA entries must change the output");
+    let samples = training_batch(&cfg, 0);
+    let gates = phasekv::analysis::gates::gate_stats(&model.decoder, &samples, &Stop::never()).unwrap();
+    for l in 0..2 {
+        let g = gates.iter().find(|g| g.layer == l).unwrap();
+        assert_eq!(g.profile.len(), spec.layer(l).geometry.window(), "layer {l}");
+    }
+}

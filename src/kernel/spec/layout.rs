@@ -97,8 +97,7 @@ impl KernelSpec {
     }
 
     /// The window every layer shares: this spec's window, or `None` for a layout whose layers
-    /// differ in window (what analyses indexed by window offset refuse: offset knockouts, gate
-    /// profiles).
+    /// differ in window (what offset knockouts refuse).
     pub fn common_window(&self) -> Option<usize> {
         let w = self.geometry.window();
         self.layout.iter().flatten().all(|k| k.geometry.window() == w).then_some(w)
