@@ -179,3 +179,19 @@ fn with_one_kv_head_each_layer_s_compressed_path_is_knocked_out_by_its_row() {
         assert_eq!(g.profile.len(), spec.layer(l).geometry.window(), "layer {l}");
     }
 }
+
+/// The example plan `plans/examples/layouts.json` (both layouts at test size, one KV head per
+/// layer, the V4.1 layout at d_head 64) parses and expands to one model unit per layout, each
+/// arm's config valid; it is listed, not run (no phase statistic on layout models yet).
+#[test]
+fn the_example_layout_plan_expands_to_both_layouts() {
+    let plan = concat!(env!("CARGO_MANIFEST_DIR"), "/plans/examples/layouts.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_phasekv"))
+        .args(["reproduce", "--plan", plan, "--list-units"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let units: Vec<&str> = stdout.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(units, ["model:dsv4-layout-kv1-seed0", "model:dsv41-layout-kv1-seed0"], "{stdout}");
+}
