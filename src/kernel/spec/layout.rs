@@ -134,7 +134,7 @@ impl KernelSpec {
             ));
         }
         let model_rope =
-            |k: &KernelSpec| (k.nope_model, k.rope.as_ref().map(|r| (r.channels.clone(), r.theta, r.scaling.clone())));
+            |k: &KernelSpec| (k.nope_model, k.rope.as_ref().map(|r| (r.channels, r.theta, r.scaling.clone())));
         for (i, k) in layers.iter().enumerate() {
             let field = |f: &str| format!("layout[{i}]{f}");
             if k.layout.is_some() {

@@ -24,6 +24,7 @@ impl FastDecoder {
         let eps = NORM_EPS as f32;
         let (starts, comps) = (&self.starts, &self.comps);
         let lw = |l: usize, j: usize| -> &[f32] { &w[starts[l] + j] };
+        let kernel_slot = |l: usize| starts[l] + LAYER.len();
         let (embed, final_norm, lm_head) = (&w[0], &w[starts[nl]], &w[starts[nl] + 1]);
         let rope = &plan.rope;
         let ws = &mut self.work;
@@ -86,7 +87,7 @@ impl FastDecoder {
                 }
             }
             if let (Some(sh), Some(win)) = (comps.get(l), win) {
-                let k0 = starts[l] + LAYER.len();
+                let k0 = kernel_slot(l);
                 compress_layer_forward(sh, win, w, k0, &cc.h1, b, t, &mut cc.comp, &mut cc.kc, &mut cc.vc);
             }
             attention_forward(cc, mask, b, t, hq, hkv, dh);
