@@ -111,3 +111,45 @@ fn bad_input_is_one_line_with_status_2() {
         assert!(!err.contains("panicked"));
     }
 }
+
+/// The layer layouts (issue 42): `kernel check` checks every layer kernel of the layout, each
+/// as a kernel of its own (CSA and HCA16; V4.1's c4 and c16), and each holds every invariant;
+/// a mutant fails on the layout too; a spec file with a bad layout is one line, status 2.
+#[test]
+fn kernel_check_holds_every_invariant_on_each_layer_of_the_layouts() {
+    for (name, layers) in [("dsv4-layout", ["dsv4-csa", "dsv4-hca16"]), ("dsv41-layout", ["dsv41-c4", "dsv41-c16"])] {
+        let (code, out, err) = phasekv(&["kernel", "check", "--preset", name, "--cases", "8"]);
+        assert_eq!(code, 0, "{name}: {out}\n{err}");
+        assert!(
+            out.contains(&format!("layout {name}: layer l uses entry l mod 2 (0: {}, 1: {})", layers[0], layers[1])),
+            "{out}"
+        );
+        for layer in layers {
+            assert!(out.lines().any(|l| l.starts_with(&format!("preset {layer}: "))), "{layer} not checked:\n{out}");
+        }
+        // Each layer kernel runs the whole catalogue on both implementations.
+        assert_eq!(out.lines().filter(|l| l.starts_with("K1 ") && l.contains("PASS")).count(), 4, "{out}");
+        assert!(out.contains("verdict: every invariant holds"), "{out}");
+    }
+    let (code, out, _) =
+        phasekv(&["kernel", "check", "--preset", "dsv4-layout", "--mutant", "attention-look-ahead", "--cases", "16"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("verdict: FAILED"), "{out}");
+    let dir = std::env::temp_dir().join(format!("cli_kernel-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut spec = serde_json::to_value(phasekv::kernel::KernelSpec::preset("dsv4-layout").unwrap()).unwrap();
+    for (layout, field) in [
+        ("[]", "layout"),
+        (r#"["dsv4-csa", "nonesuch"]"#, "layout[1]"),
+        (r#"["dsv4-csa", "w8s8-stagger-heads"]"#, "layout[1].stagger"),
+    ] {
+        spec["layout"] = serde_json::from_str(layout).unwrap();
+        let path = dir.join("bad.json");
+        std::fs::write(&path, spec.to_string()).unwrap();
+        let (code, out, err) = phasekv(&["kernel", "check", "--spec", path.to_str().unwrap(), "--cases", "8"]);
+        assert_eq!(code, 2, "{layout}: {out} {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(lines.len() == 1 && lines[0].contains(field), "{layout}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

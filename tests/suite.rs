@@ -73,6 +73,8 @@ mod kernel_validate_quantized;
 mod kernel_validate_strict;
 #[path = "kernel_validate_tolerance.rs"]
 mod kernel_validate_tolerance;
+#[path = "layer_layouts.rs"]
+mod layer_layouts;
 #[path = "ledger_v2.rs"]
 mod ledger_v2;
 #[path = "phase_lab.rs"]

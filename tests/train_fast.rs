@@ -91,6 +91,11 @@ fn stagger(preset: &str) -> Stagger {
     phasekv::kernel::KernelSpec::preset(preset).map_or(Stagger::None, |s| s.stagger)
 }
 
+/// The layout length of a preset (1 without a layout).
+fn layout_len(preset: &str) -> usize {
+    phasekv::kernel::KernelSpec::preset(preset).map_or(1, |s| s.layout_len())
+}
+
 /// [`common::configs::tiny_config`] with the head width the preset needs ([`head_width`]), and
 /// two KV heads (one query head each) when the preset staggers them (one would stagger nothing).
 fn tiny_config(preset: &str) -> RunConfig {
@@ -114,6 +119,8 @@ fn config_for(c: &Case, preset: &str) -> RunConfig {
         Stagger::Heads => cfg.model.n_kv_head = c.n_kv_head + 1,
         Stagger::None => {}
     }
+    // A layer layout repeats whole: 1 or 2 times its length (2 or 4 layers for V4's).
+    cfg.model.n_layer *= layout_len(preset);
     cfg.model.n_head = cfg.model.n_kv_head * c.groups;
     cfg.model.d_head = head_width(preset, c.d_head);
     cfg.model.d_ff = c.d_ff;
@@ -243,6 +250,9 @@ fn a_one_percent_error_is_rejected_by_the_comparison() {
         ("w8s8-stagger-heads", "layer0.attn.kernel.gate_k.z", Some(c.d_head)),
         ("w8s8-stagger-heads", "layer1.attn.kernel.proj_v", Some(c.d_head)),
         ("w8s8-stagger-heads", "layer0.attn.kernel.gate_k.b", Some(c.d_head)),
+        // A layout's HCA layer (layer 1: W = 16, one shared group) has its own parameters.
+        ("dsv4-layout", "layer1.attn.kernel.gate_k.z", None),
+        ("dsv4-layout", "layer0.attn.kernel.gate_k.b", None),
     ] {
         let mut b = both(&c, preset).unwrap();
         judge(&b).unwrap();
@@ -351,8 +361,9 @@ fn tmp_dir(label: &str) -> PathBuf {
 
 /// The presets of the training-loop tests (resume, threads): the baseline, a compressed one,
 /// DeepSeek-V4's (shared K/V, normed entries), DeepSeek-V4.1's (gates without biases) and KV
-/// heads on staggered grids (each head's own windows and entry count).
-const LOOP_PRESETS: [&str; 5] = ["full", "w8s4", "dsv4-csa", "dsv41-c4", "w8s8-stagger-heads"];
+/// heads on staggered grids (each head's own windows and entry count), and DeepSeek-V4's layer
+/// layout (CSA and HCA16 layers, each with parameters of its own shape).
+const LOOP_PRESETS: [&str; 6] = ["full", "w8s4", "dsv4-csa", "dsv41-c4", "w8s8-stagger-heads", "dsv4-layout"];
 
 fn tiny(steps: usize, preset: &str) -> RunConfig {
     let mut c = tiny_config(preset);

@@ -136,3 +136,35 @@ fn a_plan_arm_names_a_spec_file() {
     assert!(err.contains("plan.arms[0].spec"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A layer layout given as a spec file (issue 42): layers named by preset in JSON, trained a few
+/// steps end to end with the spec kept whole in `config.json`; a bad layout (a layer with a
+/// layout of its own, a model whose layers do not hold the layout whole) is one line, exit 2.
+#[test]
+fn a_layout_spec_file_trains_and_a_bad_layout_is_one_line() {
+    let dir = scratch("train-spec-layout");
+    let mut value = serde_json::to_value(KernelSpec::preset("dsv4-layout").unwrap()).unwrap();
+    value["name"] = "hca-first".into();
+    value["layout"] = serde_json::json!(["dsv4-hca8", "dsv4-csa"]);
+    let spec = write(&dir.join("layout.json"), &value);
+    let mut cfg = tiny_config("full");
+    cfg.train.steps = 3;
+    cfg.task.residue_modulus = 4;
+    let cfg_path = write(&dir.join("tiny.json"), &cfg);
+    let run = dir.join("run");
+    let (code, out, err) =
+        phasekv(&["train", "--config", &cfg_path, "--spec", &spec, "--out", run.to_str().unwrap(), "--quiet"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let config = phasekv::model::RunConfig::from_file(&run.join("config.json")).unwrap();
+    let kernel = config.model.kernel().unwrap();
+    assert_eq!((kernel.layer(0).name.as_str(), kernel.layer(1).name.as_str()), ("dsv4-hca8", "dsv4-csa"));
+    assert_eq!(config.model.phase_stride().unwrap(), Some(4), "the representative layer is CSA");
+    value["layout"] = serde_json::json!(["dsv4-csa", "dsv4-layout"]);
+    let bad = write(&dir.join("nested.json"), &value);
+    one_line_refusal(&["train", "--config", &cfg_path, "--spec", &bad, "--print-config"], "layout[1].layout");
+    let mut three = cfg.clone();
+    three.model.n_layer = 3;
+    let three = write(&dir.join("three.json"), &three);
+    one_line_refusal(&["train", "--config", &three, "--spec", &spec, "--print-config"], "model.n_layer");
+    let _ = std::fs::remove_dir_all(&dir);
+}

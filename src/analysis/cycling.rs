@@ -110,7 +110,7 @@ pub fn cycle_profiles(
     progress: &mut dyn FnMut(usize, usize),
     stop: &Stop,
 ) -> Result<CycleResult> {
-    let spec = model.decoder.spec().clone();
+    let spec = model.decoder.spec().layer(layer).clone();
     let (w, s) = (spec.geometry.window(), spec.geometry.stride());
     if heads.is_empty() {
         return Err(Error::invalid("head", "cycle at least one KV head"));

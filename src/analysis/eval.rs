@@ -130,9 +130,11 @@ impl Intervention {
 
     /// §8.9's intervention for a model: window slots where a layer has one KV head or the
     /// kernel shares keys and values (`dsv4-csa`), KV heads otherwise (and always for `full`,
-    /// which has no windows).
+    /// which has no windows, and for a layer layout whose layers differ in window, where a KV
+    /// head's row with one KV head per layer knocks out the layer's whole compressed path:
+    /// `theory/kernels.md`, "Layer layouts").
     pub fn for_model(config: &crate::model::ModelConfig, spec: &crate::kernel::spec::KernelSpec) -> Self {
-        if !config.is_full() && (config.n_kv_head == 1 || spec.shared_kv) {
+        if !config.is_full() && spec.common_window().is_some() && (config.n_kv_head == 1 || spec.shared_kv) {
             Intervention::WindowSlot
         } else {
             Intervention::KvHead
@@ -251,7 +253,7 @@ pub fn knockout_by(
         return Err(Error::invalid("intervention", "window-slot knockouts need a compressed preset, got full"));
     }
     // Rows per layer: KV heads, or window slots.
-    let per_layer = if slots { model.spec().geometry.window() } else { cfg.n_kv_head };
+    let per_layer = if slots { model.spec().needs_common_window("window-slot knockouts")? } else { cfg.n_kv_head };
     let mut clean: Vec<Outcome> = Vec::new();
     let mut knocked: Vec<Vec<Outcome>> = vec![Vec::new(); n_layer * per_layer];
     let chunk_size = (CHUNK / reference.min(CHUNK)).max(1);

@@ -162,7 +162,7 @@ pub fn gate_stats_batched(model: &Decoder, samples: &[Sample], batch: usize, sto
     let mut out = Vec::new();
     for (l, cap) in captures.iter().enumerate() {
         let mut branches = vec![(Branch::Key, cap.gate_k.as_ref())];
-        if spec.has_value_gate() {
+        if spec.layer(l).has_value_gate() {
             branches.push((Branch::Value, cap.gate_v.as_ref()));
         }
         for (branch, gate) in branches {

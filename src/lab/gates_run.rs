@@ -62,7 +62,9 @@ pub fn gates_run(
         progress(i + 1, weights.len());
     }
     stop.check("gates")?;
-    let window = config.model.kernel()?.geometry.window();
+    // Each layer's gates are profiled on its own window; the figures' axes span the widest
+    // (a layer layout's, `theory/kernels.md`, "Layer layouts").
+    let window = config.model.kernel()?.max_window();
     let result = GatesResult { preset: config.model.preset.clone(), window, samples, seed, snapshots, run_id: id };
     figures::gate_figures(&run.join("gates"), &result.preset, &result.snapshots, window)?;
     write_csv_atomic(&run.join("gates.csv"), &gates_rows(&result))?;

@@ -54,7 +54,7 @@ pub fn knockout_run(
     // Per prompt: its clean pass, its references, and one pass per knocked row (the larger of
     // the KV heads and the window slots of every layer).
     let m = &verified.config.model;
-    let window = if m.is_full() { 0 } else { m.kernel()?.geometry.window() };
+    let window = if m.is_full() { 0 } else { m.kernel()?.max_window() };
     let rows = m.n_layer.saturating_mul(m.n_kv_head.max(window)) as u64;
     let per_prompt = (reference as u64).saturating_add(1).saturating_add(rows);
     let groups = task.residue_modulus as u64;

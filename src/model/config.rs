@@ -64,8 +64,9 @@ impl ModelConfig {
         crate::kernel::spec::presets::is_baseline(&self.preset)
     }
 
-    /// The kernel of every KV head of layer `layer`: the preset's spec on that head's grid
-    /// ([`KernelSpec::for_head`]; all alike unless the spec staggers).
+    /// The kernel of every KV head of layer `layer`: the layer's kernel (a layout's entry for
+    /// that layer, [`KernelSpec::layer`]) on that head's grid ([`KernelSpec::for_head`]; all
+    /// alike unless the spec staggers). The one per-layer resolution every engine asks.
     pub fn head_specs(&self, spec: &KernelSpec, layer: usize) -> Result<Vec<KernelSpec>> {
         (0..self.n_kv_head).map(|h| spec.for_head(layer, self.n_layer, h, self.n_kv_head)).collect()
     }
@@ -117,7 +118,9 @@ impl ModelConfig {
         self.spec = (!spec.is_listed()).then_some(spec);
     }
 
-    /// The stride phases are folded by: `None` for the uncompressed baseline.
+    /// The stride phases are folded by: `None` for the uncompressed baseline. For a layer
+    /// layout, the representative layer's (the smallest stride among its layers,
+    /// `theory/kernels.md`, "Layer layouts"), which is the layout spec's own geometry.
     pub fn phase_stride(&self) -> Result<Option<usize>> {
         if self.is_full() {
             return Ok(None);
@@ -154,6 +157,17 @@ impl ModelConfig {
             ));
         }
         spec.check_stagger_shape(self.n_layer, self.n_kv_head)?;
+        let len = spec.layout_len();
+        if !self.n_layer.is_multiple_of(len) {
+            return Err(Error::invalid(
+                "model.n_layer",
+                format!(
+                    "is {}, but kernel '{}' lays out {len} layer kernels; allowed: a multiple of {len} (every \
+                     layer kernel of the layout in the model, the layout repeated whole)",
+                    self.n_layer, self.preset
+                ),
+            ));
+        }
         Ok(())
     }
 }
@@ -403,19 +417,23 @@ impl RunConfig {
         if !self.model.is_full() {
             // Degenerate geometry: a window or stride longer than the sequence leaves no
             // compressed entry, and the run would train a local-window model under the
-            // preset's name.
-            let g = self.model.kernel()?.geometry;
-            let (w, s) = (g.window(), g.stride());
-            if w > t || s > t || g.num_windows(t) == 0 {
-                return Err(Error::invalid(
-                    "model.preset",
-                    format!(
-                        "{} (W = {w}, S = {s}) gives {} compressed entries on the task's {t}-token sequences; \
-                         W and S must be at most the sequence length",
-                        self.model.preset,
-                        g.num_windows(t)
-                    ),
-                ));
+            // preset's name (checked on every layer's kernel of a layout).
+            let spec = self.model.kernel()?;
+            for (l, k) in spec.distinct_layers(self.model.n_layer) {
+                let g = k.geometry;
+                let (w, s) = (g.window(), g.stride());
+                if w > t || s > t || g.num_windows(t) == 0 {
+                    let layer = if spec.is_layout() { format!(" layer {l} kernel {}", k.name) } else { String::new() };
+                    return Err(Error::invalid(
+                        "model.preset",
+                        format!(
+                            "{}{layer} (W = {w}, S = {s}) gives {} compressed entries on the task's {t}-token \
+                             sequences; W and S must be at most the sequence length",
+                            self.model.preset,
+                            g.num_windows(t)
+                        ),
+                    ));
+                }
             }
         }
         check_product("model parameters", self.parameter_estimate(), MAX_PARAMS)?;
@@ -518,5 +536,33 @@ mod tests {
         assert_eq!(mib("w8s4").round(), 9250.0);
         // Both are accepted; the default config is far below the bound.
         assert!(RunConfig::default().activation_floats().unwrap() < crate::limits::MAX_ACTIVATION_FLOATS / 50);
+    }
+
+    /// A layer layout repeats whole in the model, and every layer's kernel must hold an entry
+    /// on the task's sequences: both refused in one line naming the field.
+    #[test]
+    fn a_layout_model_needs_whole_layouts_and_sequences_that_hold_every_layer() {
+        let mut c = RunConfig::recommended();
+        c.model.preset = "dsv4-layout".into();
+        c.validate().unwrap();
+        assert_eq!(c.model.phase_stride().unwrap(), Some(4), "the representative (CSA) layer's stride");
+        // The lab's sequences (98 tokens) hold 6 HCA16 entries and 24 CSA entries per layer.
+        let spec = c.model.kernel().unwrap();
+        let t = c.task.seq_len();
+        assert_eq!((t, spec.layer(1).geometry.num_windows(t), spec.layer(0).geometry.num_windows(t)), (98, 6, 24));
+        c.model.n_layer = 3;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("model.n_layer") && e.contains("is 3") && e.contains("multiple of 2"), "{e}");
+        c.model.n_layer = 4;
+        c.validate().unwrap();
+        let heads: Vec<_> =
+            (0..4).map(|l| c.model.head_specs(&c.model.kernel().unwrap(), l).unwrap()[0].name.clone()).collect();
+        assert_eq!(heads, ["dsv4-csa", "dsv4-hca16", "dsv4-csa", "dsv4-hca16"]);
+        // Sequences of 14 tokens hold CSA entries but no HCA16 entry: layer 1 is named.
+        c.task = TaskConfig { max_prefix: 0, max_tail: 0, n_records: 2, n_queries: 2, ..c.task.clone() };
+        c.model.local_window = 2;
+        assert!(c.task.seq_len() < 16, "{}", c.task.seq_len());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("model.preset") && e.contains("layer 1 kernel dsv4-hca16"), "{e}");
     }
 }

@@ -176,7 +176,7 @@ impl Decoder {
                     }
                 }
                 let k = TensorKernel::new(&head_specs[0], dims, hkv, &device, vb.dtype())?;
-                let p = TensorParams::init(&spec, dims, hkv, &va.pp("kernel"))?;
+                let p = TensorParams::init(spec.layer(l), dims, hkv, &va.pp("kernel"))?;
                 Some((k, p))
             };
             let attn = Attention {

@@ -85,7 +85,7 @@ impl Model {
         if cfg.is_full() {
             return Err(Error::invalid("preset", "full attention has no compressor to cycle"));
         }
-        let spec = self.decoder.spec();
+        let spec = self.decoder.spec().layer(layer);
         let groups = crate::kernel::cycle::groups_move(spec)?;
         let w = spec.geometry.window();
         let prefix = format!("layer{layer}.attn.kernel.");

@@ -47,11 +47,24 @@ pub fn run(
         return check_external(&cmd, given.as_ref(), opts);
     }
     let Some(given) = given else { bail!("give --preset NAME, --spec FILE.json or --external CMD") };
-    checkable_with(&given, opts.cases, 1)?;
     // A staggered spec: every grid its heads sit on in the default model shape, each checked as
-    // a kernel of its own (`theory/kernels.md`, "Staggered grids").
+    // a kernel of its own (`theory/kernels.md`, "Staggered grids"); a layer layout: every layer
+    // kernel of the layout ("Layer layouts"), each checked as a kernel of its own.
     let shape = phasekv::model::config::ModelConfig::default();
-    let grids = given.head_kernels(shape.n_layer, shape.n_kv_head)?;
+    let n_layer = shape.n_layer.max(given.layout_len());
+    let grids = given.head_kernels(n_layer, shape.n_kv_head)?;
+    for spec in &grids {
+        checkable_with(spec, opts.cases, 1)?;
+    }
+    if given.is_layout() {
+        let layers: Vec<String> = (0..given.layout_len()).map(|l| format!("{l}: {}", given.layer(l).name)).collect();
+        println!(
+            "layout {}: layer l uses entry l mod {} ({}); each kernel is checked",
+            given.name,
+            given.layout_len(),
+            layers.join(", ")
+        );
+    }
     if given.is_staggered() {
         let offsets: Vec<String> = grids.iter().map(|g| g.geometry.offset().to_string()).collect();
         println!(

@@ -6,7 +6,8 @@ use super::rope::{RopeChannels, RopeScaling};
 use crate::geometry::{Alignment, EntryPosition};
 
 impl KernelSpec {
-    /// One line describing the knobs, for `phasekv kernel list`.
+    /// One line describing the knobs, for `phasekv kernel list` (a layout: its layers, then
+    /// the representative layer's knobs).
     pub fn describe(&self) -> String {
         let g = &self.geometry;
         let gate = match self.gate {
@@ -59,8 +60,16 @@ impl KernelSpec {
             (0, rule) => format!(" stagger={}", rule.name()),
             (o, rule) => format!(" offset={o} stagger={}", rule.name()),
         };
+        // A layer layout: its layers first; the knobs after are its representative layer's.
+        let layout = match &self.layout {
+            Some(layers) => {
+                let names: Vec<&str> = layers.iter().map(|k| k.name.as_str()).collect();
+                format!("layout=[{}] representative ", names.join(", "))
+            }
+            None => String::new(),
+        };
         format!(
-            "W={} S={}{grid} {align} gate={gate}{} groups={groups} {} {} norm={} rope={rope}",
+            "{layout}W={} S={}{grid} {align} gate={gate}{} groups={groups} {} {} norm={} rope={rope}",
             g.window(),
             g.stride(),
             if self.gate != GateKind::Uniform && !self.gate_bias { " (no bias)" } else { "" },

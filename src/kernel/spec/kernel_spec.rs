@@ -44,6 +44,12 @@ pub struct KernelSpec {
     pub visibility: Visibility,
     /// The `-norope` ablation: a model built on this kernel uses no RoPE anywhere (NoPE).
     pub nope_model: bool,
+    /// A layer layout (issue 42, `theory/kernels.md`, "Layer layouts"): layer `l` of a model
+    /// computes with `layout[l % len]`, each entry a preset name or a whole spec in JSON. The
+    /// spec's own knobs are then those of its representative layer
+    /// ([`KernelSpec::representative_layer`]). Absent: every layer uses this spec.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "super::layout::deserialize")]
+    pub layout: Option<Vec<KernelSpec>>,
 }
 
 /// Default RMSNorm epsilon: DeepSeek-V4's `rms_norm_eps` (config.json of V4-Flash and V4-Pro;
@@ -171,7 +177,7 @@ impl KernelSpec {
                 format!("must be positive and finite, got {}", self.rms_norm_eps),
             ));
         }
-        Ok(())
+        self.check_layout()
     }
 
     /// [`Self::validate`] plus the checks that need the head width (an absolute RoPE channel
@@ -180,6 +186,9 @@ impl KernelSpec {
         self.validate()?;
         if let Some(rope) = &self.rope {
             rope.validate(Some(d_head))?;
+        }
+        for (i, layer) in self.layout.iter().flatten().enumerate() {
+            layer.validate_for(d_head).map_err(|e| Error::invalid(format!("layout[{i}]"), e.to_string()))?;
         }
         Ok(())
     }

@@ -16,6 +16,7 @@ mod describe;
 mod dims;
 mod kernel_spec;
 mod knobs;
+mod layout;
 pub mod presets;
 mod rope;
 mod stagger;

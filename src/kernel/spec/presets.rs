@@ -29,12 +29,14 @@ pub enum Family {
     DeepSeekV41,
     /// A paper geometry whose KV heads or layers sit on staggered grids ([`STAGGERS`]).
     Stagger,
+    /// A layer layout: per-layer kernels, as DeepSeek-V4 and V4.1 alternate them by layer.
+    Layout,
     /// The uncompressed baseline.
     Baseline,
 }
 
 impl Family {
-    /// A short name (`paper`, `ablation`, `dsv4`, `dsv41`, `stagger`, `baseline`).
+    /// A short name (`paper`, `ablation`, `dsv4`, `dsv41`, `stagger`, `layout`, `baseline`).
     pub fn name(self) -> &'static str {
         match self {
             Family::Paper => "paper",
@@ -42,6 +44,7 @@ impl Family {
             Family::DeepSeekV4 => "dsv4",
             Family::DeepSeekV41 => "dsv41",
             Family::Stagger => "stagger",
+            Family::Layout => "layout",
             Family::Baseline => "baseline",
         }
     }
@@ -150,6 +153,20 @@ pub const ALL: &[Preset] = &[
     row("dsv41-c2", Family::DeepSeekV41, DSV41_ABOUT, dsv41),
     row("dsv41-c4", Family::DeepSeekV41, DSV41_ABOUT, dsv41),
     row("dsv41-c128", Family::DeepSeekV41, DSV41_ABOUT, dsv41),
+    row(
+        "dsv4-layout",
+        Family::Layout,
+        "DeepSeek-V4's layer layout, scaled: dsv4-csa on even layers, dsv4-hca16 on odd layers (HCA at rate 16 \
+         for V4's 128, so a 98-token sequence holds 6 HCA entries)",
+        dsv4_layout,
+    ),
+    row(
+        "dsv41-layout",
+        Family::Layout,
+        "DeepSeek-V4.1's compressor in V4's layer layout, scaled: dsv41-c4 on even layers, dsv41-c16 on odd \
+         layers (ratios 4 and 128 as SGLang's V4.1 model accepts them, 128 scaled to 16); d_head >= 64",
+        dsv41_layout,
+    ),
     row("full", Family::Baseline, "no compression: every token is its own entry (W=S=1, uniform)", full),
 ];
 
@@ -272,6 +289,7 @@ impl KernelSpec {
             rope: Some(RopeSpec::plain(RopeChannels::All, EntryPosition::First, ROPE_THETA)),
             visibility: Visibility::Inclusive,
             nope_model: false,
+            layout: None,
         }
     }
 }
@@ -372,6 +390,32 @@ fn dsv41(name: &str) -> Result<KernelSpec> {
     })
 }
 
+/// The HCA rate of the layout presets: DeepSeek-V4's 128 scaled to 16 so that every sequence
+/// of the lab's task holds several HCA entries (`theory/kernels.md`, "Layer layouts": V4's
+/// CSA : HCA = 4 : 128 = 1 : 32 becomes 4 : 16 = 1 : 4).
+pub const LAYOUT_HCA_RATE: usize = 16;
+
+/// DeepSeek-V4's layer layout (`../shared/reference/deepseek-v4-compressors.md` §2.2: CSA on
+/// even layers, HCA on odd layers from layer 2 on), scaled ([`LAYOUT_HCA_RATE`]). The first two
+/// layers of V4-Flash (sliding window only) and V4-Pro (HCA) are left out: the backbone's models
+/// have 2 to 4 layers, every one of them in the interleave.
+fn dsv4_layout(name: &str) -> Result<KernelSpec> {
+    let hca = KernelSpec::preset(&format!("dsv4-hca{LAYOUT_HCA_RATE}"))?;
+    KernelSpec::with_layout(name, vec![KernelSpec::preset("dsv4-csa")?, hca])
+}
+
+/// DeepSeek-V4.1's compressor in V4's layer layout, scaled the same way: `dsv41-c4` on even
+/// layers, `dsv41-c16` on odd layers. The shipped implementations configure the ratios per
+/// layer from the checkpoint's `compress_ratios` (mlx-lm 0.32.2 `mlx_lm/models/deepseek_v41.py`,
+/// `Attention.__init__`: `ratio = compress_ratios[layer_id]`); SGLang 0.5.23
+/// (`sglang/srt/models/deepseek_v4.py`, the attention's `assert compress_ratio in (0, 1, 2, 4,
+/// 128)`) accepts 0, 1, 2, 4 and 128 per layer. No package ships a V4.1 checkpoint's array, so
+/// the layout keeps V4's interleave of 4 and 128 (`../shared/reference/shipped-compressors.md`).
+fn dsv41_layout(name: &str) -> Result<KernelSpec> {
+    let wide = KernelSpec::preset(&format!("dsv41-c{LAYOUT_HCA_RATE}"))?;
+    KernelSpec::with_layout(name, vec![KernelSpec::preset("dsv41-c4")?, wide])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,6 +428,7 @@ mod tests {
             assert_eq!(spec.name, p.name);
             assert_eq!(p.family == Family::Ablation, ABLATIONS.iter().any(|(s, _)| p.name.ends_with(&format!("-{s}"))));
             assert_eq!(p.family == Family::Stagger, spec.is_staggered(), "{}", p.name);
+            assert_eq!(p.family == Family::Layout, spec.is_layout(), "{}", p.name);
         }
         let mut seen = std::collections::HashSet::new();
         assert!(ALL.iter().all(|p| seen.insert(p.name)), "duplicate preset name");

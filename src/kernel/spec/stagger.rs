@@ -27,9 +27,10 @@ impl KernelSpec {
         if head >= n_kv_head {
             return Err(Error::invalid("head", format!("must be below n_kv_head ({n_kv_head}), got {head}")));
         }
-        let g = &self.geometry;
+        let k = self.layer(layer);
+        let g = &k.geometry;
         let s = g.stride();
-        let shift = match self.stagger {
+        let shift = match k.stagger {
             Stagger::None => 0,
             Stagger::Heads => head * s / n_kv_head,
             Stagger::Layers => layer * s / n_layer,
@@ -37,11 +38,12 @@ impl KernelSpec {
         Ok((g.offset() + shift) % s)
     }
 
-    /// The kernel of KV head `head` in layer `layer`: this spec on that head's grid, with no
-    /// stagger rule left.
+    /// The kernel of KV head `head` in layer `layer`: the layer's kernel ([`KernelSpec::layer`]:
+    /// its layout entry, or this spec) on that head's grid, with no stagger rule or layout left.
     pub fn for_head(&self, layer: usize, n_layer: usize, head: usize, n_kv_head: usize) -> Result<KernelSpec> {
         let offset = self.head_offset(layer, n_layer, head, n_kv_head)?;
-        Ok(KernelSpec { geometry: self.geometry.with_offset(offset)?, stagger: Stagger::None, ..self.clone() })
+        let k = self.layer(layer);
+        Ok(KernelSpec { geometry: k.geometry.with_offset(offset)?, stagger: Stagger::None, layout: None, ..k.clone() })
     }
 
     /// Every head's offset, `[n_layer][n_kv_head]`.
@@ -82,9 +84,13 @@ impl KernelSpec {
 
 impl KernelSpec {
     /// The kernels of every distinct grid this spec's heads sit on for a model shape, in
-    /// increasing offset (an unstaggered spec: itself, unchanged). What `kernel check` and the
-    /// invariant tests run: each head on its own grid.
+    /// increasing offset (an unstaggered spec: itself, unchanged; a layout: each distinct layer
+    /// kernel, in order of first use, none staggered). What `kernel check` and the invariant
+    /// tests run: each head on its own grid, each layer with its own kernel.
     pub fn head_kernels(&self, n_layer: usize, n_kv_head: usize) -> Result<Vec<KernelSpec>> {
+        if self.is_layout() {
+            return Ok(self.distinct_layers(n_layer).into_iter().map(|(_, k)| k.clone()).collect());
+        }
         if !self.is_staggered() {
             return Ok(vec![self.clone()]);
         }

@@ -12,15 +12,16 @@ impl FastDecoder {
     /// Backward pass from the loss's gradient [`FastDecoder::forward`] left: every parameter's
     /// gradient.
     pub(super) fn backward(&mut self, w: &[Vec<f32>], x: &Inputs, plan: &Plan) -> Vec<Vec<f32>> {
-        let Sizes { d, dh, hq, hkv, ff, nl, vocab, bt, pl } = self.sizes(x);
+        let Sizes { d, dh, hq, hkv, ff, nl, vocab, bt } = self.sizes(x);
         let (b, t, tokens, idx) = (x.b, x.t, &x.tokens, &x.idx);
         let (qw, kw) = (hq * dh, hkv * dh);
-        let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * pl + j] };
-        let (final_norm, lm_head) = (&w[1 + nl * pl], &w[2 + nl * pl]);
-        let (comp, rope, n) = (self.comp.as_ref(), &plan.rope, idx.len());
+        let (starts, comps) = (&self.starts, &self.comps);
+        let lw = |l: usize, j: usize| -> &[f32] { &w[starts[l] + j] };
+        let (final_norm, lm_head) = (&w[starts[nl]], &w[starts[nl] + 1]);
+        let (rope, n) = (&plan.rope, idx.len());
         let ws = &mut self.work;
         let mut grads: Vec<Vec<f32>> = w.iter().map(|p| vec![0f32; p.len()]).collect();
-        let (g_embed_i, g_final_i, g_head_i) = (0, 1 + nl * pl, 2 + nl * pl);
+        let (g_embed_i, g_final_i, g_head_i) = (0, starts[nl], starts[nl] + 1);
         let dlogits = &ws.logits;
         gemm(d, vocab, n, &mut grads[g_head_i], vocab, false, View::t(&ws.hs, d), View::rows(dlogits, vocab));
         size(&mut ws.dhs, n * d);
@@ -57,7 +58,7 @@ impl FastDecoder {
                 size(v, n);
             }
             let cc = &ws.layers[l];
-            let gi = |j: usize| 1 + l * pl + j;
+            let gi = |j: usize| starts[l] + j;
             // x_out = x_mid + a @ w_down
             gemm(ff, d, bt, &mut grads[gi(W_DOWN)], d, false, View::t(&cc.a, ff), View::rows(dx, d));
             gemm(bt, ff, d, &mut ws.da, ff, false, View::rows(dx, d), View::t(lw(l, W_DOWN), d));
@@ -101,8 +102,8 @@ impl FastDecoder {
             gemm(bt, d, qw, &mut ws.dhid, d, false, View::rows(&ws.dqp, qw), View::t(lw(l, WQ), qw));
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dkp, kw), View::t(lw(l, WK), kw));
             gemm(bt, d, kw, &mut ws.dhid, d, true, View::rows(&ws.dv, kw), View::t(lw(l, WV), kw));
-            if let (Some(sh), Some(win)) = (comp, win) {
-                let (kg, k0) = (&mut grads[gi(LAYER.len())..gi(pl)], gi(LAYER.len()));
+            if let (Some(sh), Some(win)) = (comps.get(l), win) {
+                let (kg, k0) = (&mut grads[gi(LAYER.len())..starts[l + 1]], gi(LAYER.len()));
                 let (dkc, dvc) = (&ws.dkc, &ws.dvc);
                 compress_layer_backward(sh, win, &cc.comp, w, k0, dkc, dvc, b, t, &mut ws.comp, kg, &mut ws.dhid);
             }

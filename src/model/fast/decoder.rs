@@ -54,7 +54,6 @@ pub(super) struct Sizes {
     pub(super) nl: usize,
     pub(super) vocab: usize,
     pub(super) bt: usize,
-    pub(super) pl: usize,
 }
 
 /// The fast engine bound to a model's parameters (candle `Var`s, read at every step, so the
@@ -70,10 +69,12 @@ pub struct FastDecoder {
     /// share a grid (every preset but `stagger: heads`: one batched compressor, one mask), else
     /// one per KV head, each on its own grid.
     pub(super) layer_grids: Vec<Vec<KernelSpec>>,
-    /// The compressor of every layer (`None` for `full`).
-    pub(super) comp: Option<CompressorShape>,
-    /// Parameters per layer ([`LAYER`], then the compressor's).
-    pub(super) per_layer: usize,
+    /// The compressor of each layer, on that layer's kernel (a layout's layers differ: a
+    /// `W = 16` layer's gate parameters are not a `W = 4` layer's); empty for `full`.
+    pub(super) comps: Vec<CompressorShape>,
+    /// The slot of each layer's first parameter ([`LAYER`], then its compressor's), and last
+    /// the slot of `final_norm` (`n_layer + 1` entries).
+    pub(super) starts: Vec<usize>,
     pub(super) work: Workspace,
 }
 
@@ -84,14 +85,22 @@ impl FastDecoder {
         config.validate()?;
         check_supported(config)?;
         let spec = config.kernel()?;
-        let comp =
-            (!config.is_full()).then(|| CompressorShape::new(&spec, config.d_model, config.d_head, config.n_kv_head));
-        let knames = comp.as_ref().map(|c| c.param_names()).unwrap_or_default();
+        let comps: Vec<CompressorShape> = if config.is_full() {
+            Vec::new()
+        } else {
+            (0..config.n_layer)
+                .map(|l| CompressorShape::new(spec.layer(l), config.d_model, config.d_head, config.n_kv_head))
+                .collect()
+        };
         let mut names = vec!["embed".to_string()];
+        let mut starts = Vec::with_capacity(config.n_layer + 1);
         for l in 0..config.n_layer {
+            starts.push(names.len());
             names.extend(LAYER.iter().map(|n| format!("layer{l}.{n}")));
+            let knames = comps.get(l).map(|c| c.param_names()).unwrap_or_default();
             names.extend(knames.iter().map(|n| format!("layer{l}.attn.kernel.{n}")));
         }
+        starts.push(names.len());
         names.push("final_norm".into());
         names.push("lm_head".into());
         let mut vars = Vec::with_capacity(names.len());
@@ -112,7 +121,6 @@ impl FastDecoder {
             }
             _ => None,
         };
-        let per_layer = LAYER.len() + knames.len();
         let layer_grids = (0..config.n_layer)
             .map(|l| {
                 let mut heads = config.head_specs(&spec, l)?;
@@ -128,8 +136,8 @@ impl FastDecoder {
             vars,
             rope_freqs,
             layer_grids,
-            comp,
-            per_layer,
+            comps,
+            starts,
             work: Workspace::default(),
         })
     }
@@ -192,10 +200,10 @@ impl FastDecoder {
     /// entries of this length; `full` attends causally (a local window of the whole sequence,
     /// as the decoder calls it).
     pub(super) fn plan(&self, t: usize) -> Plan {
-        let local = if self.comp.is_some() { self.cfg.local_window } else { t.max(1) };
+        let local = if self.comps.is_empty() { t.max(1) } else { self.cfg.local_window };
         let (mut win, mut mask) = (Vec::new(), Vec::new());
-        for grids in &self.layer_grids {
-            let w = self.comp.as_ref().map(|sh| LayerWindows::new(sh, grids, t));
+        for (l, grids) in self.layer_grids.iter().enumerate() {
+            let w = self.comps.get(l).map(|sh| LayerWindows::new(sh, grids, t));
             let (ne, counts) = w.as_ref().map_or((0, vec![0; grids.len()]), |w| (w.n(), w.counts()));
             let vis: Vec<_> = grids.iter().zip(counts).map(|(s, ng)| (s.geometry, s.visibility, ng)).collect();
             mask.push(Mask::new(&vis, ne, t, local));
@@ -216,7 +224,6 @@ impl FastDecoder {
             nl: c.n_layer,
             vocab: self.vocab,
             bt: x.b * x.t,
-            pl: self.per_layer,
         }
     }
 }

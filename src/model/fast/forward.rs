@@ -18,13 +18,15 @@ impl FastDecoder {
     /// `work.logits`, the loss's gradient with respect to the logits (what
     /// [`FastDecoder::backward`] starts from).
     pub(super) fn forward(&mut self, w: &[Vec<f32>], x: &Inputs, plan: &Plan) -> BatchScore {
-        let Sizes { d, dh, hq, hkv, ff, nl, vocab, bt, pl } = self.sizes(x);
+        let Sizes { d, dh, hq, hkv, ff, nl, vocab, bt } = self.sizes(x);
         let (b, t, tokens, idx, targets) = (x.b, x.t, &x.tokens, &x.idx, &x.targets);
         let (qw, kw) = (hq * dh, hkv * dh);
         let eps = NORM_EPS as f32;
-        let lw = |l: usize, j: usize| -> &[f32] { &w[1 + l * pl + j] };
-        let (embed, final_norm, lm_head) = (&w[0], &w[1 + nl * pl], &w[2 + nl * pl]);
-        let (comp, rope) = (self.comp.as_ref(), &plan.rope);
+        let (starts, comps) = (&self.starts, &self.comps);
+        let lw = |l: usize, j: usize| -> &[f32] { &w[starts[l] + j] };
+        let kernel_slot = |l: usize| starts[l] + LAYER.len();
+        let (embed, final_norm, lm_head) = (&w[0], &w[starts[nl]], &w[starts[nl] + 1]);
+        let rope = &plan.rope;
         let ws = &mut self.work;
         ws.layers.resize_with(nl, LayerCache::default);
         size(&mut ws.x, bt * d);
@@ -84,8 +86,8 @@ impl FastDecoder {
                     dst[o..o + dh].copy_from_slice(s);
                 }
             }
-            if let (Some(sh), Some(win)) = (comp, win) {
-                let k0 = 1 + l * pl + LAYER.len();
+            if let (Some(sh), Some(win)) = (comps.get(l), win) {
+                let k0 = kernel_slot(l);
                 compress_layer_forward(sh, win, w, k0, &cc.h1, b, t, &mut cc.comp, &mut cc.kc, &mut cc.vc);
             }
             attention_forward(cc, mask, b, t, hq, hkv, dh);

@@ -6,7 +6,7 @@ use crate::{Error, Result};
 
 /// What the fast engine implements, in words.
 pub const SUPPORTED: &str =
-    "every preset: full, w{W}s{S} with its ablations, DeepSeek-V4's dsv4-*, DeepSeek-V4.1's dsv41-c{m}, *-stagger-layers and *-stagger-heads";
+    "every preset: full, w{W}s{S} with its ablations, DeepSeek-V4's dsv4-*, DeepSeek-V4.1's dsv41-c{m}, *-stagger-layers and *-stagger-heads, and the layer layouts dsv4-layout and dsv41-layout";
 
 /// Presets of every family the fast engine implements, one each (what the tests compare
 /// against the candle path): full attention; the paper's `w{W}s{S}` kernels with vector,
@@ -16,7 +16,9 @@ pub const SUPPORTED: &str =
 /// DeepSeek-V4.1's (a vector gate without per-offset biases, RoPE on the last channels at
 /// the group's first token), at ratio 4 (`dsv41-c1` has no gate: uniform pooling, as HCA's);
 /// layers on staggered grids (`-stagger-layers`, each layer's own offset) and the KV heads of a
-/// layer on staggered grids (`-stagger-heads`, each head's own offset and entry count).
+/// layer on staggered grids (`-stagger-heads`, each head's own offset and entry count); the
+/// layer layouts (`dsv4-layout`, `dsv41-layout`: each layer its own kernel, window and
+/// parameter shapes).
 pub const SUPPORTED_PRESETS: &[&str] = &[
     "full",
     "w8s4",
@@ -32,6 +34,8 @@ pub const SUPPORTED_PRESETS: &[&str] = &[
     "w8s8-stagger-layers",
     "w8s4-stagger-layers",
     "w8s8-stagger-heads",
+    "dsv4-layout",
+    "dsv41-layout",
 ];
 
 /// Refuses a model whose preset does not exist. Every kernel spec the presets make (separate or
