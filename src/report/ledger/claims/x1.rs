@@ -236,6 +236,7 @@ fn pair_part(arms: &[Arm], (stag, twin_name, grid): (&str, &str, &str)) -> Part 
             paper_pp: None,
             decides: true,
             seeds: Some(seeds),
+            per_seed_pp: Vec::new(),
         });
     }
     for (what, d) in &costs {
@@ -250,6 +251,7 @@ fn pair_part(arms: &[Arm], (stag, twin_name, grid): (&str, &str, &str)) -> Part 
             paper_pp: None,
             decides: true,
             seeds: Some(n),
+            per_seed_pp: Vec::new(),
         });
     }
     part
@@ -335,6 +337,7 @@ impl LedgerClaim for X1 {
                 hide_legend: false,
                 integer_y: false,
                 x_range: None,
+                x_ticks: Vec::new(),
             });
         }
         if panels.is_empty() {
