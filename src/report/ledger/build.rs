@@ -104,6 +104,7 @@ pub fn build_report_with(from: &[PathBuf], out: &Path, opts: &ReportOptions) -> 
     if let Some(cap) = figures::summary_forest(&ledger, stage)? {
         caps.insert(0, cap);
     }
+    caps.extend(figures::claim_crops(&c, &ledger, stage)?);
     write(stage, "README.md", &markdown::render(&c, &ledger, &caps)?)?;
     if !c.runs.is_empty() {
         write(stage, "runs/README.md", &runs_doc::runs_readme(&c))?;

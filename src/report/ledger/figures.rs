@@ -225,16 +225,27 @@ pub fn build_figures(c: &Collected, out: &Path, stop: &dyn Fn() -> bool) -> Resu
                 return Ok(None);
             }
             let name = super::claims::knockout_figure(&r.label, *p);
+            // What a row knocks out, and the prompts behind each cell (issue 43).
+            let (rows, what) = match k.map.intervention {
+                crate::analysis::eval::Intervention::KvHead => ("layer.head", "one KV head"),
+                crate::analysis::eval::Intervention::WindowSlot => ("layer.window slot", "one window slot"),
+            };
+            let n: Vec<usize> = k.map.rows.iter().flat_map(|r| r.groups.iter().map(|g| g.n)).collect();
+            let prompts = match (n.iter().min(), n.iter().max()) {
+                (Some(lo), Some(hi)) if lo == hi => format!("{lo} prompts per cell"),
+                (Some(lo), Some(hi)) => format!("{lo}-{hi} prompts per cell"),
+                _ => "no prompts".into(),
+            };
             figures::knockout_map(
                 &fig.join(&name),
-                &format!("{}, {}: drop (pp), one KV head mean-replaced", r.label, p.name()),
+                &format!("{}, {}: drop (pp), {what} mean-replaced per row, {prompts}", r.label, p.name()),
                 &k.map,
             )?;
             write_json(out, &format!("figures/{name}.json"), k)?;
             caps.push((
                 format!("figures/{name}.png"),
                 format!(
-                    "{}, {} padding: knockout map, rows layer.head, columns residue group; the top row gives the clean accuracy (%) of each group, the other cells the drop in accuracy (pp) when that head is mean-replaced, drawn pale and bracketed where its Newcombe 95 % interval contains 0.",
+                    "{}, {} padding: knockout map, rows {rows} ({what} mean-replaced per row), columns residue group, {prompts}; the top row (blue) gives the clean accuracy (%) of each group, the other cells the drop in accuracy (pp) when that row is mean-replaced, drawn pale and bracketed where its Newcombe 95 % interval contains 0.",
                     r.label,
                     p.name()
                 ),
@@ -249,7 +260,7 @@ pub fn build_figures(c: &Collected, out: &Path, stop: &dyn Fn() -> bool) -> Resu
             write_json(out, &format!("figures/{name}.json"), g)?;
             caps.push((
                 format!("figures/{name}-trajectory.png"),
-                format!("{}: every gate's path across checkpoints (ring: first, arrow: last; value branches dashed) in the plane of static against input-dependent effective offsets read, the quantity E7 judges (the gate's own concentration where reads were not recorded); below the diagonal = more input-dependent. Axes fitted to the data.", r.label),
+                format!("{}: every gate's path across checkpoints (ring: first, arrow: last; value branches dashed) in the plane of static against input-dependent effective offsets read, the quantity E7 judges (the gate's own concentration where reads were not recorded); below the diagonal = more input-dependent. Both axes span 1 (one offset) to W (uniform), so a gate near uniform reads as such.", r.label),
             ));
             caps.push((
                 format!("figures/{name}-scatter.png"),
@@ -478,4 +489,53 @@ pub fn summary_forest(l: &super::banner::Ledger, out: &Path) -> Result<Option<(S
             pb.kind.words()
         ),
     )))
+}
+
+/// The per-claim crops of the phase figures ([`super::screen::crop_of`]): for each claim whose
+/// first figure is a whole-report phase figure, the panels of its arms only (every panel where
+/// none matches, so the link always resolves). Returns `(figure, caption)` pairs.
+pub fn claim_crops(c: &Collected, l: &super::banner::Ledger, out: &Path) -> Result<Vec<(String, String)>> {
+    let mut caps = Vec::new();
+    let fig = out.join("figures");
+    for p in Protocol::ALL {
+        let claims: Vec<(&super::claims::Claim, String)> = l
+            .claims
+            .iter()
+            .filter_map(|cl| super::screen::crop_of(cl).map(|f| (cl, f)))
+            .filter(|(cl, _)| cl.figures.first().is_some_and(|f| *f == format!("figures/phase-{}.png", p.name())))
+            .collect();
+        if claims.is_empty() {
+            continue;
+        }
+        let (mut panels, mut fpanels) = (Vec::new(), Vec::new());
+        arm_panels(c, p, &mut panels, &mut fpanels);
+        for (cl, file) in claims {
+            // A panel is an arm's (`<arm> (n seeds)`) or one excluded seed's (`<arm>-seed<k>: ...`).
+            let of = |t: &str| {
+                cl.arms
+                    .iter()
+                    .any(|a| t.starts_with(&format!("{} (", a.arm)) || t.starts_with(&format!("{}-seed", a.arm)))
+            };
+            let mine: Vec<Panel> = panels.iter().filter(|q| of(&q.title)).cloned().collect();
+            let shown = if mine.is_empty() { panels.clone() } else { mine };
+            if shown.is_empty() {
+                continue;
+            }
+            two_column_panels(
+                &fig.join(file.trim_start_matches("figures/").trim_end_matches(".png")),
+                &format!(
+                    "{}: accuracy by residue group of its arms, {} padding (y range in each title)",
+                    cl.id,
+                    p.name()
+                ),
+                &shown,
+                (560, 300),
+            )?;
+            caps.push((
+                file.clone(),
+                format!("{}'s arms cut from figures/phase-{}.png (the same panels, data in its CSV).", cl.id, p.name()),
+            ));
+        }
+    }
+    Ok(caps)
 }

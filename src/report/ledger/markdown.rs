@@ -237,11 +237,21 @@ fn section(md: &mut String, c: &Claim, flags: &[(String, Vec<String>)]) {
         }
     }
     if !c.figures.is_empty() {
+        // A whole-report phase figure is shown as the crop of this claim's arms (linked to the
+        // whole figure); other figures as thumbnails.
         let thumbs: Vec<String> = c
             .figures
             .iter()
             .take(THUMBNAILS)
-            .map(|f| format!("<a href=\"{f}\"><img src=\"{f}\" width=\"260\"></a>"))
+            .enumerate()
+            .map(|(i, f)| match screen::crop_of(c).filter(|_| i == 0) {
+                Some(crop) => format!(
+                    "<a href=\"{crop}\"><img src=\"{crop}\" width=\"520\"></a> ({}'s arms; whole figure: {})",
+                    c.id,
+                    file_link(f)
+                ),
+                None => format!("<a href=\"{f}\"><img src=\"{f}\" width=\"260\"></a>"),
+            })
             .collect();
         let _ = writeln!(md, "\n{}", thumbs.join(" "));
         if c.figures.len() > THUMBNAILS {

@@ -432,3 +432,12 @@ pub fn forest_rows(l: &Ledger) -> Vec<ForestRow> {
 
 /// The summary figure's file (relative to the report directory).
 pub const FOREST_FIGURE: &str = "figures/summary-forest.png";
+
+/// The per-claim crop of a whole-report phase figure (issue 43: a 23-panel thumbnail cannot be
+/// read): `figures/claim-<id>-phase-<protocol>.png` with the panels of the claim's arms only,
+/// for a claim with arms whose first figure is `figures/phase-<protocol>.png`.
+pub fn crop_of(c: &Claim) -> Option<String> {
+    let first = c.figures.first()?;
+    let protocol = first.strip_prefix("figures/phase-")?.strip_suffix(".png")?;
+    (!c.arms.is_empty()).then(|| format!("figures/claim-{}-phase-{protocol}.png", c.id.to_lowercase()))
+}

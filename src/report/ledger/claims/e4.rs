@@ -99,7 +99,7 @@ impl LedgerClaim for E4 {
                             paper_pp: Some(PAPER_WITHIN_WINDOW_PP),
                             decides: true,
                             seeds: Some(n),
-                            per_seed_pp: each.iter().map(|&(k, v)| (k as u64, v)).collect(),
+                            per_seed_pp: each.clone(),
                         });
                     } else if let Some(Err(e)) = &seed_level {
                         part.text += &format!("; seed-level interval: {e}");
