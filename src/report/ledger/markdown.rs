@@ -271,12 +271,6 @@ const THUMBNAILS: usize = 4;
 /// The ledger part of the README: banner, top table and one section per claim, from
 /// `ledger.json` alone.
 pub fn render_ledger(l: &Ledger) -> String {
-    render_ledger_with(l, "")
-}
-
-/// [`render_ledger`] with `setup` (the setup against the paper, which reads the plan) after the
-/// banner.
-fn render_ledger_with(l: &Ledger, setup: &str) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "## Abstract\n");
     for line in screen::abstract_lines(l) {
@@ -331,7 +325,7 @@ fn render_ledger_with(l: &Ledger, setup: &str) -> String {
     }
     let _ = writeln!(
         md,
-        "\nPer arm: {} reproduced, {} reproduced qualitatively (smaller), {} not reproduced, {} not testable (ceiling), {} not run. Intervals: bias-corrected bootstrap (flagged, issue 31). \"ours: seed mean ± sd\": the deciding seed-level magnitude (each seed's value, its mean and sample sd, with the seed-level interval), or where the claim has none the deciding phase test's depth-adjusted spread of the compressed arm with the largest mean (no interval). The paper's numbers and what kind each is: `src/report/ledger/paper.rs`, citing `seed/paper-summary.txt`. Each id links its section.\n",
+        "\nPer arm: {} reproduced, {} reproduced qualitatively (smaller), {} not reproduced, {} not testable (ceiling), {} not run. Intervals: bias-corrected bootstrap (flagged, issue 31). \"ours: seed mean ± sd\": the deciding seed-level magnitude (each seed's value, its mean and sample sd, with the seed-level interval), or where the claim has none the deciding phase test's depth-adjusted spread of the compressed arm with the largest mean (no interval). The paper's numbers and what kind each is: `src/report/ledger/paper.rs`, citing `seed/paper-summary.txt`; how our setup differs from the paper's: [Setup against the paper](#setup-against-the-paper), after the claims. Each id links its section.\n",
         symbol(Verdict::Reproduced),
         symbol(Verdict::ReproducedSmaller),
         symbol(Verdict::NotReproduced),
@@ -352,7 +346,6 @@ fn render_ledger_with(l: &Ledger, setup: &str) -> String {
         }
         let _ = writeln!(md);
     }
-    md += setup;
     screen::deviations(&mut md, l);
     let flags = screen::distinct_flags(l);
     let _ = writeln!(md, "## Claims in detail\n");
@@ -394,9 +387,10 @@ pub fn render(c: &Collected, ledger: &Ledger, caps: &[(String, String)]) -> Resu
             );
         }
     }
-    let mut setup = String::new();
-    screen::setup_table(&mut setup, c);
-    md += &render_ledger_with(ledger, &setup);
+    md += &render_ledger(ledger);
+    // The setup reads the plan, so it follows the ledger part (which renders from ledger.json
+    // alone).
+    screen::setup_table(&mut md, c);
     let _ = writeln!(md, "## Appendix A: models\n");
     let _ = writeln!(
         md,

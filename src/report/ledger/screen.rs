@@ -371,7 +371,7 @@ pub fn setup_table(md: &mut String, c: &super::collect::Collected) {
     };
     let _ = writeln!(
         md,
-        "### Setup against the paper\n\nOurs from `plan.json` and the runs; the paper's from `seed/paper-summary.txt` (one table in `src/report/ledger/paper.rs`).\n\n| | ours | paper | paper section |\n|---|---|---|---|"
+        "<a id=\"setup-against-the-paper\"></a>\n\n## Setup against the paper\n\nOurs from `plan.json` and the runs; the paper's from `seed/paper-summary.txt` (one table in `src/report/ledger/paper.rs`).\n\n| | ours | paper | paper section |\n|---|---|---|---|"
     );
     for (what, paper, section) in PAPER_SETUP {
         let _ = writeln!(md, "| {what} | {} | {} | {} |", cell(&ours(what)), cell(paper), section);
