@@ -157,8 +157,10 @@ pub const DROP_BINS: [(f64, &str, (u8, u8, u8)); 8] = [
 ];
 
 /// The colour of the clean-accuracy row of a knockout map (a category of its own, not a drop):
-/// a clear blue, so that it is never mistaken for a pale (not significant) drop cell (issue 43).
-pub const CLEAN_ROW: (u8, u8, u8) = (150, 195, 235);
+/// periwinkle, at least `colour::MIN_DELTA_E` from every drop bin, the gain blue and their pale
+/// (not significant) versions, under normal and red-green-deficient vision (issue 43: the old
+/// pale grey-blue read as a pale cell).
+pub const CLEAN_ROW: (u8, u8, u8) = (140, 150, 250);
 
 /// The knockout map (rows layer x head, columns residue group) as a binned heatmap with the
 /// drop written in each cell, under a first row with the clean accuracy (%) of each group (a

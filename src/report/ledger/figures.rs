@@ -321,7 +321,8 @@ fn learning_curves(c: &Collected, out: &Path, fig: &Path, caps: &mut Vec<(String
         let mut series = Vec::new();
         for (r, apart) in &runs {
             let Some(m) = &r.metrics else { continue };
-            let pts: Vec<(f64, f64)> = m.evals.iter().map(|e| (e.step as f64, e.accuracy)).collect();
+            // Thousands of steps, so the axis is labelled at readable intervals.
+            let pts: Vec<(f64, f64)> = m.evals.iter().map(|e| (e.step as f64 / 1000.0, e.accuracy)).collect();
             for e in &m.evals {
                 csv.push(CurveRow { preset: r.label.clone(), step: e.step, eval_accuracy: f6(e.accuracy) });
             }
@@ -345,7 +346,7 @@ fn learning_curves(c: &Collected, out: &Path, fig: &Path, caps: &mut Vec<(String
             } else {
                 format!("{}: {n_apart} of {} seeds drawn apart", a.name, runs.len())
             },
-            x_label: "training step".into(),
+            x_label: "training step (thousands)".into(),
             y_label: "held-out exact match".into(),
             y_range: Some((0.0, 1.02)),
             series,
@@ -355,12 +356,13 @@ fn learning_curves(c: &Collected, out: &Path, fig: &Path, caps: &mut Vec<(String
     if panels.is_empty() {
         return Ok(());
     }
-    let x_range = Some((0.0, last_step as f64 * 1.02));
+    let last = last_step as f64 / 1000.0;
+    let x_range = Some((0.0, last * 1.02));
     for p in &mut panels {
         p.x_range = x_range;
         p.series.push(Series::reference(
             format!("{:.0} % rule", 100.0 * below),
-            vec![(0.0, below), (last_step as f64, below)],
+            vec![(0.0, below), (last, below)],
             plot::GREY,
         ));
     }
@@ -463,7 +465,7 @@ pub fn summary_forest(l: &super::banner::Ledger, out: &Path) -> Result<Option<(S
             ..Panel::default()
         }],
         1,
-        (1700, 620),
+        (2500, 640),
     )?;
     let csv: Vec<ForestCsv> = rows
         .iter()
