@@ -9,7 +9,7 @@ use phasekv::analysis::phase::Outcome;
 use phasekv::analysis::protocol::Protocol;
 use phasekv::lab::outcomes::upgrade_run;
 use phasekv::model::RunConfig;
-use phasekv::report::ledger::{render_ledger, Ledger, Verdict};
+use phasekv::report::ledger::{check_rendered, headline, render_ledger, Ledger, RenderProblem, Verdict, CELL_LIMIT};
 use std::path::{Path, PathBuf};
 
 const M: usize = 24;
@@ -281,7 +281,12 @@ fn the_committed_ledger_renders_from_its_json_in_layers() {
     let e1 = ledger.claims.iter().find(|c| c.id == "E1").unwrap();
     let w12 = e1.arms.iter().find(|a| a.arm == "w12s12").expect("w12s12 in E1");
     assert_eq!((w12.verdict, e1.verdict), (Verdict::NotRun, Verdict::NotRun), "{}", w12.text);
-    assert!(part.starts_with("## Read this first") && part.contains("(#e1)") && part.contains("<a id=\"e1\"></a>"));
+    assert!(
+        part.starts_with("## Abstract")
+            && part.contains("## Read this first")
+            && part.contains("(#e1)")
+            && part.contains("<a id=\"e1\"></a>")
+    );
 }
 
 /// Negative controls of the rendering check: a ledger whose numbers differ renders differently,
@@ -347,4 +352,57 @@ fn committed_configs_round_trip_byte_for_byte_with_their_identities() {
         checked += 1;
     }
     assert!(checked >= 40, "only {checked} committed configs found");
+}
+
+/// Issue 43: the committed README passes every check of the rendered report (cells of at most
+/// `CELL_LIMIT` characters, every linked file present, no flag paragraph twice, the abstract's
+/// numbers those of `ledger.json`), and each check rejects the committed README broken its way
+/// (negative controls at the size users read).
+#[test]
+fn the_committed_readme_passes_the_rendered_report_checks_and_each_break_is_caught() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports");
+    let ledger: Ledger = serde_json::from_str(&std::fs::read_to_string(root.join("ledger.json")).unwrap()).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert_eq!(check_rendered(&readme, &root, &ledger), vec![], "the committed README");
+    let problems = |md: &str| check_rendered(md, &root, &ledger);
+    // A cell one character over the limit.
+    let long = readme.replacen("| [E4](#e4) |", &format!("| [E4](#e4) {} |", "x".repeat(CELL_LIMIT - 9)), 1);
+    assert!(
+        problems(&long).iter().any(|p| matches!(p, RenderProblem::LongCell { chars, .. } if *chars == CELL_LIMIT + 1)),
+        "{:?}",
+        problems(&long)
+    );
+    // A link to a file that is not there.
+    let missing = readme.replacen("(figures/summary-forest.csv)", "(figures/no-such-file.csv)", 1);
+    assert_ne!(missing, readme);
+    assert_eq!(
+        problems(&missing),
+        vec![RenderProblem::MissingFile {
+            line: readme.lines().position(|l| l.contains("(figures/summary-forest.csv)")).unwrap() + 1,
+            target: "figures/no-such-file.csv".into()
+        }]
+    );
+    // The second flag paragraph made the first's twin.
+    let first = readme.lines().find(|l| l.contains("**Flag 1** (")).unwrap();
+    let second = readme.lines().find(|l| l.contains("**Flag 2** (")).unwrap();
+    let text = &first[first.find("): ").unwrap()..];
+    let twin = readme.replacen(second, &format!("{}{text}", &second[..second.find("): ").unwrap()]), 1);
+    assert!(problems(&twin).iter().any(|p| matches!(p, RenderProblem::DuplicateFlag { .. })), "{:?}", problems(&twin));
+    // A headline number of the abstract changed.
+    let e4 = headline(ledger.claims.iter().find(|c| c.id == "E4").unwrap()).expect("E4 has a headline");
+    let mean = format!("{:.1} ± ", e4.mean);
+    let start = readme.find("## Abstract").unwrap();
+    let at = start + readme[start..].find(&mean).expect("E4's mean in the abstract");
+    let changed = format!("{}123.4 ± {}", &readme[..at], &readme[at + mean.len()..]);
+    let found = problems(&changed);
+    assert!(found.contains(&RenderProblem::AbstractNumber { number: "123.4".into() }), "{found:?}");
+    // One banner line per arm with excluded seeds, one paragraph per distinct flag.
+    let excluded: Vec<&str> =
+        readme.lines().filter(|l| l.starts_with("- **seed excluded by the training-success rule**")).collect();
+    assert_eq!(excluded.len(), 2, "{excluded:?}");
+    assert!(excluded[0].contains("`w12s12-seed0`") && excluded[0].contains("`w12s12-seed2`"), "{}", excluded[0]);
+    let mut distinct: Vec<&String> = ledger.claims.iter().flat_map(|c| &c.flags).collect();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(readme.matches("**Flag ").count(), distinct.len());
 }

@@ -268,6 +268,14 @@ fn palettes_are_colour_blind_safe() {
     for &d in &drops {
         assert!(colour::min_delta_e(DROP_BINS[0].2, d) >= colour::MIN_DELTA_E, "{d:?}");
     }
+    // Issue 43: the clean-accuracy row is told apart from every bin and every pale
+    // (not significant) cell; negative control: the old pale grey-blue is not.
+    let keep = phasekv::figures::grid::MUTED_KEEP;
+    let cells: Vec<_> = DROP_BINS.iter().flat_map(|b| [b.2, colour::muted(b.2, keep)]).collect();
+    for &c in &cells {
+        assert!(colour::min_delta_e(phasekv::figures::lab::CLEAN_ROW, c) >= colour::MIN_DELTA_E, "{c:?}");
+    }
+    assert!(cells.iter().any(|&c| colour::min_delta_e((225, 232, 240), c) < colour::MIN_DELTA_E));
 }
 
 /// Negative controls: the palettes the issue found fail the checks that the new ones pass.

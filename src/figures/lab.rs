@@ -156,8 +156,11 @@ pub const DROP_BINS: [(f64, &str, (u8, u8, u8)); 8] = [
     (90.0, ">= 90 pp", (60, 22, 4)),
 ];
 
-/// The colour of the clean-accuracy row of a knockout map (a category of its own, not a drop).
-pub const CLEAN_ROW: (u8, u8, u8) = (225, 232, 240);
+/// The colour of the clean-accuracy row of a knockout map (a category of its own, not a drop):
+/// periwinkle, at least `colour::MIN_DELTA_E` from every drop bin, the gain blue and their pale
+/// (not significant) versions, under normal and red-green-deficient vision (issue 43: the old
+/// pale grey-blue read as a pale cell).
+pub const CLEAN_ROW: (u8, u8, u8) = (140, 150, 250);
 
 /// The knockout map (rows layer x head, columns residue group) as a binned heatmap with the
 /// drop written in each cell, under a first row with the clean accuracy (%) of each group (a
@@ -265,7 +268,11 @@ pub fn gate_figures(stem: &Path, title: &str, snapshots: &[GateSnapshot], window
             (g, pts)
         })
         .collect();
+    // The whole range of effective offsets, 1 (one offset) to W (uniform), so that a head
+    // that drifted to near uniform reads as such (issue 43: axes fitted to the data started
+    // near 3 and hid it); wider only if a point lies outside.
     let (lo, hi) = plane_range(paths.iter().flat_map(|(_, p)| p.iter().copied()));
+    let (lo, hi) = (lo.min(0.9), hi.max(w + 0.1));
     let diag = Series::reference("diagonal (static = input-dependent)", vec![(lo, lo), (hi, hi)], plot::GREY);
     let mut traj = vec![diag.clone()];
     for (g, pts) in &paths {

@@ -146,6 +146,8 @@ pub struct Panel {
     pub integer_y: bool,
     /// Fixed x range (None: from the data).
     pub x_range: Option<(f64, f64)>,
+    /// Names of the integer x positions 0, 1, ... (a categorical axis; empty: numbers).
+    pub x_ticks: Vec<String>,
 }
 
 fn plot_err(stem: &Path, e: impl std::fmt::Display) -> Error {
@@ -327,7 +329,17 @@ fn draw_panel<DB: DrawingBackend>(
         .label_style(("sans-serif", 13))
         .axis_desc_style(("sans-serif", 14))
         .light_line_style(WHITE.mix(0.0));
-    if discrete {
+    let tick_label = |x: &f64| {
+        let i = x.round();
+        if (x - i).abs() < 1e-9 && i >= 0.0 {
+            panel.x_ticks.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    if !panel.x_ticks.is_empty() {
+        mesh.x_labels(span + 1).x_label_formatter(&tick_label);
+    } else if discrete {
         mesh.x_labels((span + 1).min(13)).x_label_formatter(&int_label);
     }
     if panel.integer_y {

@@ -41,6 +41,23 @@ pub struct BannerEntry {
     pub text: String,
     /// The claims it touches (ids; each links its section).
     pub claims: Vec<String>,
+    /// Entries of one kind sharing a group key render as one line (issue 43: one line per
+    /// excluded arm, not one per seed); absent in a ledger written before, which renders one
+    /// line per entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<BannerGroup>,
+}
+
+/// How an entry joins the one line of its group: the line is `head` followed by every member's
+/// `item`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BannerGroup {
+    /// Entries with equal keys (and kinds) share a line.
+    pub key: String,
+    /// The group's words, the same in every member.
+    pub head: String,
+    /// This entry's part of the line.
+    pub item: String,
 }
 
 /// The claims that rest on `arm` (an arm verdict or a per-seed line of it).
@@ -72,6 +89,16 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
                     a.runs.len()
                 ),
                 claims: claims_of(claims, &a.name),
+                group: Some(BannerGroup {
+                    key: a.name.clone(),
+                    head: format!(
+                        "`{}`: by the v2 rule (theory/phase-lab.md §8.2: held-out exact match below {:.0} %) these seeds are excluded from every pooled test, reference line, mean and interval of the arm, which is judged on its {} successful seed(s)",
+                        a.name,
+                        100.0 * SUCCESS_ACCURACY,
+                        a.runs.len()
+                    ),
+                    item: format!("`{}` {:.1} % after {} steps ({})", r.label, 100.0 * acc.0, acc.1, o.words()),
+                }),
             });
         }
     }
@@ -101,6 +128,7 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
                     100.0 * SUCCESS_ACCURACY
                 ),
                 claims: claims_of(claims, &a.name),
+                group: None,
             });
         }
     }
@@ -120,6 +148,7 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
                 100.0 * SUCCESS_ACCURACY
             ),
             claims: vec![],
+            group: None,
         });
     }
     let mut ceiling: Vec<&str> = Vec::new();
@@ -145,6 +174,7 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
                 100.0 * (1.0 - crate::analysis::verdict::CEILING_ACCURACY)
             ),
             claims: ids,
+            group: None,
         });
     }
     // Every change made after seeing data, with its time, from its one list (§8.11), naming the
@@ -157,6 +187,7 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
             kind: "changed after seeing the data".into(),
             text: format!("{}, after seeing {}: {} (theory/phase-lab.md §8.11)", ch.time, ch.seen, ch.what),
             claims: claims.iter().filter(|cl| cl.flags.contains(&flag)).map(|cl| cl.id.clone()).collect(),
+            group: None,
         });
     }
     // Issue 38: every claim that reads otherwise with the excluded seeds kept.
@@ -165,6 +196,7 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
             kind: "reads otherwise with an excluded seed".into(),
             text: format!("{}: {}", cl.id, cl.with_excluded.join(" | ")),
             claims: vec![cl.id.clone()],
+            group: None,
         });
     }
     // Flags from elsewhere (the v1 run's, §7.9): one entry per distinct flag, naming every
@@ -179,7 +211,12 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
         }
     }
     for (text, ids) in flags {
-        out.push(BannerEntry { kind: "changed after seeing the data".into(), text: text.into(), claims: ids });
+        out.push(BannerEntry {
+            kind: "changed after seeing the data".into(),
+            text: text.into(),
+            claims: ids,
+            group: None,
+        });
     }
     out
 }

@@ -101,6 +101,10 @@ pub fn build_report_with(from: &[PathBuf], out: &Path, opts: &ReportOptions) -> 
     }
     let ledger = Ledger { banner, claims, partial: !unfinished.is_empty() };
     write_json(stage, "ledger.json", &ledger)?;
+    if let Some(cap) = figures::summary_forest(&ledger, stage)? {
+        caps.insert(0, cap);
+    }
+    caps.extend(figures::claim_crops(&c, &ledger, stage)?);
     write(stage, "README.md", &markdown::render(&c, &ledger, &caps)?)?;
     if !c.runs.is_empty() {
         write(stage, "runs/README.md", &runs_doc::runs_readme(&c))?;

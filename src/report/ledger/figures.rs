@@ -198,7 +198,7 @@ pub fn build_figures(c: &Collected, out: &Path, stop: &dyn Fn() -> bool) -> Resu
         write_csv_atomic(&out.join(format!("figures/{name}.csv")), &csv)?;
         caps.push((
             format!("figures/{name}.png"),
-            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride. Each panel's y axis is fitted to its data but spans at least {:.0} pp, and its range is printed in the panel's title: compare panels by those ranges, not by the height of a curve. A seed that did not train (held-out below {:.0} %) has a panel of its own and is pooled into no line.", p.name(), 100.0 * figures::MIN_ACCURACY_SPAN, 100.0 * super::banner::FAILED_ACCURACY),
+            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride. Each panel's y axis is fitted to its data but spans at least {:.0} pp, and its range is printed in the panel's title: compare panels by those ranges, not by the height of a curve. A seed {} has a panel of its own and is pooled into no line.", p.name(), 100.0 * figures::MIN_ACCURACY_SPAN, apart_words(c)),
         ));
         if !fpanels.is_empty() {
             let name = format!("folded-{}", p.name());
@@ -225,16 +225,27 @@ pub fn build_figures(c: &Collected, out: &Path, stop: &dyn Fn() -> bool) -> Resu
                 return Ok(None);
             }
             let name = super::claims::knockout_figure(&r.label, *p);
+            // What a row knocks out, and the prompts behind each cell (issue 43).
+            let (rows, what) = match k.map.intervention {
+                crate::analysis::eval::Intervention::KvHead => ("layer.head", "one KV head"),
+                crate::analysis::eval::Intervention::WindowSlot => ("layer.window slot", "one window slot"),
+            };
+            let n: Vec<usize> = k.map.rows.iter().flat_map(|r| r.groups.iter().map(|g| g.n)).collect();
+            let prompts = match (n.iter().min(), n.iter().max()) {
+                (Some(lo), Some(hi)) if lo == hi => format!("{lo} prompts per cell"),
+                (Some(lo), Some(hi)) => format!("{lo}-{hi} prompts per cell"),
+                _ => "no prompts".into(),
+            };
             figures::knockout_map(
                 &fig.join(&name),
-                &format!("{}, {}: drop (pp), one KV head mean-replaced", r.label, p.name()),
+                &format!("{}, {}: drop (pp), {what} mean-replaced per row, {prompts}", r.label, p.name()),
                 &k.map,
             )?;
             write_json(out, &format!("figures/{name}.json"), k)?;
             caps.push((
                 format!("figures/{name}.png"),
                 format!(
-                    "{}, {} padding: knockout map, rows layer.head, columns residue group; the top row gives the clean accuracy (%) of each group, the other cells the drop in accuracy (pp) when that head is mean-replaced, drawn pale and bracketed where its Newcombe 95 % interval contains 0.",
+                    "{}, {} padding: knockout map, rows {rows} ({what} mean-replaced per row), columns residue group, {prompts}; the top row (blue) gives the clean accuracy (%) of each group, the other cells the drop in accuracy (pp) when that row is mean-replaced, drawn pale and bracketed where its Newcombe 95 % interval contains 0.",
                     r.label,
                     p.name()
                 ),
@@ -249,7 +260,7 @@ pub fn build_figures(c: &Collected, out: &Path, stop: &dyn Fn() -> bool) -> Resu
             write_json(out, &format!("figures/{name}.json"), g)?;
             caps.push((
                 format!("figures/{name}-trajectory.png"),
-                format!("{}: every gate's path across checkpoints (ring: first, arrow: last; value branches dashed) in the plane of static against input-dependent effective offsets read, the quantity E7 judges (the gate's own concentration where reads were not recorded); below the diagonal = more input-dependent. Axes fitted to the data.", r.label),
+                format!("{}: every gate's path across checkpoints (ring: first, arrow: last; value branches dashed) in the plane of static against input-dependent effective offsets read, the quantity E7 judges (the gate's own concentration where reads were not recorded); below the diagonal = more input-dependent. Both axes span 1 (one offset) to W (uniform), so a gate near uniform reads as such.", r.label),
             ));
             caps.push((
                 format!("figures/{name}-scatter.png"),
@@ -271,41 +282,89 @@ pub fn build_figures(c: &Collected, out: &Path, stop: &dyn Fn() -> bool) -> Resu
 /// Line patterns of the seeds of an arm, in seed order (solid, dashed, dotted, dash-dot-like).
 const SEED_PATTERNS: [Option<(u32, u32)>; 4] = [None, Some((8, 4)), Some((2, 3)), Some((12, 3))];
 
-/// Learning curves: colour by arm, line pattern by seed (both in one legend, arms first), and
-/// each run that did not train in black with its own label, so it never shares an arm's look.
+/// The held-out exact match below which a seed is drawn apart: the v2 training-success
+/// threshold (§8.2) under v2 rules, [`super::banner::FAILED_ACCURACY`] under v1.
+fn apart_below(c: &Collected) -> f64 {
+    match super::collect::rules(c) {
+        crate::analysis::verdict::Rules::V1 => super::banner::FAILED_ACCURACY,
+        _ => super::banner::SUCCESS_ACCURACY,
+    }
+}
+
+/// The rule that draws a seed apart, in the captions' words.
+fn apart_words(c: &Collected) -> String {
+    match super::collect::rules(c) {
+        crate::analysis::verdict::Rules::V1 => {
+            format!("that did not train (held-out below {:.0} %)", 100.0 * super::banner::FAILED_ACCURACY)
+        }
+        _ => format!(
+            "excluded by the training-success rule (held-out below {:.0} %, theory/phase-lab.md §8.2)",
+            100.0 * super::banner::SUCCESS_ACCURACY
+        ),
+    }
+}
+
+/// Learning curves as small multiples (issue 43): one panel per arm on one y range, each seed
+/// its own line pattern, a seed the rule draws apart (v2: excluded; v1: did not train) black and
+/// dotted with its held-out accuracy in its label, and the rule's threshold dashed.
 fn learning_curves(c: &Collected, out: &Path, fig: &Path, caps: &mut Vec<(String, String)>) -> Result<()> {
     let arms = super::collect::arms(c);
-    let mut series = Vec::new();
+    let below = apart_below(c);
+    let mut panels = Vec::new();
     let mut csv = Vec::new();
     let mut first_step = None::<usize>;
-    let mut seeds_seen = 0;
-    for (ai, a) in arms.iter().enumerate() {
-        let mut named = false;
-        for (k, r) in a.runs.iter().enumerate() {
+    let mut last_step = 1usize;
+    for a in &arms {
+        let mut runs: Vec<(&RunData, bool)> = a.runs.iter().map(|r| (*r, !trained(r))).collect();
+        runs.extend(a.excluded.iter().map(|e| (e.0, true)));
+        runs.sort_by_key(|(r, _)| r.seed);
+        let mut series = Vec::new();
+        for (r, apart) in &runs {
             let Some(m) = &r.metrics else { continue };
-            let pts: Vec<(f64, f64)> = m.evals.iter().map(|e| (e.step as f64, e.accuracy)).collect();
+            // Thousands of steps, so the axis is labelled at readable intervals.
+            let pts: Vec<(f64, f64)> = m.evals.iter().map(|e| (e.step as f64 / 1000.0, e.accuracy)).collect();
             for e in &m.evals {
                 csv.push(CurveRow { preset: r.label.clone(), step: e.step, eval_accuracy: f6(e.accuracy) });
             }
             first_step = m.evals.iter().map(|e| e.step).chain(first_step).min();
-            seeds_seen = seeds_seen.max(k + 1);
-            if !trained(r) {
-                let name = format!("{} (did not train)", r.label);
+            last_step = m.evals.iter().map(|e| e.step).fold(last_step, usize::max);
+            let k = usize::try_from(r.seed).unwrap_or(0) % SEED_PATTERNS.len();
+            if *apart {
+                let name = format!("seed {} ({:.1} %, drawn apart)", r.seed, 100.0 * m.final_eval.accuracy);
                 series.push(Series { markers: true, pattern: Some((2, 2)), ..Series::line(name, pts, plot::BLACK) });
-                continue;
+            } else {
+                series.push(Series { pattern: SEED_PATTERNS[k], ..Series::line(format!("seed {}", r.seed), pts, 0) });
             }
-            let name = if named { String::new() } else { a.name.clone() };
-            named = true;
-            let pattern = SEED_PATTERNS[k % SEED_PATTERNS.len()];
-            series.push(Series { pattern, ..Series::line(name, pts, ai) });
         }
+        if series.is_empty() {
+            continue;
+        }
+        let n_apart = runs.iter().filter(|r| r.1).count();
+        panels.push(Panel {
+            title: if n_apart == 0 {
+                a.name.clone()
+            } else {
+                format!("{}: {n_apart} of {} seeds drawn apart", a.name, runs.len())
+            },
+            x_label: "training step (thousands)".into(),
+            y_label: "held-out exact match".into(),
+            y_range: Some((0.0, 1.02)),
+            series,
+            ..Panel::default()
+        });
     }
-    if series.is_empty() {
+    if panels.is_empty() {
         return Ok(());
     }
-    // The seed patterns in the legend, in grey (a legend-only series without points).
-    for (k, pattern) in SEED_PATTERNS.iter().enumerate().take(seeds_seen.min(SEED_PATTERNS.len())) {
-        series.push(Series { pattern: *pattern, ..Series::line(format!("seed index {k}"), vec![], plot::GREY) });
+    let last = last_step as f64 / 1000.0;
+    let x_range = Some((0.0, last * 1.02));
+    for p in &mut panels {
+        p.x_range = x_range;
+        p.series.push(Series::reference(
+            format!("{:.0} % rule", 100.0 * below),
+            vec![(0.0, below), (last, below)],
+            plot::GREY,
+        ));
     }
     let start = first_step.unwrap_or(0);
     let note = if start == 0 {
@@ -313,25 +372,172 @@ fn learning_curves(c: &Collected, out: &Path, fig: &Path, caps: &mut Vec<(String
     } else {
         format!("first held-out evaluation at step {start}; none recorded at step 0")
     };
-    plot::line_chart(
+    let cols = 4.min(panels.len());
+    let rows = panels.len().div_ceil(cols) as u32;
+    plot::line_panels(
         &fig.join("learning-curves"),
-        &Panel {
-            title: format!("Held-out exact match during training ({note})"),
-            x_label: "training step".into(),
-            y_label: "exact-match accuracy".into(),
-            y_range: Some((0.0, 1.02)),
-            x_range: Some((0.0, series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).fold(1.0, f64::max) * 1.02)),
-            series,
-            ..Panel::default()
-        },
+        &format!("Held-out exact match during training, one panel per arm, one y range ({note})"),
+        &panels,
+        cols,
+        (420 * cols as u32, 60 + 300 * rows),
     )?;
     write_csv_atomic(&out.join("figures/learning-curves.csv"), &csv)?;
     caps.insert(
         0,
         (
             "figures/learning-curves.png".into(),
-            format!("Learning curves of every model (held-out set of the training distribution): colour by arm, line pattern by seed (solid, dashed, dotted in seed order), a run that did not train (held-out below {:.0} %) black and dotted with its own label. The x axis starts at 0; the {note}.", 100.0 * super::banner::FAILED_ACCURACY),
+            format!("Learning curves of every model (held-out set of the training distribution), one panel per arm on the same 0-100 % range: line pattern by seed (solid, dashed, dotted in seed order); a seed {} black and dotted, its final accuracy in its label; dashed grey: the {:.0} % threshold. The x axis starts at 0; the {note}.", apart_words(c), 100.0 * below),
         ),
     );
     Ok(())
+}
+
+/// One row of `figures/summary-forest.csv`.
+#[derive(Serialize, Default)]
+struct ForestCsv {
+    arm: String,
+    claim: String,
+    what: String,
+    estimate_pp: String,
+    lo_pp: String,
+    hi_pp: String,
+    per_seed_pp: String,
+}
+
+/// The summary figure (issue 43): each arm's seed-level magnitude of the claim the paper gives
+/// numbers for (E5's folded prefix gap, mean over seeds) with its seed-level interval and each
+/// seed's value, the paper's two numbers and full attention's estimate as horizontal lines.
+/// Returns its caption, `None` when the ledger has no such claim.
+pub fn summary_forest(l: &super::banner::Ledger, out: &Path) -> Result<Option<(String, String)>> {
+    use super::paper::{paper_baseline, paper_value};
+    use super::screen::{forest_claim, forest_rows, FOREST_FIGURE};
+    let rows = forest_rows(l);
+    let Some(c) = forest_claim(l) else { return Ok(None) };
+    let (Some(pc), Some(pb)) = (paper_value(&c.id), paper_baseline(&c.id)) else { return Ok(None) };
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let x = |i: usize| i as f64;
+    let mut series = vec![
+        Series {
+            errors: rows.iter().map(|r| (r.lo, r.hi)).collect(),
+            ..Series::markers(
+                "mean over seeds [seed-level 95 % interval]",
+                rows.iter().enumerate().map(|(i, r)| (x(i), r.pp)).collect(),
+                0,
+            )
+        },
+        Series::markers(
+            "one seed",
+            rows.iter().enumerate().flat_map(|(i, r)| r.per_seed.iter().map(move |s| (x(i) + 0.18, s.1))).collect(),
+            plot::GREY,
+        ),
+    ];
+    let span = (-0.5, rows.len() as f64 - 0.5);
+    let hline = |y: f64| vec![(span.0, y), (span.1, y)];
+    series.push(Series::reference(format!("paper: {:.0} pp, {}", pc.pp, pc.kind.words()), hline(pc.pp), 1));
+    series.push(Series::reference(format!("paper: {:.1} pp, {}", pb.pp, pb.kind.words()), hline(pb.pp), 2));
+    if let Some(full) = rows.iter().find(|r| r.arm == "full") {
+        series.push(Series {
+            pattern: Some((2, 3)),
+            ..Series::line(format!("full attention (ours): {:.1} pp", full.pp), hline(full.pp), plot::BLACK)
+        });
+    }
+    let top = rows.iter().map(|r| r.hi).fold(pc.pp, f64::max);
+    let fig = out.join("figures");
+    plot::line_panels(
+        &fig.join("summary-forest"),
+        "",
+        &[Panel {
+            title: format!(
+                "{}: folded prefix gap per arm, mean over seeds; largest {:.1} pp ({}) against the paper's {:.0} pp maximum",
+                c.id,
+                rows.iter().filter(|r| r.arm != "full").map(|r| r.pp).fold(f64::NEG_INFINITY, f64::max),
+                rows.iter().filter(|r| r.arm != "full").max_by(|a, b| a.pp.total_cmp(&b.pp)).map(|r| r.arm.as_str()).unwrap_or("-"),
+                pc.pp
+            ),
+            x_label: "arm".into(),
+            y_label: "folded prefix gap (pp)".into(),
+            y_range: Some((0.0, (top * 1.05).ceil())),
+            x_range: Some(span),
+            x_ticks: rows.iter().map(|r| r.arm.clone()).collect(),
+            series,
+            ..Panel::default()
+        }],
+        1,
+        (2500, 640),
+    )?;
+    let csv: Vec<ForestCsv> = rows
+        .iter()
+        .map(|r| ForestCsv {
+            arm: r.arm.clone(),
+            claim: r.claim.clone(),
+            what: r.what.clone(),
+            estimate_pp: f6(r.pp),
+            lo_pp: f6(r.lo),
+            hi_pp: f6(r.hi),
+            per_seed_pp: r.per_seed.iter().map(|s| format!("{}:{}", s.0, f6(s.1))).collect::<Vec<_>>().join(" "),
+        })
+        .collect();
+    write_csv_atomic(&out.join("figures/summary-forest.csv"), &csv)?;
+    Ok(Some((
+        FOREST_FIGURE.into(),
+        format!(
+            "Summary: each arm's {} (bias-corrected, with its seed-level 95 % interval: seeds, then prompt families), grey dots its seeds; dashed: the paper's {:.0} pp ({}) and {:.1} pp for baselines ({}); dotted black: our full attention. Data: summary-forest.csv.",
+            rows[0].what.split(" (").next().unwrap_or("magnitude"),
+            pc.pp,
+            pc.kind.words(),
+            pb.pp,
+            pb.kind.words()
+        ),
+    )))
+}
+
+/// The per-claim crops of the phase figures ([`super::screen::crop_of`]): for each claim whose
+/// first figure is a whole-report phase figure, the panels of its arms only (every panel where
+/// none matches, so the link always resolves). Returns `(figure, caption)` pairs.
+pub fn claim_crops(c: &Collected, l: &super::banner::Ledger, out: &Path) -> Result<Vec<(String, String)>> {
+    let mut caps = Vec::new();
+    let fig = out.join("figures");
+    for p in Protocol::ALL {
+        let claims: Vec<(&super::claims::Claim, String)> = l
+            .claims
+            .iter()
+            .filter_map(|cl| super::screen::crop_of(cl).map(|f| (cl, f)))
+            .filter(|(cl, _)| cl.figures.first().is_some_and(|f| *f == format!("figures/phase-{}.png", p.name())))
+            .collect();
+        if claims.is_empty() {
+            continue;
+        }
+        let (mut panels, mut fpanels) = (Vec::new(), Vec::new());
+        arm_panels(c, p, &mut panels, &mut fpanels);
+        for (cl, file) in claims {
+            // A panel is an arm's (`<arm> (n seeds)`) or one excluded seed's (`<arm>-seed<k>: ...`).
+            let of = |t: &str| {
+                cl.arms
+                    .iter()
+                    .any(|a| t.starts_with(&format!("{} (", a.arm)) || t.starts_with(&format!("{}-seed", a.arm)))
+            };
+            let mine: Vec<Panel> = panels.iter().filter(|q| of(&q.title)).cloned().collect();
+            let shown = if mine.is_empty() { panels.clone() } else { mine };
+            if shown.is_empty() {
+                continue;
+            }
+            two_column_panels(
+                &fig.join(file.trim_start_matches("figures/").trim_end_matches(".png")),
+                &format!(
+                    "{}: accuracy by residue group of its arms, {} padding (y range in each title)",
+                    cl.id,
+                    p.name()
+                ),
+                &shown,
+                (560, 300),
+            )?;
+            caps.push((
+                file.clone(),
+                format!("{}'s arms cut from figures/phase-{}.png (the same panels, data in its CSV).", cl.id, p.name()),
+            ));
+        }
+    }
+    Ok(caps)
 }

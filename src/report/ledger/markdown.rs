@@ -8,6 +8,7 @@
 use super::banner::Ledger;
 use super::claims::{fmt_p, period_word, Claim, Verdict};
 use super::collect::{arms, Collected};
+use super::screen::{self, cell};
 use crate::analysis::protocol::Protocol;
 use crate::{Error, Result};
 use serde::Serialize;
@@ -115,7 +116,7 @@ fn pv(p: &crate::analysis::stats::PValue) -> String {
 
 /// One claim's section: verdict, claim, criterion, flags, each arm's part, every test, every
 /// magnitude, per-seed results, figures (thumbnails) and data.
-fn section(md: &mut String, c: &Claim) {
+fn section(md: &mut String, c: &Claim, flags: &[(String, Vec<String>)]) {
     let _ = writeln!(md, "<a id=\"{}\"></a>\n\n### {}: {}\n", anchor(&c.id), c.id, c.short);
     let _ = writeln!(md, "**Verdict: {}.** Ours: {}. Paper: {}.\n", c.verdict.word(), c.ours, c.paper);
     let _ = writeln!(md, "- **Claim** (the paper's): {}", c.claim);
@@ -126,22 +127,42 @@ fn section(md: &mut String, c: &Claim) {
         s => format!("pre-registered, judged by `theory/phase-lab.md` {s}"),
     };
     let _ = writeln!(md, "- **Criterion** ({judged_by}): {}", c.criterion);
-    for f in &c.flags {
-        let _ = writeln!(md, "- **Flag**: {f}");
+    if !c.flags.is_empty() {
+        let refs: Vec<String> = c
+            .flags
+            .iter()
+            .filter_map(|f| flags.iter().position(|(t, _)| t == f))
+            .map(|i| format!("[flag {}](#{})", i + 1, screen::flag_anchor(i)))
+            .collect();
+        let _ = writeln!(md, "- **Flags** (each stated once under [Flags](#flags)): {}", refs.join(", "));
     }
     for w in &c.with_excluded {
         let _ = writeln!(md, "- **With the excluded seeds** (issue 38): {w}");
     }
     if !c.arms.is_empty() {
-        let _ = writeln!(md, "\n| arm | verdict | what was measured |\n|---|---|---|");
+        let _ = writeln!(
+            md,
+            "\n| arm | verdict | test | statistic | p | seeds significant (need) |\n|---|---|---|---|---|---|"
+        );
         for a in &c.arms {
+            // The deciding test of the arm (structured); the arm's words, cut to a cell, where
+            // it has none. The full text is in ledger.json.
+            let t = c.tests.iter().find(|t| t.decides && t.arm == a.arm);
+            let (test, stat, p, seeds) = match t {
+                Some(t) => (
+                    format!("{} S = {}, {} at {}", t.protocol, t.stride, t.method, fmt_p(t.alpha)),
+                    format!("LR {:.1}, df {}", t.statistic, t.df),
+                    pv(&t.p),
+                    format!("{}/{} ({})", t.significant_seeds, t.seeds.len(), t.required_seeds),
+                ),
+                None => (cell(&a.text), "-".into(), "-".into(), "-".into()),
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} {} | {} |",
-                a.arm,
+                "| {} | {} {} | {test} | {stat} | {p} | {seeds} |",
+                cell(&a.arm),
                 symbol(a.verdict),
-                a.verdict.word(),
-                a.text.replace('|', "/")
+                a.verdict.word()
             );
         }
     }
@@ -212,15 +233,25 @@ fn section(md: &mut String, c: &Claim) {
                 Some(false) => "no",
                 None => "not judged (see the text)",
             };
-            let _ = writeln!(md, "| {} | {} | {meets} | {} |", s.arm, s.seed, s.text.replace('|', "/"));
+            let _ = writeln!(md, "| {} | {} | {meets} | {} |", s.arm, s.seed, cell(&s.text));
         }
     }
     if !c.figures.is_empty() {
+        // A whole-report phase figure is shown as the crop of this claim's arms (linked to the
+        // whole figure); other figures as thumbnails.
         let thumbs: Vec<String> = c
             .figures
             .iter()
             .take(THUMBNAILS)
-            .map(|f| format!("<a href=\"{f}\"><img src=\"{f}\" width=\"260\"></a>"))
+            .enumerate()
+            .map(|(i, f)| match screen::crop_of(c).filter(|_| i == 0) {
+                Some(crop) => format!(
+                    "<a href=\"{crop}\"><img src=\"{crop}\" width=\"520\"></a> ({}'s arms; whole figure: {})",
+                    c.id,
+                    file_link(f)
+                ),
+                None => format!("<a href=\"{f}\"><img src=\"{f}\" width=\"260\"></a>"),
+            })
             .collect();
         let _ = writeln!(md, "\n{}", thumbs.join(" "));
         if c.figures.len() > THUMBNAILS {
@@ -241,24 +272,15 @@ const THUMBNAILS: usize = 4;
 /// `ledger.json` alone.
 pub fn render_ledger(l: &Ledger) -> String {
     let mut md = String::new();
-    if !l.banner.is_empty() {
-        let _ = writeln!(md, "## Read this first\n");
-        for b in &l.banner {
-            let links: Vec<String> = b.claims.iter().map(|id| format!("[{id}](#{})", anchor(id))).collect();
-            let _ = writeln!(
-                md,
-                "- **{}**: {}{}",
-                b.kind,
-                b.text,
-                if links.is_empty() { String::new() } else { format!(" ({})", links.join(", ")) }
-            );
-        }
-        let _ = writeln!(md);
+    let _ = writeln!(md, "## Abstract\n");
+    for line in screen::abstract_lines(l) {
+        let _ = writeln!(md, "{line}  ");
     }
+    let _ = writeln!(md);
     let _ = writeln!(md, "## Claims ledger\n");
     let _ = writeln!(
         md,
-        "| id | claim | paper | ours [95 % interval] (arm) | verdict | per arm | figure |\n|---|---|---|---|---|---|---|"
+        "| id | claim | paper | paper value (pp) | ours [95 % interval] (arm) | ours: seed mean ± sd [seed-level interval] | ours / paper | verdict | per arm | figure |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for c in &l.claims {
         // Up to 8 arms named one by one; more are grouped by verdict, the common one counted
@@ -280,31 +302,68 @@ pub fn render_ledger(l: &Ledger) -> String {
                 })
                 .collect()
         };
+        let h = screen::headline(c);
+        let paper_value = match h.as_ref().and_then(|h| h.paper).or_else(|| super::paper::paper_value(&c.id)) {
+            Some(p) => format!("{:.1} ({})", p.pp, p.kind.words()),
+            None => "-".into(),
+        };
         let _ = writeln!(
             md,
-            "| [{}](#{}) | {} | {} | {} | **{}** | {} | {} |",
+            "| [{}](#{}) | {} | {} | {} | {} | {} | {} | **{}** | {} | {} |",
             c.id,
             anchor(&c.id),
-            c.short,
-            c.paper,
-            c.ours.replace('|', "/"),
+            cell(&c.short),
+            cell(&c.paper),
+            paper_value,
+            cell(&c.ours),
+            h.as_ref().map(|h| h.words()).unwrap_or_else(|| "-".into()),
+            h.as_ref().and_then(|h| h.ratio()).map(|r| format!("{r:.2}")).unwrap_or_else(|| "-".into()),
             c.verdict.word(),
-            if arms.is_empty() { "-".into() } else { arms.join(", ") },
+            if arms.is_empty() { "-".into() } else { cell(&arms.join(", ")) },
             c.figures.first().map(|f| file_link(f)).unwrap_or_else(|| "-".into())
         );
     }
     let _ = writeln!(
         md,
-        "\nPer arm: {} reproduced, {} reproduced qualitatively (smaller), {} not reproduced, {} not testable (ceiling), {} not run. Intervals: bias-corrected bootstrap (flagged, issue 31). Each id links its section.\n",
+        "\nPer arm: {} reproduced, {} reproduced qualitatively (smaller), {} not reproduced, {} not testable (ceiling), {} not run. Intervals: bias-corrected bootstrap (flagged, issue 31). \"ours: seed mean ± sd\": the deciding seed-level magnitude (each seed's value, its mean and sample sd, with the seed-level interval), or where the claim has none the deciding phase test's depth-adjusted spread of the compressed arm with the largest mean (no interval). The paper's numbers and what kind each is: `src/report/ledger/paper.rs`, citing `seed/paper-summary.txt`; how our setup differs from the paper's: [Setup against the paper](#setup-against-the-paper), after the claims. Each id links its section.\n",
         symbol(Verdict::Reproduced),
         symbol(Verdict::ReproducedSmaller),
         symbol(Verdict::NotReproduced),
         symbol(Verdict::NotTestableCeiling),
         symbol(Verdict::NotRun)
     );
+    if !screen::forest_rows(l).is_empty() {
+        let f = screen::FOREST_FIGURE;
+        let _ = writeln!(
+            md,
+            "Summary figure: every arm's folded prefix gap (mean over seeds, seed-level interval) beside the paper's numbers and full attention ([data](figures/summary-forest.csv)).\n\n<a href=\"{f}\"><img src=\"{f}\" width=\"900\"></a>\n"
+        );
+    }
+    if !l.banner.is_empty() {
+        let _ = writeln!(md, "## Read this first\n");
+        for line in screen::banner_lines(l) {
+            let _ = writeln!(md, "{line}");
+        }
+        let _ = writeln!(md);
+    }
+    screen::deviations(&mut md, l);
+    let flags = screen::distinct_flags(l);
     let _ = writeln!(md, "## Claims in detail\n");
     for c in &l.claims {
-        section(&mut md, c);
+        section(&mut md, c, &flags);
+    }
+    if !flags.is_empty() {
+        let _ = writeln!(md, "<a id=\"flags\"></a>\n\n### Flags\n\nEach flag once, with the claims that carry it.\n");
+        for (i, (text, ids)) in flags.iter().enumerate() {
+            let links: Vec<String> = ids.iter().map(|id| format!("[{id}](#{})", anchor(id))).collect();
+            let _ = writeln!(
+                md,
+                "<a id=\"{}\"></a>**Flag {}** ({}): {text}\n",
+                screen::flag_anchor(i),
+                i + 1,
+                links.join(", ")
+            );
+        }
     }
     md
 }
@@ -329,6 +388,9 @@ pub fn render(c: &Collected, ledger: &Ledger, caps: &[(String, String)]) -> Resu
         }
     }
     md += &render_ledger(ledger);
+    // The setup reads the plan, so it follows the ledger part (which renders from ledger.json
+    // alone).
+    screen::setup_table(&mut md, c);
     let _ = writeln!(md, "## Appendix A: models\n");
     let _ = writeln!(
         md,

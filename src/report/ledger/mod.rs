@@ -15,18 +15,24 @@
 //! | `banner` | what a reader must know before any number ([`Ledger::banner`]) |
 //! | `changes` | every change made after seeing data, with its time ([`CHANGES`]) |
 //! | `markdown` | `README.md` |
+//! | `check` | checks on the rendered `README.md` ([`check_rendered`]) |
+//! | `screen` | its first screen: abstract, headline numbers beside the paper's, banner lines, flags, setup and deviations tables, cells cut to fit |
+//! | `paper` | the paper's numbers and setup, in one place |
 //! | `runs_doc` | `runs/README.md`: every run, file and column of the data |
 //! | `publish` | locks, input checks, and the swap that puts a report in place whole |
 
 mod banner;
 mod build;
 mod changes;
+mod check;
 mod claims;
 mod collect;
 mod figures;
 mod markdown;
+mod paper;
 mod publish;
 mod runs_doc;
+mod screen;
 mod write;
 
 pub use changes::{changes_for, Change, Touches, CHANGES};
@@ -34,10 +40,13 @@ pub use runs_doc::OUTCOME_COLUMNS;
 
 pub use banner::{banner, BannerEntry, Ledger, FAILED_ACCURACY, SUCCESS_ACCURACY};
 pub use build::{build_report, build_report_with, ReportOptions, ReportOutcome};
+pub use check::{check_rendered, RenderProblem};
 pub use claims::{
     claims, power_table, section_of, ArmVerdict, Claim, Interval, LedgerClaim, Measure, PowerRow, PowerTable, SeedLine,
     SeedTest, TestRecord, Verdict, ALPHA, LEDGER, POWER_ROUNDS,
 };
 pub use collect::{arm_of, arms, collect, verify_provenance, Arm, Collected, RunData};
 pub use markdown::{render_ledger, symbol};
+pub use paper::{paper_baseline, paper_value, PaperKind, PaperValue, PAPER_SETUP, PAPER_VALUES};
 pub use publish::OUTPUTS;
+pub use screen::{abstract_lines, cell, headline, CELL_LIMIT, FOREST_FIGURE};

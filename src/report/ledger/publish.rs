@@ -159,6 +159,7 @@ pub fn partial_entry(unfinished: &[PathBuf]) -> super::banner::BannerEntry {
             names.join(", ")
         ),
         claims: vec![],
+        group: None,
     }
 }
 

@@ -138,6 +138,10 @@ pub struct Measure {
     /// seeds, the seeds held fixed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seeds: Option<usize>,
+    /// Each seed's value `(seed, pp)` of a seed-level magnitude, where the claim keeps them
+    /// (rendering only: the report's seed mean ± sd; absent in a ledger written before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_seed_pp: Vec<(u64, f64)>,
 }
 
 /// A bootstrap estimate, shown bias-corrected with the basic bootstrap interval

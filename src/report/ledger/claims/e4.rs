@@ -99,6 +99,7 @@ impl LedgerClaim for E4 {
                             paper_pp: Some(PAPER_WITHIN_WINDOW_PP),
                             decides: true,
                             seeds: Some(n),
+                            per_seed_pp: each.clone(),
                         });
                     } else if let Some(Err(e)) = &seed_level {
                         part.text += &format!("; seed-level interval: {e}");
@@ -128,6 +129,7 @@ impl LedgerClaim for E4 {
                         paper_pp: Some(PAPER_WITHIN_WINDOW_PP),
                         decides: !seed_decides,
                         seeds: None,
+                        per_seed_pp: Vec::new(),
                     });
                     // The v1 quantity, over every phase (the window boundary included): reported.
                     if let Ok(all) = adjusted_gap_bootstrap(&seeds, s, stats::BOOTSTRAP_ROUNDS, stat_seed(a)) {
@@ -146,6 +148,7 @@ impl LedgerClaim for E4 {
                             paper_pp: None,
                             decides: false,
                             seeds: None,
+                            per_seed_pp: Vec::new(),
                         });
                     }
                 }

@@ -46,6 +46,7 @@ fn seed_mean(a: &Arm, s: usize, paper: Option<f64>, decides: bool) -> Option<(Ma
         paper_pp: paper,
         decides,
         seeds: Some(each.len()),
+        per_seed_pp: each.clone(),
     };
     let words = format!(
         "mean over seeds {} (seed-level: seeds, then prompt families; {}), largest seed {}",

@@ -126,6 +126,7 @@ impl LedgerClaim for Variant {
                             paper_pp: None,
                             decides: false,
                             seeds: Some(n),
+                            per_seed_pp: Vec::new(),
                         });
                     }
                 }

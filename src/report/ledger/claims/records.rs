@@ -91,5 +91,6 @@ pub(super) fn gap_measure(
         paper_pp,
         decides,
         seeds: None,
+        per_seed_pp: Vec::new(),
     })
 }

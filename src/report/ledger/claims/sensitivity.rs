@@ -117,6 +117,7 @@ mod tests {
             paper_pp: None,
             decides: true,
             seeds: Some(2),
+            per_seed_pp: Vec::new(),
         }
     }
 

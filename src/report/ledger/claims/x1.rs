@@ -236,6 +236,7 @@ fn pair_part(arms: &[Arm], (stag, twin_name, grid): (&str, &str, &str)) -> Part 
             paper_pp: None,
             decides: true,
             seeds: Some(seeds),
+            per_seed_pp: Vec::new(),
         });
     }
     for (what, d) in &costs {
@@ -250,6 +251,7 @@ fn pair_part(arms: &[Arm], (stag, twin_name, grid): (&str, &str, &str)) -> Part 
             paper_pp: None,
             decides: true,
             seeds: Some(n),
+            per_seed_pp: Vec::new(),
         });
     }
     part
@@ -317,8 +319,11 @@ impl LedgerClaim for X1 {
                         });
                     }
                     let pts = acc.iter().enumerate().map(|(p, v)| (p as f64, 100.0 * v)).collect();
+                    // Each seed its own line pattern, so the legend tells seeds apart (issue 43).
+                    let pattern = [None, Some((8, 4)), Some((2, 3)), Some((12, 3))][r.seed as usize % 4];
                     series.push(crate::figures::plot::Series {
                         markers: true,
+                        pattern,
                         ..crate::figures::plot::Series::line(format!("{} seed {}", x.name, r.seed), pts, colour)
                     });
                 }
@@ -326,8 +331,15 @@ impl LedgerClaim for X1 {
             if series.is_empty() {
                 continue;
             }
+            let excluded: Vec<String> = [a, twin]
+                .iter()
+                .flat_map(|x| x.excluded.iter().map(|e| format!("{} seed {}", x.name, e.0.seed)))
+                .collect();
             panels.push(crate::figures::plot::Panel {
-                title: format!("{stag} (staggered {grid}) vs {twin_name}"),
+                title: format!(
+                    "{stag} (staggered {grid}) vs {twin_name}{}",
+                    if excluded.is_empty() { String::new() } else { format!("; excluded: {}", excluded.join(", ")) }
+                ),
                 x_label: format!("phase (position mod {s})"),
                 y_label: "depth-adjusted accuracy (%)".into(),
                 y_range: None,
@@ -335,12 +347,22 @@ impl LedgerClaim for X1 {
                 hide_legend: false,
                 integer_y: false,
                 x_range: None,
+                x_ticks: Vec::new(),
             });
         }
         if panels.is_empty() {
             return Ok(vec![]);
         }
         crate::run_dir::write_csv_atomic(&out.join(DATA), &rows)?;
+        // One y range for every panel, so that the same pp is the same height (issue 43).
+        let ys = panels.iter().flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|q| q.1)));
+        let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), y| (lo.min(y), hi.max(y)));
+        if lo.is_finite() {
+            let pad = 0.05 * (hi - lo).max(1.0);
+            for p in &mut panels {
+                p.y_range = Some((lo - pad, hi + pad));
+            }
+        }
         let n = panels.len() as u32;
         crate::figures::plot::line_panels(
             &out.join(FIGURE.trim_end_matches(".png")),
@@ -351,7 +373,7 @@ impl LedgerClaim for X1 {
         )?;
         Ok(vec![(
             FIGURE.into(),
-            format!("X1: the depth-adjusted accuracy of each phase (in-sequence), one line per seed, of each staggered arm (colour 0) and its unstaggered twin (colour 1); the data are {DATA}."),
+            format!("X1: the depth-adjusted accuracy of each phase (in-sequence), one line per seed (line pattern by seed), of each staggered arm (colour 0) and its unstaggered twin (colour 1), every panel on one y range; a seed the training-success rule excluded is named in its panel's title and not drawn; the ratio of spreads and the accuracy cost are in X1's section; the data are {DATA}."),
         )])
     }
 }
