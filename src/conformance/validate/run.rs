@@ -69,8 +69,10 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize), 
         low.push(l);
     }
     let positions: Vec<usize> = ref64[0].positions[..n].to_vec();
+    stop.check("kernel validate (tolerances)")?;
     let (k13_rows, bounds) = tolerance::rows(d, &ref64, &low, n, &positions, terms);
     rows.extend(k13_rows);
+    stop.check("kernel validate (tolerances)")?;
     rows.push(checks::k5(d, n));
     rows.push(match &d.perturbed {
         None => not_checkable("K2", "locality (perturbed token)", "the dump has no perturbed run"),
@@ -80,6 +82,7 @@ pub fn validate_with_progress(d: &Dump, progress: &mut dyn FnMut(usize, usize), 
         None => not_checkable("K3", "stride shift (S tokens prepended)", "the dump has no shifted run"),
         Some(sh) => checks::k3(d, sh, terms, &bounds),
     });
+    stop.check("kernel validate (stride shift)")?;
 
     let window_bound = rows.iter().find(|r| r.name.starts_with("tolerance: keys")).map(|r| r.bound).unwrap_or(0.0);
     rows.push(checks::signal(d, &ref64, n));

@@ -5,7 +5,8 @@ use super::knobs::{GateKind, ParamGroups, Stagger};
 use super::rope::{RopeChannels, RopeScaling, RopeSpec, MAX_ROPE_POSITION};
 use crate::geometry::{EntryPosition, Geometry, Visibility};
 use crate::{Error, Result};
-use serde::{Deserialize, Serialize};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Every knob of one compression kernel. Strict: an unknown field is an error naming it (a typo
 /// such as `"scalling"` must never drop a knob silently).
@@ -48,8 +49,27 @@ pub struct KernelSpec {
     /// computes with `layout[l % len]`, each entry a preset name or a whole spec in JSON. The
     /// spec's own knobs are then those of its representative layer
     /// ([`KernelSpec::representative_layer`]). Absent: every layer uses this spec.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "super::layout::deserialize")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "deserialize_layout")]
     pub layout: Option<Vec<KernelSpec>>,
+}
+
+/// Reads a `layout` from JSON (here, not in `layout.rs`, which imports this file): each entry a preset name (`"dsv4-csa"`) or a whole spec object.
+fn deserialize_layout<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Vec<KernelSpec>>, D::Error> {
+    let values: Vec<serde_json::Value> = Vec::deserialize(d)?;
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            serde_json::Value::String(name) => {
+                KernelSpec::preset(&name).map_err(|e| D::Error::custom(format!("layout[{i}]: {e}")))
+            }
+            v @ serde_json::Value::Object(_) => {
+                serde_json::from_value(v).map_err(|e| D::Error::custom(format!("layout[{i}]: {e}")))
+            }
+            other => Err(D::Error::custom(format!("layout[{i}]: must be a preset name or a kernel spec, got {other}"))),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 /// Default RMSNorm epsilon: DeepSeek-V4's `rms_norm_eps` (config.json of V4-Flash and V4-Pro;

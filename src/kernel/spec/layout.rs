@@ -11,32 +11,10 @@
 //! one check of a layout.
 
 use super::kernel_spec::KernelSpec;
-use super::presets::is_baseline;
 use crate::{Error, Result};
-use serde::de::Error as _;
-use serde::{Deserialize, Deserializer};
 
 /// The longest layout accepted: one kernel per layer of the largest model.
 pub const MAX_LAYOUT: usize = crate::limits::MAX_LAYERS;
-
-/// Reads a `layout` from JSON: each entry a preset name (`"dsv4-csa"`) or a whole spec object.
-pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Vec<KernelSpec>>, D::Error> {
-    let values: Vec<serde_json::Value> = Vec::deserialize(d)?;
-    values
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| match v {
-            serde_json::Value::String(name) => {
-                KernelSpec::preset(&name).map_err(|e| D::Error::custom(format!("layout[{i}]: {e}")))
-            }
-            v @ serde_json::Value::Object(_) => {
-                serde_json::from_value(v).map_err(|e| D::Error::custom(format!("layout[{i}]: {e}")))
-            }
-            other => Err(D::Error::custom(format!("layout[{i}]: must be a preset name or a kernel spec, got {other}"))),
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map(Some)
-}
 
 impl KernelSpec {
     /// A layout spec named `name` over `layers` (layer `l` uses `layers[l % len]`): the
@@ -154,7 +132,9 @@ impl KernelSpec {
                     ),
                 ));
             }
-            if is_baseline(&k.name) || k.geometry.window() == 1 && k.geometry.stride() == 1 {
+            // Full attention, the preset `full` included, is the geometry W = S = 1 (the check reads
+            // the geometry, not the name, so this file need not import the preset table).
+            if k.geometry.window() == 1 && k.geometry.stride() == 1 {
                 return Err(Error::invalid(
                     field(""),
                     format!(

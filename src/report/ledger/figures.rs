@@ -435,8 +435,9 @@ pub fn summary_forest(l: &super::banner::Ledger, out: &Path) -> Result<Option<(S
     ];
     let span = (-0.5, rows.len() as f64 - 0.5);
     let hline = |y: f64| vec![(span.0, y), (span.1, y)];
-    series.push(Series::reference(format!("paper: {:.0} pp, {}", pc.pp, pc.kind.words()), hline(pc.pp), 1));
-    series.push(Series::reference(format!("paper: {:.1} pp, {}", pb.pp, pb.kind.words()), hline(pb.pp), 2));
+    // Short legend words: the long ones ran past the canvas (the clipped-text test).
+    series.push(Series::reference(format!("paper's {}: {:.0} pp", pc.kind.short(), pc.pp), hline(pc.pp), 1));
+    series.push(Series::reference(format!("paper's {}: {:.1} pp", pb.kind.short(), pb.pp), hline(pb.pp), 2));
     if let Some(full) = rows.iter().find(|r| r.arm == "full") {
         series.push(Series {
             pattern: Some((2, 3)),

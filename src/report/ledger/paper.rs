@@ -27,6 +27,15 @@ impl PaperKind {
             PaperKind::UpperBound => "the paper's upper bound",
         }
     }
+
+    /// The same, short, for a figure's legend.
+    pub fn short(self) -> &'static str {
+        match self {
+            PaperKind::Maximum => "maximum",
+            PaperKind::LowerBound => "lower bound",
+            PaperKind::UpperBound => "upper bound",
+        }
+    }
 }
 
 /// One number of the paper that a claim's magnitude is set beside.
