@@ -144,7 +144,9 @@ pub fn stage_totals(out: &Path, ran: &[&Unit]) -> Result<(Vec<StageSeconds>, usi
                 r.stages.iter().for_each(|st| add(&st.stage, st.seconds));
                 models += 1;
             }
-            Unit::Kernels => add("kernels", lab::read_json::<Seconds>(&out.join("kernels").join("kernels.json"))?.seconds),
+            Unit::Kernels => {
+                add("kernels", lab::read_json::<Seconds>(&out.join("kernels").join("kernels.json"))?.seconds)
+            }
             Unit::Theory => add("theory", lab::read_json::<Seconds>(&out.join("theory").join("theory.json"))?.seconds),
         }
     }
