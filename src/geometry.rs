@@ -256,6 +256,18 @@ impl Geometry {
         got == self.interior_offsets(self.phase(t))
     }
 
+    /// The last slot of the last window that holds token `t`, on a sequence long enough to
+    /// hold that window: after this position no entry that depends on `t` is still open. Window
+    /// `j` starts at `start(0) + jS` under both alignments, so the last one holding `t` is
+    /// `j = floor((t - start(0)) / S)` and this is `t + W - 1 - ((t - start(0)) mod S)`: at
+    /// most `t + W - 1`, reached by the tokens at offset 0 of a window (the depth floor of
+    /// `theory/phase-lab.md` §9.2 rests on it).
+    pub fn last_end_containing(&self, t: usize) -> usize {
+        let first = self.start(0);
+        let j = (t as i64 - first).div_euclid(self.stride as i64);
+        (first + j * self.stride as i64 + self.window as i64 - 1) as usize
+    }
+
     /// Whether entry `j` may be used by a query at position `q`.
     pub fn is_visible(&self, j: usize, q: usize, visibility: Visibility) -> bool {
         match visibility {

@@ -23,6 +23,8 @@ mod claim_rules;
 mod cli_kernel;
 #[path = "cli_theory.rs"]
 mod cli_theory;
+#[path = "depth_floor.rs"]
+mod depth_floor;
 #[path = "docs_links.rs"]
 mod docs_links;
 #[path = "dump_format_doc.rs"]

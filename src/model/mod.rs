@@ -26,6 +26,7 @@
 //! | [`weights`] | the model's weights: save/load and the provenance check of a finished run |
 //! | [`checkpoint`] | checkpoints (read, write, retention, resume) and parameter snapshots |
 //! | [`train`] | the executor: validation, engine choice, the training loop, the observer |
+//! | [`floor`] | the depth floor: from which depth a scored record reaches the query through closed compressed entries only (`theory/phase-lab.md` §9.2) |
 //! | [`extend`] | an extension of a finished run (`theory/phase-lab.md` §8.2): its steps on the same loop, the record kept |
 //! | [`bench`] | step timing (`train --bench`) and the FLOP count of a step |
 //!
@@ -40,6 +41,7 @@ pub mod decoder;
 pub mod engine;
 pub mod extend;
 pub mod fast;
+pub mod floor;
 pub mod optim;
 pub mod params;
 pub mod record;
@@ -53,6 +55,7 @@ pub use config::{Engine, Extension, ModelConfig, RunConfig, TrainConfig};
 pub use decoder::{BatchLoss, Decoder};
 pub use engine::{evaluate, EngineStep, TrainEngine};
 pub use extend::extend;
+pub use floor::{depth_floor, DepthFloor};
 pub use record::{before_extension, BatchScore, EvalReport, ExtensionRecord, Metrics, StepReport};
 pub use train::{engine_for, train, validate, Observer, Outcome, Silent, DIVERGENCE_FACTOR};
 pub use weights::{load_run, verify_run, Model, VerifiedRun, FINAL_WEIGHTS, SNAPSHOT_HASH_EXT};
