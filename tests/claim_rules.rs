@@ -427,6 +427,8 @@ fn criteria_cite_their_section_and_the_banner_lists_every_change_with_its_time()
 fn the_list_of_changes_is_section_8_11s() {
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("theory/phase-lab.md")).unwrap();
     let s811 = &doc[doc.find("### 8.11").expect("§8.11")..];
+    // §8.11 ends where §9 (the v3 pre-registration) begins.
+    let s811 = s811.split("\n## 9.").next().expect("§8.11");
     let entries: Vec<&str> = s811.split("\n- **").skip(1).collect();
     assert!(entries.len() >= 10, "{} entries", entries.len());
     let mut after = 0;

@@ -262,23 +262,38 @@ fn e4s_phases_are_those_whose_key_value_pair_shares_a_window() {
     assert_eq!(window_sharing_phases(12, 12, 1, 1), (0..11).collect::<Vec<_>>());
 }
 
+/// Every value `section` quotes for `name` (`` `NAME` (value) `` or `` `NAME` = value ``).
+fn quoted_in(section: &str, name: &str) -> Vec<f64> {
+    let key = format!("`{name}`");
+    section
+        .match_indices(&key)
+        .filter_map(|(i, _)| {
+            let rest = section[i + key.len()..].trim_start_matches([' ', '(', '=']);
+            let num: String = rest.chars().take_while(|c| c.is_ascii_digit() || ".e-".contains(*c)).collect();
+            num.parse::<f64>().ok()
+        })
+        .collect()
+}
+
+fn phase_lab_section(from: &str, to: &str) -> String {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/theory/phase-lab.md")).unwrap();
+    let section = doc.split(from).nth(1).unwrap_or_else(|| panic!("{from}"));
+    section.split(to).next().unwrap().to_string()
+}
+
+fn check_quotes(label: &str, section: &str, rows: &[(&str, f64)]) {
+    for &(name, value) in rows {
+        let q = quoted_in(section, name);
+        assert!(!q.is_empty(), "{label} should quote `{name}` with its value");
+        assert!(q.iter().all(|&x| x == value), "{label} quotes `{name}` as {q:?}, the code has {value}");
+    }
+}
+
 /// §8 quotes every constant it names with the code's value (`NAME` (value) or `NAME` = value).
 #[test]
 fn preregistration_v2_quotes_the_constants_of_the_code() {
     use phasekv::analysis::verdict as v;
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/theory/phase-lab.md")).unwrap();
-    let section = doc.split("## 8. Pre-registration v2").nth(1).expect("section 8");
-    let quoted = |name: &str| -> Vec<f64> {
-        let key = format!("`{name}`");
-        section
-            .match_indices(&key)
-            .filter_map(|(i, _)| {
-                let rest = section[i + key.len()..].trim_start_matches([' ', '(', '=']);
-                let num: String = rest.chars().take_while(|c| c.is_ascii_digit() || ".e-".contains(*c)).collect();
-                num.parse::<f64>().ok()
-            })
-            .collect()
-    };
+    let section = phase_lab_section("## 8. Pre-registration v2", "\n## 9.");
     let rows: Vec<(&str, f64)> = vec![
         ("SUCCESS_ACCURACY", SUCCESS_ACCURACY),
         ("EXTENSION_LR_FRACTION", EXTENSION_LR_FRACTION),
@@ -288,9 +303,20 @@ fn preregistration_v2_quotes_the_constants_of_the_code() {
         ("CEILING_ACCURACY", v::CEILING_ACCURACY),
         ("PROB_CEILING", v::PROB_CEILING),
     ];
-    for (name, value) in rows {
-        let q = quoted(name);
-        assert!(!q.is_empty(), "§8 should quote `{name}` with its value");
-        assert!(q.iter().all(|&x| x == value), "§8 quotes `{name}` as {q:?}, the code has {value}");
-    }
+    check_quotes("§8", &section, &rows);
+}
+
+/// §9 (v3) quotes the budget's constants with the code's values; negative control: §8's
+/// budget is not the v3 one.
+#[test]
+fn preregistration_v3_quotes_the_budget_of_the_code() {
+    use phasekv::analysis::training::MAX_EXTENSIONS_V3;
+    let section = phase_lab_section("## 9. Pre-registration v3", "\n## 10.");
+    check_quotes(
+        "§9",
+        &section,
+        &[("SUCCESS_ACCURACY", SUCCESS_ACCURACY), ("MAX_EXTENSIONS_V3", MAX_EXTENSIONS_V3 as f64)],
+    );
+    assert_ne!(MAX_EXTENSIONS_V3, MAX_EXTENSIONS);
+    assert_eq!(quoted_in(&section, "MAX_EXTENSIONS"), Vec::<f64>::new(), "§9 must not quote v2's budget as its own");
 }

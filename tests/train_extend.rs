@@ -4,7 +4,10 @@
 //! an uninterrupted one; under the v2 rules `reproduce` extends a seed below 90 % once and then
 //! reports it failed, leaves a seed at or above 90 % alone, and under v1 changes nothing.
 
-use phasekv::analysis::training::{training_status, TrainingStatus, EXTENSION_LR_FRACTION};
+use phasekv::analysis::training::{
+    seed_outcome_within, training_status, training_status_within, SeedOutcome, TrainingStatus, EXTENSION_LR_FRACTION,
+    MAX_EXTENSIONS, MAX_EXTENSIONS_V3,
+};
 use phasekv::analysis::verdict::Rules;
 use phasekv::model::train::{train, Observer, Outcome, Silent};
 use phasekv::model::{extend, Engine, Extension, Metrics, RunConfig, StepReport};
@@ -158,6 +161,74 @@ fn an_extension_trains_on_its_own_schedule_and_keeps_the_record_before_it() {
     assert!(err.contains("extension.peak_lr"), "{err}");
     assert_eq!(on_disk.extensions, m1.extensions);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// §9.4's budget on a constructed slow run: a model that does not reach 90 % is extended, each
+/// time on the warm restart's schedule from where the last one ended, until the v3 cap of five
+/// recipes, and then reported failed; the v2 budget stops the same record after one extension
+/// (the negative control: a budget that stops early leaves the run short of the cap).
+#[test]
+fn under_the_v3_budget_a_slow_run_is_extended_to_five_recipes_then_failed() {
+    let dir = tmp_dir("budget-v3");
+    let (cfg, _, first) = trained_below_the_threshold(&dir, 8);
+    let mut x = first;
+    let mut done = Vec::new();
+    loop {
+        let Outcome::Finished(m) = extend(&dir, &x, &mut Silent).unwrap() else { panic!("extension did not finish") };
+        done.push(x);
+        assert!(m.final_eval.accuracy < 0.9, "lr 1e-4 reached {:.3} after {} steps", m.final_eval.accuracy, m.steps);
+        let under_v2 = training_status(m.final_eval.accuracy, m.extension_count().min(MAX_EXTENSIONS), &cfg.train);
+        if m.extension_count() == MAX_EXTENSIONS {
+            assert_eq!(under_v2.unwrap(), TrainingStatus::Failed, "v2 stops after one extension");
+        }
+        match training_status_within(m.final_eval.accuracy, m.extension_count(), &cfg.train, MAX_EXTENSIONS_V3).unwrap()
+        {
+            TrainingStatus::Extend(next) => x = next,
+            TrainingStatus::Failed => break,
+            TrainingStatus::Succeeded => panic!("succeeded below 90 %"),
+        }
+    }
+    let m = metrics(&dir);
+    assert_eq!((m.steps, m.extension_count()), (5 * 8, MAX_EXTENSIONS_V3), "trained to the cap of five recipes");
+    let spans: Vec<(usize, usize, usize)> = done.iter().map(|x| (x.index, x.start, x.end)).collect();
+    assert_eq!(spans, [(1, 8, 16), (2, 16, 24), (3, 24, 32), (4, 32, 40)]);
+    let lines = train_lines(&dir);
+    assert_eq!(lines.iter().map(|l| l.0).collect::<Vec<_>>(), (1..=40).collect::<Vec<_>>(), "every step once");
+    for x in &done {
+        let own: Vec<_> = lines.iter().copied().filter(|l| (l.0 as usize) <= x.end).collect();
+        follows_the_schedule(&own, x).unwrap_or_else(|e| panic!("extension {}: {e}", x.index));
+    }
+    assert_eq!(
+        seed_outcome_within(m.final_eval.accuracy, m.extension_count(), MAX_EXTENSIONS_V3).unwrap(),
+        SeedOutcome::Failed
+    );
+    let err = seed_outcome_within(m.final_eval.accuracy, m.extension_count(), MAX_EXTENSIONS).unwrap_err().to_string();
+    assert!(err.contains("extensions") && err.contains("at most 1"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// §9.4 on w12s12's curve: held-out accuracy after each block of the recipe, like seed 1 of the
+/// v2 run (62 % after one recipe, 84 % after two) continued at its pace, succeeds at the fourth
+/// extension under the v3 budget and fails after the first under v2's.
+#[test]
+fn a_w12s12_like_curve_trains_under_the_v3_budget_and_fails_under_v2s() {
+    let recipe = tiny(3000).train;
+    let curve = [0.62, 0.84, 0.87, 0.89, 0.93];
+    let walk = |budget: usize| {
+        let mut last = None;
+        for (k, &acc) in curve.iter().enumerate() {
+            match training_status_within(acc, k, &recipe, budget).unwrap() {
+                TrainingStatus::Extend(x) => {
+                    assert_eq!((x.index, x.start, x.end), (k + 1, (k + 1) * 3000, (k + 2) * 3000));
+                    last = Some(x.end);
+                }
+                done => return (done, k, last),
+            }
+        }
+        panic!("the curve ran out")
+    };
+    assert_eq!(walk(MAX_EXTENSIONS_V3), (TrainingStatus::Succeeded, 4, Some(15_000)));
+    assert_eq!(walk(MAX_EXTENSIONS), (TrainingStatus::Failed, 1, Some(6_000)));
 }
 
 #[test]

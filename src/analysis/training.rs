@@ -18,8 +18,12 @@ use serde::{Deserialize, Serialize};
 pub const SUCCESS_ACCURACY: f64 = 0.90;
 /// Peak learning rate of an extension's warm restart, as a fraction of the recipe's.
 pub const EXTENSION_LR_FRACTION: f64 = 0.5;
-/// Extensions allowed: the cap is `(1 + MAX_EXTENSIONS)` times the recipe's steps.
+/// Extensions allowed under the v2 rules: the cap is `(1 + MAX_EXTENSIONS)` times the
+/// recipe's steps.
 pub const MAX_EXTENSIONS: usize = 1;
+/// Extensions allowed under the v3 rules (`theory/phase-lab.md` §9.4, train until success or
+/// the cap): the cap is five times the recipe's steps.
+pub const MAX_EXTENSIONS_V3: usize = 4;
 
 /// One extension's learning-rate schedule (defined with the trainer that runs it,
 /// [`crate::model::extend()`]): from step `start` (the steps trained so far), `warmup_steps` of
@@ -40,18 +44,26 @@ pub enum TrainingStatus {
 }
 
 /// The rule on a model's end-of-run held-out accuracy after `extensions` extensions of the
-/// recipe `recipe` (whose `steps` is the recipe's, not the extended total).
+/// recipe `recipe` (whose `steps` is the recipe's, not the extended total), with the v2 budget
+/// of [`MAX_EXTENSIONS`].
 pub fn training_status(accuracy: f64, extensions: usize, recipe: &TrainConfig) -> Result<TrainingStatus> {
-    if !(0.0..=1.0).contains(&accuracy) {
-        return Err(Error::invalid("held-out accuracy", format!("must be in [0, 1], got {accuracy}")));
-    }
-    if extensions > MAX_EXTENSIONS {
-        return Err(Error::invalid("extensions", format!("must be at most {MAX_EXTENSIONS}, got {extensions}")));
-    }
+    training_status_within(accuracy, extensions, recipe, MAX_EXTENSIONS)
+}
+
+/// [`training_status`] with a budget of `max_extensions` extensions: below
+/// [`SUCCESS_ACCURACY`], extension `k + 1` (steps `(1 + k) steps .. (2 + k) steps`) follows the
+/// `k`-th until the budget is spent; the same warm restart every time (§8.2, §9.4).
+pub fn training_status_within(
+    accuracy: f64,
+    extensions: usize,
+    recipe: &TrainConfig,
+    max_extensions: usize,
+) -> Result<TrainingStatus> {
+    check_record(accuracy, extensions, max_extensions)?;
     if accuracy >= SUCCESS_ACCURACY {
         return Ok(TrainingStatus::Succeeded);
     }
-    if extensions == MAX_EXTENSIONS {
+    if extensions == max_extensions {
         return Ok(TrainingStatus::Failed);
     }
     let start = (1 + extensions) * recipe.steps;
@@ -63,6 +75,17 @@ pub fn training_status(accuracy: f64, extensions: usize, recipe: &TrainConfig) -
         peak_lr: EXTENSION_LR_FRACTION * recipe.lr,
         final_lr: recipe.lr * recipe.min_lr_ratio,
     }))
+}
+
+/// An accuracy in [0, 1] and at most `max_extensions` extensions.
+fn check_record(accuracy: f64, extensions: usize, max_extensions: usize) -> Result<()> {
+    if !(0.0..=1.0).contains(&accuracy) {
+        return Err(Error::invalid("held-out accuracy", format!("must be in [0, 1], got {accuracy}")));
+    }
+    if extensions > max_extensions {
+        return Err(Error::invalid("extensions", format!("must be at most {max_extensions}, got {extensions}")));
+    }
+    Ok(())
 }
 
 /// What the rule makes of one finished seed.
@@ -90,18 +113,18 @@ impl SeedOutcome {
 }
 
 /// The rule on a finished seed: its end-of-run held-out `accuracy` after `extensions`
-/// extensions (more than [`MAX_EXTENSIONS`] is an error).
+/// extensions (more than [`MAX_EXTENSIONS`] is an error), with the v2 budget.
 pub fn seed_outcome(accuracy: f64, extensions: usize) -> Result<SeedOutcome> {
-    if !(0.0..=1.0).contains(&accuracy) {
-        return Err(Error::invalid("held-out accuracy", format!("must be in [0, 1], got {accuracy}")));
-    }
-    if extensions > MAX_EXTENSIONS {
-        return Err(Error::invalid("extensions", format!("must be at most {MAX_EXTENSIONS}, got {extensions}")));
-    }
+    seed_outcome_within(accuracy, extensions, MAX_EXTENSIONS)
+}
+
+/// [`seed_outcome`] with a budget of `max_extensions` extensions.
+pub fn seed_outcome_within(accuracy: f64, extensions: usize, max_extensions: usize) -> Result<SeedOutcome> {
+    check_record(accuracy, extensions, max_extensions)?;
     if accuracy >= SUCCESS_ACCURACY {
         return Ok(SeedOutcome::Succeeded);
     }
-    Ok(if extensions == MAX_EXTENSIONS { SeedOutcome::Failed } else { SeedOutcome::Unextended })
+    Ok(if extensions == max_extensions { SeedOutcome::Failed } else { SeedOutcome::Unextended })
 }
 
 /// The rule on a finished run's `metrics.json`: its final held-out accuracy after the
