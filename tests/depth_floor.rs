@@ -5,10 +5,11 @@
 //! it, and a model that leaves a span beside the query uncompressed moves the floor.
 
 use crate::common::runner;
+use phasekv::analysis::protocol::{generate, generate_in, Depths, Prompt, Protocol};
 use phasekv::kernel::spec::preset_names;
 use phasekv::model::floor::{depth_floor, Binding, Exposed, Grids};
 use phasekv::model::ModelConfig;
-use phasekv::task::TaskConfig;
+use phasekv::task::{layout, TaskConfig};
 use proptest::prelude::*;
 
 fn model(preset: &str, local: usize) -> ModelConfig {
@@ -101,4 +102,66 @@ fn a_floor_read_from_inclusive_visibility_is_caught() {
         let e = (0..3 * w).find_map(|s| g.exposure(s, w - 1)).expect(preset);
         assert!(matches!(e.how, Exposed::Open { last_end, .. } if last_end == e.predicted_at), "{preset}: {e}");
     }
+}
+
+/// The v2 run's task (`plans/full.json`'s `run.task`), on which §9.3 tries T1 first.
+fn v2_task() -> TaskConfig {
+    serde_json::from_value(serde_json::json!({
+        "query_placement": "after_records", "max_tail": 24, "scored_query": "first", "max_gap": 0
+    }))
+    .unwrap()
+}
+
+fn scored_depths(task: &TaskConfig, prompts: &[Prompt]) -> Vec<usize> {
+    let mut d: Vec<usize> = prompts.iter().map(|p| layout::depth(&p.sample.queries[p.scored])).collect();
+    debug_assert!(prompts.iter().all(|p| layout::scored(task, &p.sample) == Some(p.scored)));
+    d.sort_unstable();
+    d
+}
+
+#[test]
+fn scored_families_lie_beyond_the_run_floor_with_equal_depth_distributions() {
+    let task = v2_task();
+    // The run floor of §9.2: the V4 layout arm's (16), beyond every other arm's.
+    let floor = ["w8s4", "w8s8", "w12s12", "dsv4-csa", "dsv4-layout"]
+        .iter()
+        .map(|p| depth_floor(&model(p, 4), &task).unwrap().depth)
+        .max()
+        .unwrap();
+    assert_eq!(floor, 16);
+    for protocol in Protocol::ALL {
+        let all = generate(&task, protocol, 12, 0).unwrap();
+        assert_eq!(generate_in(&task, protocol, 12, 0, Depths::ALL).unwrap(), all, "the full band redraws nothing");
+        assert!(scored_depths(&task, &all)[0] < floor, "the plain families reach in front of the floor");
+        let scored = generate_in(&task, protocol, 12, 0, Depths::beyond(floor)).unwrap();
+        assert_eq!(scored.len(), 12 * task.residue_modulus);
+        let depths = scored_depths(&task, &scored);
+        assert!(depths[0] >= floor, "{protocol:?}: {depths:?}");
+        assert_eq!(layout::max_depth_cdf_gap(&task, &scored.iter().map(|p| p.sample.clone()).collect::<Vec<_>>()), 0.0);
+        // No scored record reaches any arm's query except through closed entries.
+        for preset in ["w8s4", "w8s8", "w12s12", "dsv4-csa", "dsv4-layout", "w8s8-stagger-heads"] {
+            let g = Grids::new(&model(preset, 4), &task).unwrap();
+            for p in &scored {
+                let q = &p.sample.queries[p.scored];
+                assert_eq!(g.exposure(q.source_key_pos, layout::depth(q)), None, "{preset} prompt {}", p.id);
+            }
+        }
+        // The near-query families of w8s4 (floor 8) lie in front of its floor.
+        let near = generate_in(&task, protocol, 4, 0, Depths::before(8)).unwrap();
+        assert!(*scored_depths(&task, &near).last().unwrap() < 8);
+    }
+}
+
+#[test]
+fn a_depth_band_the_task_cannot_produce_is_one_error_not_a_hang() {
+    let task = v2_task();
+    let t0 = std::time::Instant::now();
+    let e = generate_in(&task, Protocol::Prefix, 2, 0, Depths::beyond(10_000)).unwrap_err().to_string();
+    assert!(e.contains("depths") && e.contains("at least 10000") && e.contains("draws"), "{e}");
+    assert!(t0.elapsed().as_secs() < 30, "{:?}", t0.elapsed());
+    let e = generate_in(&task, Protocol::Prefix, 2, 0, Depths { min: 9, max: 8 }).unwrap_err().to_string();
+    assert!(e.contains("empty"), "{e}");
+    let end = TaskConfig::default();
+    let e = generate_in(&end, Protocol::Prefix, 2, 0, Depths::beyond(4)).unwrap_err().to_string();
+    assert!(e.contains("query_placement"), "{e}");
 }

@@ -304,13 +304,80 @@ fn layout(
 /// (`task.query_placement = "after_records"`) they are `per_group` phase families
 /// ([`families`]); otherwise balanced as described in the module docs.
 pub fn generate(task: &TaskConfig, protocol: Protocol, per_group: usize, seed: u64) -> Result<Vec<Prompt>> {
+    generate_in(task, protocol, per_group, seed, Depths::ALL)
+}
+
+/// The depths a set of phase families keeps (`theory/phase-lab.md` §9.2): a family whose scored
+/// target's depth ([`layout::depth`]) lies outside `min..=max` is redrawn from the same stream.
+/// Every member of a family has the family's depth, so the kept groups' depth distributions
+/// stay equal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Depths {
+    /// The smallest depth kept (a run's depth floor for the scored families).
+    pub min: usize,
+    /// The largest depth kept (one below an arm's floor for the near-query families).
+    pub max: usize,
+}
+
+impl Depths {
+    /// Every depth: no family is redrawn, so the prompts are exactly [`generate`]'s.
+    pub const ALL: Depths = Depths { min: 0, max: usize::MAX };
+
+    /// The depths at or beyond `floor`.
+    pub fn beyond(floor: usize) -> Depths {
+        Depths { min: floor, max: usize::MAX }
+    }
+
+    /// The depths in front of `floor` (the near-query region).
+    pub fn before(floor: usize) -> Depths {
+        Depths { min: 0, max: floor.saturating_sub(1) }
+    }
+
+    /// Whether `depth` is kept.
+    pub fn contains(&self, depth: usize) -> bool {
+        (self.min..=self.max).contains(&depth)
+    }
+}
+
+impl std::fmt::Display for Depths {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.max == usize::MAX {
+            write!(f, "at least {}", self.min)
+        } else {
+            write!(f, "{}..={}", self.min, self.max)
+        }
+    }
+}
+
+/// Families drawn for one kept family at most: a band the task almost never produces is an
+/// error, never a hang.
+pub const MAX_DRAWS_PER_FAMILY: usize = 1000;
+
+/// [`generate`] keeping only the families whose depth lies in `depths` (phase families only:
+/// the query block must follow the records).
+pub fn generate_in(
+    task: &TaskConfig,
+    protocol: Protocol,
+    per_group: usize,
+    seed: u64,
+    depths: Depths,
+) -> Result<Vec<Prompt>> {
     if per_group == 0 {
         return Err(Error::invalid("samples per group", "must be at least 1, got 0"));
+    }
+    if depths.min > depths.max {
+        return Err(Error::invalid("depths", format!("the band {depths} is empty")));
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(1 + protocol as u64);
     if task.query_placement == QueryPlacement::AfterRecords {
-        return families(task, protocol, per_group, &mut rng);
+        return families(task, protocol, per_group, depths, &mut rng);
+    }
+    if depths != Depths::ALL {
+        return Err(Error::invalid(
+            "task.query_placement",
+            "a depth band needs phase families (\"after_records\"): with the query block at the end a shift changes depth",
+        ));
     }
     let (dists, _, _) = balanced_distributions(task)?;
     let mut out = Vec::with_capacity(per_group * dists.len());
@@ -333,7 +400,13 @@ pub fn generate(task: &TaskConfig, protocol: Protocol, per_group: usize, seed: u
 /// Prefix padding moves every record with the target ([`FamilyShift::Prefix`]); in-sequence
 /// padding redraws the layout before the target ([`FamilyShift::BeforeTarget`]). Every
 /// prompt's layout is a training layout.
-fn families(task: &TaskConfig, protocol: Protocol, per_group: usize, rng: &mut ChaCha8Rng) -> Result<Vec<Prompt>> {
+fn families(
+    task: &TaskConfig,
+    protocol: Protocol,
+    per_group: usize,
+    depths: Depths,
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<Prompt>> {
     let m = task.residue_modulus;
     let shift = match protocol {
         Protocol::Prefix => FamilyShift::Prefix,
@@ -341,7 +414,25 @@ fn families(task: &TaskConfig, protocol: Protocol, per_group: usize, rng: &mut C
     };
     let mut by_group: Vec<Vec<Sample>> = vec![Vec::with_capacity(per_group); m];
     for _ in 0..per_group {
-        for (g, s) in task.family(rng, None, shift)?.into_iter().enumerate() {
+        let mut draws = 0;
+        let family = loop {
+            let family = task.family(rng, None, shift)?;
+            let depth = family.first().and_then(|s| layout::scored(task, s).map(|i| layout::depth(&s.queries[i])));
+            if depth.is_some_and(|d| depths.contains(d)) {
+                break family;
+            }
+            draws += 1;
+            if draws == MAX_DRAWS_PER_FAMILY {
+                return Err(Error::invalid(
+                    "depths",
+                    format!(
+                        "no family of depth {depths} in {MAX_DRAWS_PER_FAMILY} draws: the task's targets rarely or \
+                         never sit at those depths"
+                    ),
+                ));
+            }
+        };
+        for (g, s) in family.into_iter().enumerate() {
             by_group[g].push(s);
         }
     }
