@@ -211,3 +211,42 @@ fn a_model_s_head_is_cycled_in_place_alone_and_restored_exactly() {
     }
     assert_eq!(snapshot(&model), before);
 }
+
+/// On a layer layout, cycling reads the cycled layer's own window (issue 42): `dsv4-layout`'s
+/// layer 1 is HCA16 (W 16), its representative CSA layer has W 8. With the representative's
+/// window, `k = 8` was dropped from the request but evaluated, so the stored result never matched
+/// its request and was recomputed on every call. Now the request keeps `k = 8`, drops
+/// `k = 16` (the identity), and a repeated request is reused: a stop already requested would
+/// fail any recomputation.
+#[test]
+fn cycling_a_layout_layer_reads_that_layer_s_window_and_reuses_its_result() {
+    use phasekv::analysis::protocol::Protocol;
+    use phasekv::model::train::{train, Outcome, Silent};
+    use phasekv::stop::Stop;
+    let mut cfg = crate::common::configs::tiny_config("dsv4-layout");
+    let spec = KernelSpec::preset("dsv4-layout").unwrap();
+    cfg.model.d_head = (8..).find(|&d| spec.validate_for(d).is_ok()).unwrap();
+    cfg.task.max_prefix = 45;
+    cfg.task.residue_modulus = 16; // a multiple of every layer's stride
+    cfg.train.steps = 2;
+    cfg.train.warmup_steps = 1;
+    cfg.train.eval_every = 2;
+    cfg.train.eval_samples = 4;
+    cfg.train.checkpoint_every = 2;
+    cfg.train.batch_size = 2;
+    cfg.train.engine = phasekv::model::Engine::Fast;
+    let dir = std::env::temp_dir().join(format!("phasekv-cycle-layout-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let Outcome::Finished(_) = train(&cfg, &dir, serde_json::json!({}), &mut Silent).unwrap() else {
+        panic!("the tiny run did not finish")
+    };
+    assert_eq!((phasekv::lab::run_window(&dir, 0).unwrap(), phasekv::lab::run_window(&dir, 1).unwrap()), (8, 16));
+    let run =
+        |stop: &Stop| phasekv::lab::cycle_run(&dir, Protocol::Prefix, 1, 0, 1, None, &[8, 16, 3], &mut |_, _| {}, stop);
+    let first = run(&Stop::never()).unwrap();
+    assert_eq!(first.cycle.window, 16);
+    assert_eq!(first.cycle.rows.iter().map(|r| r.k).collect::<Vec<_>>(), [0, 8, 3]);
+    let again = run(&Stop::when(|| true)).expect("the same request is reused, not recomputed");
+    assert_eq!(again, first);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

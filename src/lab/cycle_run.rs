@@ -11,10 +11,12 @@ use crate::stop::Stop;
 use crate::{Error, Result};
 use std::path::Path;
 
-/// The window of a finished run's kernel (1 for `full`), from its verified config.
-pub fn run_window(run: &Path) -> Result<usize> {
+/// The window of layer `layer`'s kernel in a finished run (1 for `full`), from its verified
+/// config: a layout's own layer ([`crate::kernel::KernelSpec::layer`]), not its representative,
+/// which is what [`crate::analysis::cycling::cycle_profiles`] cycles.
+pub fn run_window(run: &Path, layer: usize) -> Result<usize> {
     let m = verify_run(run)?.config.model;
-    Ok(if m.is_full() { 1 } else { m.kernel()?.geometry.window() })
+    Ok(if m.is_full() { 1 } else { m.kernel()?.layer(layer).geometry.window() })
 }
 
 /// The stem of a cycling experiment's files: `cycle-<protocol>-layer<L>`.
@@ -61,7 +63,7 @@ pub fn cycle_run(
     let json = stem.with_extension("json");
     let id = verified.identity;
     let mut want: Vec<usize> = vec![0];
-    let w = run_window(run)?;
+    let w = run_window(run, layer)?;
     want.extend(ks.iter().copied().filter(|&k| k % w != 0));
     let same = |r: &CycleRunResult| {
         r.per_group == per_group

@@ -206,7 +206,7 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
         }
         AnalyzeCmd::Cycle { run, layer, head, k, samples, protocol, seed } => {
             let protocol = Protocol::from(protocol);
-            let ks = if k.is_empty() { (1..lab::run_window(&run)?).collect() } else { k };
+            let ks = if k.is_empty() { (1..lab::run_window(&run, layer)?).collect() } else { k };
             let (bar, stop) = (&mut bar("cycle"), &super::signals::stop());
             let r = lab::cycle_run(&run, protocol, samples, seed, layer, head, &ks, bar, stop)?;
             let c = &r.cycle;
