@@ -145,10 +145,32 @@ fn a_sweep_expands_into_arms_with_stable_ids_and_overrides() {
     assert!(e.contains("--shard") && e.contains(&format!("1..={}", units.len())), "{e}");
 }
 
+/// An arm may train its own seeds (`theory/phase-lab.md` §9.5: 8 for some arms, 4 for the
+/// others); the other arms keep the plan's, and the units are arm-major in seed order.
+#[test]
+fn an_arm_with_its_own_seeds_expands_to_those_seeds_only() {
+    let plan: Plan = serde_json::from_str(
+        r#"{"presets": ["full"], "arms": [{"name": "w8s8", "seeds": [0, 1, 2, 3, 4, 5, 6, 7]}, {"name": "w8s4"}],
+            "seeds": [0, 1, 2, 3], "theory": false, "kernels": false}"#,
+    )
+    .unwrap();
+    plan.validate().unwrap();
+    let models = plan.models().unwrap();
+    let by_arm = |arm: &str| models.iter().filter(|m| m.arm == arm).map(|m| m.seed).collect::<Vec<_>>();
+    assert_eq!(by_arm("full"), [0, 1, 2, 3]);
+    assert_eq!(by_arm("w8s8"), (0..8).collect::<Vec<u64>>());
+    assert_eq!(by_arm("w8s4"), [0, 1, 2, 3]);
+    assert!(models.iter().all(|m| m.config.train.seed == m.seed));
+    assert_eq!(models.len(), 16);
+    // A plan without per-arm seeds reads as before (the field is left out when written).
+    let text = serde_json::to_string(&plan).unwrap();
+    assert_eq!(text.matches("\"seeds\"").count(), 2, "{text}");
+}
+
 #[test]
 fn bad_plans_and_options_are_one_line_errors() {
     let dir = scratch("plans-bad");
-    let cases: [(&str, &[&str]); 9] = [
+    let cases: [(&str, &[&str]); 11] = [
         (r#"{"presets": ["w8s9"]}"#, &["plan.presets", "stride"]),
         (
             r#"{"presets": ["full"], "arms": [{"name": "a", "preset": "w8s4", "overrides": {"model.n_kv_heads": 1}}]}"#,
@@ -166,6 +188,8 @@ fn bad_plans_and_options_are_one_line_errors() {
         ),
         (r#"{"presets": ["full"], "t2_seeds": 0}"#, &["plan.t2_seeds", "0"]),
         (r#"{"presets": ["full"], "seeds": [1, 1]}"#, &["plan.seeds", "twice"]),
+        (r#"{"arms": [{"name": "w8s4", "seeds": [3, 0, 3]}]}"#, &["plan.arms.w8s4.seeds", "seed 3", "twice"]),
+        (r#"{"arms": [{"name": "w8s4", "seeds": []}]}"#, &["plan.arms.w8s4.seeds", "empty"]),
         (r#"{"theory": false, "kernels": false}"#, &["no units"]),
     ];
     let f = dir.join("bad.json");

@@ -114,10 +114,17 @@ impl Plan {
                 return Err(Error::invalid(format!("plan.minutes.{field}"), format!("must be in (0, 1e6], got {v}")));
             }
         }
-        let mut seen = BTreeSet::new();
-        for s in &self.seeds {
-            if !seen.insert(*s) {
-                return Err(Error::invalid("plan.seeds", format!("seed {s} appears twice")));
+        check_seeds("plan.seeds", &self.seeds)?;
+        for a in &self.arms {
+            if let Some(seeds) = &a.seeds {
+                let field = format!("plan.arms.{}.seeds", a.name);
+                if seeds.is_empty() {
+                    return Err(Error::invalid(
+                        field,
+                        "is empty; give at least one seed, or leave it out for the plan's",
+                    ));
+                }
+                check_seeds(&field, seeds)?;
             }
         }
         if self.units()?.is_empty() {
@@ -129,7 +136,7 @@ impl Plan {
         Ok(())
     }
 
-    /// The seeds every arm trains with.
+    /// The seeds every arm trains with unless it names its own.
     pub fn seed_list(&self) -> Vec<u64> {
         if self.seeds.is_empty() {
             vec![self.run.train.seed]
@@ -214,18 +221,24 @@ impl Plan {
         Ok(out)
     }
 
-    /// Every model: each arm with each seed, arm-major.
+    /// The seeds arm `name` trains with: its own (`plan.arms[].seeds`) or the plan's.
+    pub fn seeds_of(&self, name: &str) -> Vec<u64> {
+        self.arms.iter().find(|a| a.name == name).and_then(|a| a.seeds.clone()).unwrap_or_else(|| self.seed_list())
+    }
+
+    /// Every model: each arm with each of its seeds ([`Plan::seeds_of`]), arm-major.
     pub fn models(&self) -> Result<Vec<ModelUnit>> {
-        let seeds = self.seed_list();
         let arms = self.arms()?;
-        if arms.len().saturating_mul(seeds.len()) > MAX_UNITS {
+        let seeds: Vec<Vec<u64>> = arms.iter().map(|(arm, _)| self.seeds_of(arm)).collect();
+        let total = seeds.iter().fold(0usize, |n, s| n.saturating_add(s.len()));
+        if total > MAX_UNITS {
             return Err(Error::invalid(
                 "plan",
-                format!("expands to more than {MAX_UNITS} models ({} arms x {} seeds)", arms.len(), seeds.len()),
+                format!("expands to more than {MAX_UNITS} models ({} arms, {total} arm-seeds)", arms.len()),
             ));
         }
         let mut out = Vec::new();
-        for (arm, config) in arms {
+        for ((arm, config), seeds) in arms.into_iter().zip(seeds) {
             for &seed in &seeds {
                 let mut config = config.clone();
                 config.train.seed = seed;
@@ -274,4 +287,15 @@ impl Plan {
             }
         }
     }
+}
+
+/// No seed twice in one list.
+fn check_seeds(field: &str, seeds: &[u64]) -> Result<()> {
+    let mut seen = BTreeSet::new();
+    for s in seeds {
+        if !seen.insert(*s) {
+            return Err(Error::invalid(field, format!("seed {s} appears twice")));
+        }
+    }
+    Ok(())
 }

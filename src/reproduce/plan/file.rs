@@ -47,6 +47,10 @@ pub struct Arm {
     /// sections (`"model": {"n_kv_head": 1}`).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub overrides: Map<String, Value>,
+    /// The arm's own training seeds, in place of the plan's `seeds` (`theory/phase-lab.md`
+    /// §9.5: 8 seeds for the arms whose magnitudes need them, 4 for the others).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seeds: Option<Vec<u64>>,
 }
 
 /// One named axis of a sweep.
