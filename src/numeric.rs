@@ -26,13 +26,43 @@ pub fn max<F: Float>(xs: &[F]) -> F {
 /// Softmax in place: `x[i] <- exp(x[i] - m) / sum_k exp(x[k] - m)` with `m = max(x)`.
 #[inline]
 pub fn softmax_in_place<F: Float>(xs: &mut [F]) {
-    let m = max(xs);
-    let mut z = F::zero();
-    for x in xs.iter_mut() {
-        *x = (*x - m).exp();
-        z = z + *x;
+    softmax_lanes(xs, &mut [F::zero()], &mut [F::zero()]);
+}
+
+/// [`softmax_in_place`] down each column of the row-major block `xs` (`[rows, cols]`, `xs.len()`
+/// a multiple of `cols`): every column gets exactly its operations in row order, so its values
+/// are bit for bit those of the column copied out, softmaxed and written back, while the block is
+/// read row by row (contiguous), not column by column.
+pub fn softmax_columns_in_place<F: Float>(xs: &mut [F], cols: usize) {
+    if cols > 0 {
+        softmax_lanes(xs, &mut vec![F::zero(); cols], &mut vec![F::zero(); cols]);
     }
-    xs.iter_mut().for_each(|x| *x = *x / z);
+}
+
+/// The one softmax, on the `m.len()` interleaved lanes (columns) of `xs`: per lane the maximum
+/// `m` (folded from `-inf` in order), `exp(x - m)` summed in order into `z`, then `x / z`;
+/// `m` and `z` are the lanes' scratch.
+#[inline]
+fn softmax_lanes<F: Float>(xs: &mut [F], m: &mut [F], z: &mut [F]) {
+    let cols = m.len();
+    m.fill(F::neg_infinity());
+    z.fill(F::zero());
+    for row in xs.chunks_exact(cols) {
+        for (m, &x) in m.iter_mut().zip(row) {
+            *m = F::max(*m, x);
+        }
+    }
+    for row in xs.chunks_exact_mut(cols) {
+        for ((x, &m), z) in row.iter_mut().zip(m.iter()).zip(z.iter_mut()) {
+            *x = (*x - m).exp();
+            *z = *z + *x;
+        }
+    }
+    for row in xs.chunks_exact_mut(cols) {
+        for (x, &z) in row.iter_mut().zip(z.iter()) {
+            *x = *x / z;
+        }
+    }
 }
 
 /// [`softmax_in_place`] of `logits` written into `out` (same length; a longer `out` keeps its
@@ -64,6 +94,28 @@ mod tests {
         let mut same = [1000.0, 1000.0, 999.0];
         softmax_in_place(&mut same);
         assert_eq!(same, out);
+    }
+
+    #[test]
+    fn the_column_softmax_is_the_softmax_of_each_column_bit_for_bit() {
+        // 5 rows x 3 columns: signed zeros, large and tiny logits, a tie.
+        let block = [0.0f64, 1000.0, -3.25, -0.0, 999.0, 1e-300, 0.0, 1000.0, 7.5, -1e3, -2.0, 7.5, 0.125, 0.0, -0.0];
+        let mut columns = block;
+        softmax_columns_in_place(&mut columns, 3);
+        for c in 0..3 {
+            let mut col: Vec<f64> = (0..5).map(|r| block[r * 3 + c]).collect();
+            softmax_in_place(&mut col);
+            for r in 0..5 {
+                assert_eq!(columns[r * 3 + c].to_bits(), col[r].to_bits(), "row {r}, column {c}");
+            }
+        }
+        // One column is the plain softmax; no columns leave the block as it was.
+        let mut one = [0.5f64, -1.0, 2.0];
+        softmax_columns_in_place(&mut one, 1);
+        let mut plain = [0.5f64, -1.0, 2.0];
+        softmax_in_place(&mut plain);
+        assert_eq!(one, plain);
+        assert!((plain.iter().sum::<f64>() - 1.0).abs() < 1e-15 && plain[2] > plain[0]);
     }
 
     #[test]

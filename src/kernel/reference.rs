@@ -15,7 +15,9 @@
 //!
 //! One-shot ([`compress`], through the one loop [`compress_by`]) and streaming
 //! ([`ReferenceStream`]) both call [`compress_window`] on the same rows, so they agree bit for
-//! bit. The softmax is [`crate::numeric::softmax_in_place`], the one softmax of the crate.
+//! bit. The softmax is [`crate::numeric::softmax_columns_in_place`] (every gate channel of a
+//! window at once; [`crate::numeric::softmax_in_place`] per channel, bit for bit), the one softmax
+//! of the crate.
 
 use super::params::{GateParams, KernelParams};
 use super::post;
@@ -123,10 +125,51 @@ pub fn assemble<F: Float>(spec: &KernelSpec, dims: KernelDims, outs: Vec<WindowO
     }
 }
 
-/// `sum_k w[k] h[k]` in index order: every projection and gate logit of the reference.
-#[inline]
-fn dot<F: Float>(w: ArrayView1<F>, h: ArrayView1<F>) -> F {
-    w.iter().zip(h.iter()).fold(F::zero(), |acc, (&a, &b)| acc + a * b)
+/// `m h` row by row: entry `e` is `sum_k m[e, k] h[k]`, summed in index order from 0 (every
+/// projection and gate logit of the reference). Four rows are summed side by side, each its own
+/// sum in index order, so every entry is bit for bit the plain row-by-row loop while the four
+/// independent additions overlap in the pipeline (the reference's time at production widths is
+/// mostly these sums).
+fn matvec<F: Float>(m: ArrayView2<F>, h: ArrayView1<F>) -> Vec<F> {
+    let (rows, d) = (m.nrows(), m.ncols());
+    if d == 0 {
+        return vec![F::zero(); rows];
+    }
+    let h = h.as_standard_layout();
+    let h = h.as_slice().expect("standard layout");
+    let m = m.as_standard_layout();
+    let flat = m.as_slice().expect("standard layout");
+    let mut out = Vec::with_capacity(rows);
+    let blocks = flat.chunks_exact(4 * d);
+    let rest = blocks.remainder();
+    for block in blocks {
+        let (r0, r) = block.split_at(d);
+        let (r1, r) = r.split_at(d);
+        let (r2, r3) = r.split_at(d);
+        let mut acc = [F::zero(); 4];
+        for ((((&a0, &a1), &a2), &a3), &x) in r0.iter().zip(r1).zip(r2).zip(r3).zip(h) {
+            acc[0] = acc[0] + a0 * x;
+            acc[1] = acc[1] + a1 * x;
+            acc[2] = acc[2] + a2 * x;
+            acc[3] = acc[3] + a3 * x;
+        }
+        out.extend_from_slice(&acc);
+    }
+    for row in rest.chunks_exact(d) {
+        out.push(row.iter().zip(h).fold(F::zero(), |acc, (&a, &b)| acc + a * b));
+    }
+    out
+}
+
+/// Gate logits of token `h` through parameter group `group` without the slot's bias: `Z_g h`,
+/// `c` channels.
+fn gate_logits<F: Float>(gate: &GateParams<F>, group: usize, c: usize, h: ArrayView1<F>) -> Vec<F> {
+    matvec(gate.z.slice(ndarray::s![group, ..c, ..]), h)
+}
+
+/// Projection `C_g h` of token `h` through parameter group `group`, `d_h` channels.
+fn projection<F: Float>(p: &Array3<F>, group: usize, d_head: usize, h: ArrayView1<F>) -> Vec<F> {
+    matvec(p.slice(ndarray::s![group, ..d_head, ..]), h)
 }
 
 /// What one token contributes to a window through a slot of parameter group `g`, computed once
@@ -150,11 +193,8 @@ pub fn project<F: Float>(
     h: ArrayView1<F>,
 ) -> Projected<F> {
     let c = spec.gate_width(dims.d_head);
-    let logits = |g: Option<&GateParams<F>>| -> Vec<F> {
-        g.map(|g| (0..c).map(|ch| dot(g.z.slice(ndarray::s![group, ch, ..]), h)).collect()).unwrap_or_default()
-    };
-    let proj =
-        |p: &Array3<F>| -> Vec<F> { (0..dims.d_head).map(|e| dot(p.slice(ndarray::s![group, e, ..]), h)).collect() };
+    let logits = |g: Option<&GateParams<F>>| -> Vec<F> { g.map(|g| gate_logits(g, group, c, h)).unwrap_or_default() };
+    let proj = |p: &Array3<F>| -> Vec<F> { projection(p, group, dims.d_head, h) };
     Projected {
         logit_k: logits(params.gate_k.as_ref()),
         logit_v: if value_gate_is_key_gate(spec) { Vec::new() } else { logits(params.gate_v.as_ref()) },
@@ -187,36 +227,57 @@ pub fn window_from_projected<F: Float>(
     j: usize,
     slots: &[Option<&Projected<F>>],
 ) -> WindowOut<F> {
-    let weights = |gate: Option<&GateParams<F>>, logit: fn(&Projected<F>) -> &[F]| {
-        let valid: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].is_some()).collect();
-        match (spec.gate, gate) {
-            (GateKind::Uniform, _) | (_, None) => uniform_weights(spec, dims, slots.len(), &valid),
-            (_, Some(g)) => {
-                let c = spec.gate_width(dims.d_head).max(1);
-                let mut a = Array2::<F>::zeros((slots.len(), c));
-                for &i in &valid {
-                    let l = logit(slots[i].expect("valid"));
-                    for ch in 0..c {
-                        a[[i, ch]] = l[ch] + g.b[[i, ch]];
-                    }
-                }
-                softmax_over_slots(&mut a, &valid);
-                a
-            }
-        }
-    };
-    let gate_k = weights(params.gate_k.as_ref(), |p| &p.logit_k);
-    let gate_v =
-        if value_gate_is_key_gate(spec) { gate_k.clone() } else { weights(params.gate_v.as_ref(), |p| &p.logit_v) };
-    let pk: Vec<Option<&[F]>> = slots.iter().map(|p| p.map(|p| p.proj_k.as_slice())).collect();
-    let pooled_k = pool(spec, dims, &pk, &gate_k);
+    let p = pooled_from_projected(spec, dims, params, slots);
+    let gate_v = p.gate_v.unwrap_or_else(|| p.gate_k.clone());
+    finish(spec, params, j, p.pooled_k, p.pooled_v, p.gate_k, gate_v)
+}
+
+/// Window `j`'s post-processed key and value from the projections of its slots: the `key` and
+/// `value` of [`window_from_projected`], bit for bit (the same path), without laying out its
+/// gate weights and pooled entries; `validate`'s phase profile compares only these, for every
+/// displaced window.
+pub fn entry_from_projected<F: Float>(
+    spec: &KernelSpec,
+    dims: KernelDims,
+    params: &KernelParams<F>,
+    j: usize,
+    slots: &[Option<&Projected<F>>],
+) -> (Array1<F>, Array1<F>) {
+    let p = pooled_from_projected(spec, dims, params, slots);
+    post_processed(spec, params, j, &p.pooled_k, &p.pooled_v)
+}
+
+/// A window's pooled entries and its gate weights (`[W, c]`, [`slot_weights`]).
+struct Pooled<F> {
+    pooled_k: Array1<F>,
+    pooled_v: Array1<F>,
+    gate_k: Array2<F>,
+    /// `None`: the value branch pools with the key gate's weights ([`value_gate_is_key_gate`]).
+    gate_v: Option<Array2<F>>,
+}
+
+/// The one path from slot projections to a window's gate weights and pooled entries.
+fn pooled_from_projected<F: Float>(
+    spec: &KernelSpec,
+    dims: KernelDims,
+    params: &KernelParams<F>,
+    slots: &[Option<&Projected<F>>],
+) -> Pooled<F> {
+    let gate_k = slot_weights(spec, dims, params.gate_k.as_ref(), &by_slot(slots, |p| &p.logit_k));
+    let gate_v = (!value_gate_is_key_gate(spec))
+        .then(|| slot_weights(spec, dims, params.gate_v.as_ref(), &by_slot(slots, |p| &p.logit_v)));
+    let pooled_k = pool(spec, dims, &by_slot(slots, |p| &p.proj_k), &gate_k);
     let pooled_v = if params.proj_v.is_some() {
-        let pv: Vec<Option<&[F]>> = slots.iter().map(|p| p.map(|p| p.proj_v.as_slice())).collect();
-        pool(spec, dims, &pv, &gate_v)
+        pool(spec, dims, &by_slot(slots, |p| &p.proj_v), gate_v.as_ref().unwrap_or(&gate_k))
     } else {
         pooled_k.clone()
     };
-    finish(spec, params, j, pooled_k, pooled_v, gate_k, gate_v)
+    Pooled { pooled_k, pooled_v, gate_k, gate_v }
+}
+
+/// One part of every slot's projection (`None` for an empty slot).
+fn by_slot<'a, F>(slots: &[Option<&'a Projected<F>>], part: fn(&Projected<F>) -> &[F]) -> Vec<Option<&'a [F]>> {
+    slots.iter().map(|p| p.map(part)).collect()
 }
 
 /// Per channel, the first-order scale of the roundings a correct low-precision kernel makes in
@@ -299,12 +360,7 @@ pub fn window_from_gates<F: Float>(
     gate_v: Array2<F>,
 ) -> WindowOut<F> {
     let projections = |p: &Array3<F>| -> Vec<Option<Vec<F>>> {
-        rows.iter()
-            .enumerate()
-            .map(|(i, r)| {
-                r.map(|h| (0..dims.d_head).map(|e| dot(p.slice(ndarray::s![spec.group_of(i), e, ..]), h)).collect())
-            })
-            .collect()
+        rows.iter().enumerate().map(|(i, r)| r.map(|h| projection(p, spec.group_of(i), dims.d_head, h))).collect()
     };
     let pk = projections(&params.proj_k);
     let pk_ref: Vec<Option<&[F]>> = pk.iter().map(|p| p.as_deref()).collect();
@@ -330,6 +386,19 @@ fn finish<F: Float>(
     gate_k: Array2<F>,
     gate_v: Array2<F>,
 ) -> WindowOut<F> {
+    let (key, value) = post_processed(spec, params, j, &pooled_k, &pooled_v);
+    WindowOut { key, value, pooled_k, pooled_v, gate_k, gate_v, position: spec.entry_position(j) }
+}
+
+/// Window `j`'s key and value: its pooled entries post-processed (RMSNorm, RoPE at the entry
+/// position; the value is the key for shared key/value).
+fn post_processed<F: Float>(
+    spec: &KernelSpec,
+    params: &KernelParams<F>,
+    j: usize,
+    pooled_k: &Array1<F>,
+    pooled_v: &Array1<F>,
+) -> (Array1<F>, Array1<F>) {
     let position = spec.entry_position(j);
     let gamma = params.gamma.as_ref().map(|g| g.as_slice().expect("contiguous gamma"));
     let mut key = pooled_k.clone();
@@ -341,32 +410,45 @@ fn finish<F: Float>(
         post::apply(spec, v.as_slice_mut().expect("contiguous"), gamma, position);
         v
     };
-    WindowOut { key, value, pooled_k, pooled_v, gate_k, gate_v, position }
+    (key, value)
 }
 
-/// Uniform weights `1/valid` on the valid slots (channel 0 of a `[W, c]` array).
-fn uniform_weights<F: Float>(spec: &KernelSpec, dims: KernelDims, w: usize, valid: &[usize]) -> Array2<F> {
-    let c = spec.gate_width(dims.d_head).max(1);
+/// Gate weights `[W, c]` of one window (`c` the gate width, at least 1) from each slot's
+/// logits without bias (`None`: an empty slot): per channel, the softmax of the scores
+/// `l_i[c] + b_i[c]` over the non-empty slots (uniform `1/valid` on channel 0 for uniform pooling
+/// or a missing gate); empty slots weigh 0. The scores of the non-empty slots are one row-major
+/// block, softmaxed down its columns ([`crate::numeric::softmax_columns_in_place`]): each
+/// channel's softmax over the slots, read row by row.
+fn slot_weights<F: Float>(
+    spec: &KernelSpec,
+    dims: KernelDims,
+    gate: Option<&GateParams<F>>,
+    logits: &[Option<&[F]>],
+) -> Array2<F> {
+    let (w, c) = (logits.len(), spec.gate_width(dims.d_head).max(1));
+    let valid: Vec<(usize, &[F])> = logits.iter().enumerate().filter_map(|(i, l)| l.map(|l| (i, l))).collect();
     let mut a = Array2::<F>::zeros((w, c));
-    let u = F::one() / F::from(valid.len()).expect("count");
-    for &i in valid {
-        a[[i, 0]] = u;
+    match (spec.gate, gate) {
+        (GateKind::Uniform, _) | (_, None) => {
+            let u = F::one() / F::from(valid.len()).expect("count");
+            for &(i, _) in &valid {
+                a[[i, 0]] = u;
+            }
+        }
+        (_, Some(g)) => {
+            let mut scores = vec![F::zero(); valid.len() * c];
+            for (row, &(i, l)) in scores.chunks_exact_mut(c).zip(&valid) {
+                for ((s, &l), &b) in row.iter_mut().zip(&l[..c]).zip(g.b.row(i)) {
+                    *s = l + b;
+                }
+            }
+            crate::numeric::softmax_columns_in_place(&mut scores, c);
+            for (row, &(i, _)) in scores.chunks_exact(c).zip(&valid) {
+                a.row_mut(i).assign(&ArrayView1::from(row));
+            }
+        }
     }
     a
-}
-
-/// Per channel (column), the softmax of `a`'s valid rows in place.
-fn softmax_over_slots<F: Float>(a: &mut Array2<F>, valid: &[usize]) {
-    let mut column = vec![F::zero(); valid.len()];
-    for ch in 0..a.ncols() {
-        for (v, &i) in column.iter_mut().zip(valid) {
-            *v = a[[i, ch]];
-        }
-        crate::numeric::softmax_in_place(&mut column);
-        for (&v, &i) in column.iter().zip(valid) {
-            a[[i, ch]] = v;
-        }
-    }
 }
 
 /// Gate weights `[W, c]` of one window: per channel, the softmax of the scores over the
@@ -377,14 +459,19 @@ pub fn gate_weights<F: Float>(
     gate: Option<&GateParams<F>>,
     rows: &[Option<ArrayView1<F>>],
 ) -> Array2<F> {
-    let valid: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].is_some()).collect();
-    let gate = match (spec.gate, gate) {
-        (GateKind::Uniform, _) | (_, None) => return uniform_weights(spec, dims, rows.len(), &valid),
-        (_, Some(g)) => g,
-    };
-    let mut a = gate_scores(spec, dims, gate, rows, &valid);
-    softmax_over_slots(&mut a, &valid);
-    a
+    let c = spec.gate_width(dims.d_head);
+    let logits: Vec<Option<Vec<F>>> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.map(|h| match (spec.gate, gate) {
+                (GateKind::Uniform, _) | (_, None) => Vec::new(),
+                (_, Some(g)) => gate_logits(g, spec.group_of(i), c, h),
+            })
+        })
+        .collect();
+    let logits: Vec<Option<&[F]>> = logits.iter().map(|l| l.as_deref()).collect();
+    slot_weights(spec, dims, gate, &logits)
 }
 
 /// Gate scores `[W, c]` of the given slots: `s_i[c] = sum_k Z_{g(i)}[c,k] h_i[k] + b_i[c]` (the
@@ -400,27 +487,34 @@ pub fn gate_scores<F: Float>(
     let c = spec.gate_width(dims.d_head).max(1);
     let mut s = Array2::<F>::zeros((rows.len(), c));
     for &i in slots {
-        let grp = spec.group_of(i);
+        let zh = rows[i].map(|h| gate_logits(gate, spec.group_of(i), c, h));
         for ch in 0..c {
-            let zh = rows[i].map_or(F::zero(), |h| dot(gate.z.slice(ndarray::s![grp, ch, ..]), h));
-            s[[i, ch]] = zh + gate.b[[i, ch]];
+            s[[i, ch]] = zh.as_ref().map_or(F::zero(), |z| z[ch]) + gate.b[[i, ch]];
         }
     }
     s
 }
 
-/// Pooled output `sum_i a_i (.) v_i` of one window from its slots' projections `v_i = C_{g(i)} h_i`.
+/// Pooled output `sum_i a_i (.) v_i` of one window from its slots' projections `v_i = C_{g(i)} h_i`
+/// and its gate weights `a` (`[W, c]`): per channel, the terms added in slot order from 0.
 fn pool<F: Float>(spec: &KernelSpec, dims: KernelDims, projected: &[Option<&[F]>], a: &Array2<F>) -> Array1<F> {
     let vector = spec.gate == GateKind::Vector;
-    let mut out = Array1::<F>::zeros(dims.d_head);
+    let mut out = vec![F::zero(); dims.d_head];
     for (i, v) in projected.iter().enumerate() {
         let Some(v) = v else { continue };
-        for e in 0..dims.d_head {
-            let weight = if vector { a[[i, e]] } else { a[[i, 0]] };
-            out[e] = out[e] + weight * v[e];
+        let w = a.row(i);
+        if vector {
+            for ((o, &weight), &v) in out.iter_mut().zip(w.iter()).zip(&v[..dims.d_head]) {
+                *o = *o + weight * v;
+            }
+        } else {
+            let weight = w[0];
+            for (o, &v) in out.iter_mut().zip(&v[..dims.d_head]) {
+                *o = *o + weight * v;
+            }
         }
     }
-    out
+    Array1::from(out)
 }
 
 /// Token-by-token (or chunked) reference compression with carried state: the last `W` input

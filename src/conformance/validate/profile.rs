@@ -5,7 +5,7 @@
 use super::report::PhasePoint;
 use crate::conformance::dump::Dump;
 use crate::conformance::harness::tolerance::max_abs_diff;
-use crate::kernel::reference::{project, window_from_projected, Projected};
+use crate::kernel::reference::{entry_from_projected, project, Projected};
 use crate::kernel::Compressed;
 use crate::stop::Stop;
 use crate::Result;
@@ -84,9 +84,9 @@ pub(super) fn profiles(
                 }
                 let slots: Vec<Option<&Projected<f64>>> =
                     tokens.iter().enumerate().map(|(i, &t)| cache[t * groups + spec.group_of(i)].as_ref()).collect();
-                let out = window_from_projected(spec, d.dims, &d.params, j, &slots);
-                let e = max_abs_diff(&run.keys.slice(s![k, j, ..]), &out.key)
-                    .max(max_abs_diff(&run.values_or_keys().slice(s![k, j, ..]), &out.value));
+                let (key, value) = entry_from_projected(spec, d.dims, &d.params, j, &slots);
+                let e = max_abs_diff(&run.keys.slice(s![k, j, ..]), &key)
+                    .max(max_abs_diff(&run.values_or_keys().slice(s![k, j, ..]), &value));
                 errors[di] = errors[di].max(e);
                 counts[di] += 1;
             }
