@@ -297,3 +297,65 @@ fn colour_checks_reject_the_old_palettes() {
     // A red and a blue of one lightness: apart in hue, not in lightness.
     assert!(!sequential_problems(&[(200, 0, 0), (0, 110, 160)]).is_empty());
 }
+
+/// The committed Theorem 1 map (`reports/theory/theory.json`'s `diagram`).
+fn committed_diagram() -> phasekv::theory::diagram::DiagramMap {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/theory/theory.json");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    phasekv::theory::diagram::DiagramMap::parse(json["diagram"].as_str().unwrap()).unwrap()
+}
+
+/// The outlined (black, 3 px) cells of a phase-diagram SVG.
+fn outlined_cells(svg: &str) -> usize {
+    parse_svg(svg).iter().filter(|e| e.name == "rect" && e.attr("stroke") == "#000000").count()
+}
+
+/// Issue 43: `t1-phase-diagram.png` outlined a 'k' cell (beta 4, gamma 6), since the outline was
+/// a typed rectangle (gamma < 6.5) and the cells the oracle's verdicts. Both now come from one map
+/// and one rule (`theory::diagram::in_regime`): no 'k' cell lies in the regime, the figure
+/// outlines exactly the regime's cells, and the old rectangle is rejected by
+/// `outline_problems` naming that cell (negative control); a 'k' planted inside the regime moves
+/// the outline, in the rule and in the drawn figure.
+#[test]
+fn phase_diagram_outline_and_cells_follow_one_rule() {
+    use phasekv::theory::oracle::PointVerdict;
+    let map = committed_diagram();
+    let regime = map.regime();
+    for (i, row) in regime.iter().enumerate() {
+        for (j, &inside) in row.iter().enumerate() {
+            assert!(!(inside && map.verdicts[i][j] == PointVerdict::NotKkt), "k cell {i},{j} inside the regime");
+        }
+    }
+    assert!(map.outline_problems(&regime).is_empty());
+    let num = |s: &String| s.parse::<f64>().unwrap();
+    let old: Vec<Vec<bool>> = map
+        .betas
+        .iter()
+        .map(|b| map.gammas.iter().map(|g| (0.5..=4.0).contains(&num(b)) && num(g) < 6.5).collect())
+        .collect();
+    let p = map.outline_problems(&old);
+    // Beta 1 has no 'k' up to gamma 7, so the rule's regime reaches past the old gamma < 6.5 there.
+    assert_eq!(
+        p,
+        vec![
+            "cell beta 1 gamma 7 ('+') is not outlined but inside the stated regime".to_string(),
+            "cell beta 4 gamma 6 ('k') is outlined but outside the stated regime".to_string()
+        ]
+    );
+
+    let dir = std::env::temp_dir().join(format!("report_figures-t1-{}", std::process::id()));
+    let count = |r: &[Vec<bool>]| r.iter().flatten().filter(|&&x| x).count();
+    phasekv::figures::theory::phase_diagram_map(&dir.join("t1"), "t1", &map, None).unwrap();
+    assert_eq!(outlined_cells(&std::fs::read_to_string(dir.join("t1.svg")).unwrap()), count(&regime));
+    let mut planted = map.clone();
+    let row = map.betas.iter().position(|b| b == "2").unwrap();
+    planted.verdicts[row][4] = PointVerdict::NotKkt;
+    let moved = planted.regime();
+    assert!(moved[row][4..].iter().all(|&x| !x) && moved[row][..4].iter().all(|&x| x), "{moved:?}");
+    assert!(!planted.outline_problems(&regime).is_empty());
+    phasekv::figures::theory::phase_diagram_map(&dir.join("t1p"), "t1", &planted, None).unwrap();
+    let drawn = outlined_cells(&std::fs::read_to_string(dir.join("t1p.svg")).unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(drawn, count(&moved));
+    assert!(drawn < count(&regime));
+}
