@@ -359,3 +359,63 @@ fn phase_diagram_outline_and_cells_follow_one_rule() {
     assert_eq!(drawn, count(&moved));
     assert!(drawn < count(&regime));
 }
+
+/// Pixels of `colour` in an RGB buffer `w` wide farther than `limit` pixels from every segment
+/// of `path` (pixels).
+fn stray_pixels(buf: &[u8], w: usize, colour: (u8, u8, u8), path: &[(i32, i32)], limit: f64) -> usize {
+    let dist = |p: (f64, f64), a: (i32, i32), b: (i32, i32)| {
+        let (a, b) = ((f64::from(a.0), f64::from(a.1)), (f64::from(b.0), f64::from(b.1)));
+        let (dx, dy) = (b.0 - a.0, b.1 - a.1);
+        let len2 = (dx * dx + dy * dy).max(1e-12);
+        let t = (((p.0 - a.0) * dx + (p.1 - a.1) * dy) / len2).clamp(0.0, 1.0);
+        (p.0 - a.0 - t * dx).hypot(p.1 - a.1 - t * dy)
+    };
+    buf.chunks(3)
+        .enumerate()
+        .filter(|(_, c)| (c[0], c[1], c[2]) == colour)
+        .filter(|(i, _)| {
+            let p = ((i % w) as f64, (i / w) as f64);
+            path.windows(2).all(|s| dist(p, s[0], s[1]) > limit)
+        })
+        .count()
+}
+
+/// Issue 43: `gates-dsv4-csa-seed0-trajectory.png` had a stray line its SVG lacked. Plotters'
+/// raster backend strokes a 2 px line as one polygon whose inner corner at a join is not
+/// limited, so a path that turns back over short segments throws a corner far off and the fill
+/// draws a line to it. Drawn as one series (as before) the path below leaves pixels of its colour
+/// far from every segment (the negative control); drawn in `stroke_pieces` (as every figure now
+/// draws a stroke wider than 1 px) it leaves none, and a path with no sharp join stays one piece.
+#[test]
+fn a_path_that_turns_back_leaves_no_stray_line_in_the_png() {
+    use plotters::prelude::*;
+    // Short segments that turn back by about 3 degrees, then by about 170 (in pixels).
+    let path = [(5.0, 5.0), (5.12, 5.0), (5.0, 5.01), (5.1, 5.02), (5.6, 5.5)];
+    let (w, h) = (400u32, 300u32);
+    let draw = |split: bool| -> (Vec<u8>, Vec<(i32, i32)>) {
+        let mut buf = vec![255u8; (w * h * 3) as usize];
+        let px;
+        {
+            let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
+            let mut chart = ChartBuilder::on(&root).build_cartesian_2d(4.0..7.0, 4.0..7.0).unwrap();
+            let style = RED.stroke_width(2);
+            let pieces =
+                if split { plot::stroke_pieces(&path, |p| chart.backend_coord(p)) } else { vec![path.to_vec()] };
+            px = path.iter().map(|p| chart.backend_coord(p)).collect();
+            for piece in pieces {
+                chart.draw_series(LineSeries::new(piece, style)).unwrap();
+            }
+            root.present().unwrap();
+        }
+        (buf, px)
+    };
+    let (old, px) = draw(false);
+    let stray_old = stray_pixels(&old, w as usize, (255, 0, 0), &px, 4.0);
+    assert!(stray_old > 10, "the control should show the stray line: {stray_old} pixels");
+    let (new, _) = draw(true);
+    assert_eq!(stray_pixels(&new, w as usize, (255, 0, 0), &px, 4.0), 0);
+    let gentle = [(0.0, 0.0), (1.0, 1.0), (2.0, 1.5), (3.0, 3.0)];
+    assert_eq!(plot::stroke_pieces(&gentle, |p| ((100.0 * p.0) as i32, (100.0 * p.1) as i32)).len(), 1);
+    let back = plot::stroke_pieces(&path, |p| ((1000.0 * p.0) as i32, (1000.0 * p.1) as i32));
+    assert!(back.len() >= 2 && back.windows(2).all(|b| b[0].last() == b[1].first()), "{back:?}");
+}
