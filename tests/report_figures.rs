@@ -419,3 +419,35 @@ fn a_path_that_turns_back_leaves_no_stray_line_in_the_png() {
     let back = plot::stroke_pieces(&path, |p| ((1000.0 * p.0) as i32, (1000.0 * p.1) as i32));
     assert!(back.len() >= 2 && back.windows(2).all(|b| b[0].last() == b[1].first()), "{back:?}");
 }
+
+/// Issue 43: per-panel y ranges of 10 to 50 pp made a 2 pp dip look like a 20 pp one. The
+/// panels of an accuracy figure now share one range: two arms fitted apart (90-100 % and about
+/// 55-100 %, the control: they differ) get the union, their stride marks reach it, and no title
+/// keeps its own range.
+#[test]
+fn accuracy_panels_share_one_y_range() {
+    use phasekv::analysis::stats::GroupAccuracy;
+    use phasekv::figures::lab::{range_label, seeds_panel, share_y_range};
+    let groups = |acc: &[usize]| -> Vec<GroupAccuracy> {
+        acc.iter().enumerate().map(|(g, &k)| GroupAccuracy::new(g, k, 100)).collect()
+    };
+    let high = groups(&[99, 98, 99, 97, 99, 98, 99, 97]);
+    let low = groups(&[99, 70, 99, 60, 99, 70, 99, 60]);
+    let mut panels = vec![
+        seeds_panel("a (1 seed)".into(), "x".into(), &[high.as_slice()], None, Some(4), 0),
+        seeds_panel("b (1 seed)".into(), "x".into(), &[low.as_slice()], None, Some(4), 1),
+    ];
+    let own: Vec<(f64, f64)> = panels.iter().map(|p| p.y_range.unwrap()).collect();
+    assert_ne!(own[0], own[1], "the control: fitted apart, the ranges differ");
+    assert!(panels[0].title.contains(&range_label(own[0])));
+    let shared = share_y_range(&mut panels).unwrap();
+    assert_eq!(shared, (own[0].0.min(own[1].0), own[0].1.max(own[1].1)));
+    for p in &panels {
+        assert_eq!(p.y_range, Some(shared));
+        assert!(!p.title.contains('['), "{}", p.title);
+        let marks: Vec<_> = p.series.iter().filter(|s| s.dashed && s.points.len() == 2).collect();
+        assert!(!marks.is_empty());
+        assert!(marks.iter().all(|s| s.points[0].1 == shared.0 && s.points[1].1 == shared.1));
+    }
+    assert_eq!(share_y_range(&mut []), None);
+}
