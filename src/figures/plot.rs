@@ -316,7 +316,8 @@ pub fn stroke_pieces(pts: &[(f64, f64)], to_px: impl Fn(&(f64, f64)) -> (i32, i3
     let mut pieces = Vec::new();
     let mut piece: Vec<(f64, f64)> = Vec::new();
     // The last two distinct pixels of the current piece.
-    let (mut before, mut last): (Option<(i32, i32)>, Option<(i32, i32)>) = (None, None);
+    let mut before: Option<(i32, i32)> = None;
+    let mut last = before;
     for p in pts {
         let q = to_px(p);
         if last == Some(q) {
