@@ -55,7 +55,14 @@ fn parse_svg(text: &str) -> Vec<Elem> {
             attrs_text = &after[close + 1..];
         }
         rest = &rest[end + 1..];
-        let text = rest[..rest.find('<').unwrap_or(rest.len())].trim().to_string();
+        // Entities unescaped, so a text is measured as drawn (`&apos;` is one character).
+        let text = rest[..rest.find('<').unwrap_or(rest.len())]
+            .trim()
+            .replace("&apos;", "'")
+            .replace("&quot;", "\"")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&");
         out.push(Elem { name: name.to_string(), attrs, text });
     }
     out
