@@ -84,6 +84,11 @@ struct Seed<'a> {
 /// Claim `id` of a report of `arms` (preset, one [`Seed`] per seed 0, 1, 2) under `rules`
 /// (only that claim is computed, so the test takes seconds).
 fn claim(label: &str, rules: Rules, arms: &[(&str, [Seed; 3])], id: &str) -> Claim {
+    claim_drawn(label, rules, arms, id, None)
+}
+
+/// [`claim`], and the claim's own figures drawn into `draw` (a report directory) when given.
+fn claim_drawn(label: &str, rules: Rules, arms: &[(&str, [Seed; 3])], id: &str, draw: Option<&Path>) -> Claim {
     let dir = tmp_dir(label);
     let mut plan = Plan::builtin(Scale::Full).unwrap();
     plan.presets = arms.iter().map(|a| a.0.to_string()).collect();
@@ -126,6 +131,9 @@ fn claim(label: &str, rules: Rules, arms: &[(&str, [Seed; 3])], id: &str) -> Cla
     let at = order.iter().position(|x| *x == id).expect("a claim before K");
     let out = LEDGER[at].check(&collected);
     assert_eq!(out.id, id, "LEDGER order");
+    if let Some(report) = draw {
+        LEDGER[at].draw(&collected, report).unwrap();
+    }
     std::fs::remove_dir_all(&dir).unwrap();
     out
 }
@@ -284,4 +292,50 @@ fn x1_holds_only_when_staggering_removes_the_effect_at_no_cost() {
     let p = pair(&x1("x1-cost", 0.90, &low));
     assert_eq!(p.verdict, Verdict::NotReproduced, "{}", p.text);
     assert!(p.text.contains("staggering removes") && p.text.contains("a cost beyond the margin"), "{}", p.text);
+}
+
+/// Issue 43: `x1-stagger.png` states each pair's ratio, cost and result in its title, computed as
+/// the claim computes them (never typed in): the ratio and the held-out cost in the title are
+/// the words of the pair's ledger text and measure, and the verdict follows the data: "X1
+/// holds" where staggering removes the effect at no cost, "X1 does not hold" for the flat arm
+/// 5 pp lower (the control). The excluded seed is drawn and named in the legend.
+#[test]
+fn x1_figure_titles_state_the_ratio_the_cost_and_the_result() {
+    fn twin(g: usize) -> f64 {
+        if g % 8 == 3 {
+            0.5
+        } else {
+            0.9
+        }
+    }
+    fn low(_: usize) -> f64 {
+        0.8
+    }
+    let drawn = |label: &str, held_out: f64, stag: &'static dyn Fn(usize) -> f64, failed: bool| {
+        let report = tmp_dir(&format!("{label}-report"));
+        std::fs::create_dir_all(report.join("figures")).unwrap();
+        let mut s = seeds(held_out, 2500, stag, &flat_prob);
+        if failed {
+            s[2] = Seed { held_out: 0.356, steps: 5000, acc: stag, prob: &flat_prob };
+        }
+        let arms = [("w8s8", seeds(0.95, 2500, &twin, &flat_prob)), ("w8s8-stagger-heads", s)];
+        let c = claim_drawn(label, Rules::V2, &arms, "X1", Some(&report));
+        let svg = std::fs::read_to_string(report.join("figures/x1-stagger.svg")).unwrap();
+        std::fs::remove_dir_all(&report).unwrap();
+        let p = c.arms.iter().find(|a| a.arm == "w8s8-stagger-heads vs w8s8").unwrap().clone();
+        (c, p, svg)
+    };
+    for (label, held_out, stag, words) in [
+        ("x1-fig-removes", 0.95, &flat as &'static dyn Fn(usize) -> f64, "X1 holds"),
+        ("x1-fig-cost", 0.90, &low, "X1 does not hold"),
+    ] {
+        let (c, p, svg) = drawn(label, held_out, stag, false);
+        let r = p.text.split("ratio R = ").nth(1).unwrap().split(" (").next().unwrap().to_string();
+        assert!(svg.contains(&format!("R = {r}, held-out cost")), "{r} not in the title:\n{svg}");
+        let cost = c.measures.iter().find(|m| m.what.starts_with("held-out")).unwrap().value.words();
+        assert!(svg.contains(&format!("held-out cost {cost}: {words}")), "{cost} / {words} not in the title");
+    }
+    let (_, p, svg) = drawn("x1-fig-excluded", 0.95, &flat, true);
+    assert!(p.text.contains("X1"), "{}", p.text);
+    assert!(svg.contains("w8s8-stagger-heads seed 2 (excluded by the training-success rule; in no R)"), "{svg}");
 }

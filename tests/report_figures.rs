@@ -55,7 +55,14 @@ fn parse_svg(text: &str) -> Vec<Elem> {
             attrs_text = &after[close + 1..];
         }
         rest = &rest[end + 1..];
-        let text = rest[..rest.find('<').unwrap_or(rest.len())].trim().to_string();
+        // Entities unescaped, so a text is measured as drawn (`&apos;` is one character).
+        let text = rest[..rest.find('<').unwrap_or(rest.len())]
+            .trim()
+            .replace("&apos;", "'")
+            .replace("&quot;", "\"")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&");
         out.push(Elem { name: name.to_string(), attrs, text });
     }
     out
@@ -296,4 +303,158 @@ fn colour_checks_reject_the_old_palettes() {
     assert!(!sequential_problems(&old_bins).is_empty());
     // A red and a blue of one lightness: apart in hue, not in lightness.
     assert!(!sequential_problems(&[(200, 0, 0), (0, 110, 160)]).is_empty());
+}
+
+/// The committed Theorem 1 map (`reports/theory/theory.json`'s `diagram`).
+fn committed_diagram() -> phasekv::theory::diagram::DiagramMap {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/theory/theory.json");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    phasekv::theory::diagram::DiagramMap::parse(json["diagram"].as_str().unwrap()).unwrap()
+}
+
+/// The outlined (black, 3 px) cells of a phase-diagram SVG.
+fn outlined_cells(svg: &str) -> usize {
+    parse_svg(svg).iter().filter(|e| e.name == "rect" && e.attr("stroke") == "#000000").count()
+}
+
+/// Issue 43: `t1-phase-diagram.png` outlined a 'k' cell (beta 4, gamma 6), since the outline was
+/// a typed rectangle (gamma < 6.5) and the cells the oracle's verdicts. Both now come from one map
+/// and one rule (`theory::diagram::in_regime`): no 'k' cell lies in the regime, the figure
+/// outlines exactly the regime's cells, and the old rectangle is rejected by
+/// `outline_problems` naming that cell (negative control); a 'k' planted inside the regime moves
+/// the outline, in the rule and in the drawn figure.
+#[test]
+fn phase_diagram_outline_and_cells_follow_one_rule() {
+    use phasekv::theory::oracle::PointVerdict;
+    let map = committed_diagram();
+    let regime = map.regime();
+    for (i, row) in regime.iter().enumerate() {
+        for (j, &inside) in row.iter().enumerate() {
+            assert!(!(inside && map.verdicts[i][j] == PointVerdict::NotKkt), "k cell {i},{j} inside the regime");
+        }
+    }
+    assert!(map.outline_problems(&regime).is_empty());
+    let num = |s: &String| s.parse::<f64>().unwrap();
+    let old: Vec<Vec<bool>> = map
+        .betas
+        .iter()
+        .map(|b| map.gammas.iter().map(|g| (0.5..=4.0).contains(&num(b)) && num(g) < 6.5).collect())
+        .collect();
+    let p = map.outline_problems(&old);
+    // Beta 1 has no 'k' up to gamma 7, so the rule's regime reaches past the old gamma < 6.5 there.
+    assert_eq!(
+        p,
+        vec![
+            "cell beta 1 gamma 7 ('+') is not outlined but inside the stated regime".to_string(),
+            "cell beta 4 gamma 6 ('k') is outlined but outside the stated regime".to_string()
+        ]
+    );
+
+    let dir = std::env::temp_dir().join(format!("report_figures-t1-{}", std::process::id()));
+    let count = |r: &[Vec<bool>]| r.iter().flatten().filter(|&&x| x).count();
+    phasekv::figures::theory::phase_diagram_map(&dir.join("t1"), "t1", &map, None).unwrap();
+    assert_eq!(outlined_cells(&std::fs::read_to_string(dir.join("t1.svg")).unwrap()), count(&regime));
+    let mut planted = map.clone();
+    let row = map.betas.iter().position(|b| b == "2").unwrap();
+    planted.verdicts[row][4] = PointVerdict::NotKkt;
+    let moved = planted.regime();
+    assert!(moved[row][4..].iter().all(|&x| !x) && moved[row][..4].iter().all(|&x| x), "{moved:?}");
+    assert!(!planted.outline_problems(&regime).is_empty());
+    phasekv::figures::theory::phase_diagram_map(&dir.join("t1p"), "t1", &planted, None).unwrap();
+    let drawn = outlined_cells(&std::fs::read_to_string(dir.join("t1p.svg")).unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(drawn, count(&moved));
+    assert!(drawn < count(&regime));
+}
+
+/// Pixels of `colour` in an RGB buffer `w` wide farther than `limit` pixels from every segment
+/// of `path` (pixels).
+fn stray_pixels(buf: &[u8], w: usize, colour: (u8, u8, u8), path: &[(i32, i32)], limit: f64) -> usize {
+    let dist = |p: (f64, f64), a: (i32, i32), b: (i32, i32)| {
+        let (a, b) = ((f64::from(a.0), f64::from(a.1)), (f64::from(b.0), f64::from(b.1)));
+        let (dx, dy) = (b.0 - a.0, b.1 - a.1);
+        let len2 = (dx * dx + dy * dy).max(1e-12);
+        let t = (((p.0 - a.0) * dx + (p.1 - a.1) * dy) / len2).clamp(0.0, 1.0);
+        (p.0 - a.0 - t * dx).hypot(p.1 - a.1 - t * dy)
+    };
+    buf.chunks(3)
+        .enumerate()
+        .filter(|(_, c)| (c[0], c[1], c[2]) == colour)
+        .filter(|(i, _)| {
+            let p = ((i % w) as f64, (i / w) as f64);
+            path.windows(2).all(|s| dist(p, s[0], s[1]) > limit)
+        })
+        .count()
+}
+
+/// Issue 43: `gates-dsv4-csa-seed0-trajectory.png` had a stray line its SVG lacked. Plotters'
+/// raster backend strokes a 2 px line as one polygon whose inner corner at a join is not
+/// limited, so a path that turns back over short segments throws a corner far off and the fill
+/// draws a line to it. Drawn as one series (as before) the path below leaves pixels of its colour
+/// far from every segment (the negative control); drawn in `stroke_pieces` (as every figure now
+/// draws a stroke wider than 1 px) it leaves none, and a path with no sharp join stays one piece.
+#[test]
+fn a_path_that_turns_back_leaves_no_stray_line_in_the_png() {
+    use plotters::prelude::*;
+    // Short segments that turn back by about 3 degrees, then by about 170 (in pixels).
+    let path = [(5.0, 5.0), (5.12, 5.0), (5.0, 5.01), (5.1, 5.02), (5.6, 5.5)];
+    let (w, h) = (400u32, 300u32);
+    let draw = |split: bool| -> (Vec<u8>, Vec<(i32, i32)>) {
+        let mut buf = vec![255u8; (w * h * 3) as usize];
+        let px;
+        {
+            let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
+            let mut chart = ChartBuilder::on(&root).build_cartesian_2d(4.0..7.0, 4.0..7.0).unwrap();
+            let style = RED.stroke_width(2);
+            let pieces =
+                if split { plot::stroke_pieces(&path, |p| chart.backend_coord(p)) } else { vec![path.to_vec()] };
+            px = path.iter().map(|p| chart.backend_coord(p)).collect();
+            for piece in pieces {
+                chart.draw_series(LineSeries::new(piece, style)).unwrap();
+            }
+            root.present().unwrap();
+        }
+        (buf, px)
+    };
+    let (old, px) = draw(false);
+    let stray_old = stray_pixels(&old, w as usize, (255, 0, 0), &px, 4.0);
+    assert!(stray_old > 10, "the control should show the stray line: {stray_old} pixels");
+    let (new, _) = draw(true);
+    assert_eq!(stray_pixels(&new, w as usize, (255, 0, 0), &px, 4.0), 0);
+    let gentle = [(0.0, 0.0), (1.0, 1.0), (2.0, 1.5), (3.0, 3.0)];
+    assert_eq!(plot::stroke_pieces(&gentle, |p| ((100.0 * p.0) as i32, (100.0 * p.1) as i32)).len(), 1);
+    let back = plot::stroke_pieces(&path, |p| ((1000.0 * p.0) as i32, (1000.0 * p.1) as i32));
+    assert!(back.len() >= 2 && back.windows(2).all(|b| b[0].last() == b[1].first()), "{back:?}");
+}
+
+/// Issue 43: per-panel y ranges of 10 to 50 pp made a 2 pp dip look like a 20 pp one. The
+/// panels of an accuracy figure now share one range: two arms fitted apart (90-100 % and about
+/// 55-100 %, the control: they differ) get the union, their stride marks reach it, and no title
+/// keeps its own range.
+#[test]
+fn accuracy_panels_share_one_y_range() {
+    use phasekv::analysis::stats::GroupAccuracy;
+    use phasekv::figures::lab::{range_label, seeds_panel, share_y_range};
+    let groups = |acc: &[usize]| -> Vec<GroupAccuracy> {
+        acc.iter().enumerate().map(|(g, &k)| GroupAccuracy::new(g, k, 100)).collect()
+    };
+    let high = groups(&[99, 98, 99, 97, 99, 98, 99, 97]);
+    let low = groups(&[99, 70, 99, 60, 99, 70, 99, 60]);
+    let mut panels = vec![
+        seeds_panel("a (1 seed)".into(), "x".into(), &[high.as_slice()], None, Some(4), 0),
+        seeds_panel("b (1 seed)".into(), "x".into(), &[low.as_slice()], None, Some(4), 1),
+    ];
+    let own: Vec<(f64, f64)> = panels.iter().map(|p| p.y_range.unwrap()).collect();
+    assert_ne!(own[0], own[1], "the control: fitted apart, the ranges differ");
+    assert!(panels[0].title.contains(&range_label(own[0])));
+    let shared = share_y_range(&mut panels).unwrap();
+    assert_eq!(shared, (own[0].0.min(own[1].0), own[0].1.max(own[1].1)));
+    for p in &panels {
+        assert_eq!(p.y_range, Some(shared));
+        assert!(!p.title.contains('['), "{}", p.title);
+        let marks: Vec<_> = p.series.iter().filter(|s| s.dashed && s.points.len() == 2).collect();
+        assert!(!marks.is_empty());
+        assert!(marks.iter().all(|s| s.points[0].1 == shared.0 && s.points[1].1 == shared.1));
+    }
+    assert_eq!(share_y_range(&mut []), None);
 }

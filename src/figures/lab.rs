@@ -137,6 +137,29 @@ pub fn seeds_panel(
     }
 }
 
+/// One y range for every panel of a figure of accuracies (issue 43: per-panel ranges of 10 to
+/// 50 pp made a 2 pp dip in one panel look like a 20 pp one in the next): the union of the
+/// panels' ranges is set on each, its stride marks (dashed verticals) are stretched to it, and
+/// the per-panel range ([`range_label`], as [`seeds_panel`] and [`phase_panel`] print it) is
+/// taken out of each title. Returns the shared range (`None`: no panel had one).
+pub fn share_y_range(panels: &mut [Panel]) -> Option<(f64, f64)> {
+    let shared = panels
+        .iter()
+        .filter_map(|p| p.y_range)
+        .fold(None, |m: Option<(f64, f64)>, (a, b)| Some(m.map_or((a, b), |(lo, hi)| (lo.min(a), hi.max(b)))))?;
+    for p in panels.iter_mut() {
+        if let Some(own) = p.y_range {
+            p.title = p.title.replace(&format!(" [{}]", range_label(own)), "");
+        }
+        p.y_range = Some(shared);
+        for s in p.series.iter_mut().filter(|s| s.dashed && s.points.len() == 2 && s.points[0].0 == s.points[1].0) {
+            s.points[0].1 = shared.0;
+            s.points[1].1 = shared.1;
+        }
+    }
+    Some(shared)
+}
+
 /// One phase profile as a figure.
 pub fn phase_profile(stem: &Path, title: &str, profile: &PhaseProfile, stride: Option<usize>) -> Result<Vec<PathBuf>> {
     plot::line_chart(stem, &phase_panel(title, profile, stride, 0))

@@ -298,6 +298,51 @@ fn arrowhead(from: (f64, f64), tip: (f64, f64), scale: (f64, f64)) -> Option<Vec
     Some(vec![tip, corner(1.0), corner(-1.0)])
 }
 
+/// The sharpest join plotters' raster backend strokes without a spike: the cosine of the
+/// angle between the two segments at a vertex (seen from it) may be at most this. Its stroke
+/// polygon (`plotters_backend::rasterizer::polygonize`) puts the inner corner of a join where
+/// the two offset edges meet, `(w / 2) / sin(theta / 2)` from the vertex with no limit, so a
+/// path that nearly turns back (theta near 0) throws that corner far off, and the fill draws a
+/// stray line to it, across the axes, which the SVG (stroked by the viewer, with a miter limit)
+/// lacks. Its own limit on the outer corner is 4 half-widths (`sin(theta / 2) >= 1/4`, that is
+/// `cos theta <= 7/8`); the inner corner is held to the same.
+pub const SHARPEST_JOIN_COS: f64 = 7.0 / 8.0;
+
+/// A polyline split into pieces (sharing their end points) that have no join sharper than
+/// [`SHARPEST_JOIN_COS`], judged in the backend's integer pixels (`to_px`, as plotters rounds,
+/// repeated pixels skipped as it skips them): each piece is stroked on its own, so a sharp turn
+/// is two overlapping line ends instead of a join.
+pub fn stroke_pieces(pts: &[(f64, f64)], to_px: impl Fn(&(f64, f64)) -> (i32, i32)) -> Vec<Vec<(f64, f64)>> {
+    let mut pieces = Vec::new();
+    let mut piece: Vec<(f64, f64)> = Vec::new();
+    // The last two distinct pixels of the current piece.
+    let mut before: Option<(i32, i32)> = None;
+    let mut last = before;
+    for p in pts {
+        let q = to_px(p);
+        if last == Some(q) {
+            piece.push(*p);
+            continue;
+        }
+        if let (Some(a), Some(b)) = (before, last) {
+            let u = (f64::from(a.0 - b.0), f64::from(a.1 - b.1));
+            let v = (f64::from(q.0 - b.0), f64::from(q.1 - b.1));
+            let cos = (u.0 * v.0 + u.1 * v.1) / (u.0.hypot(u.1) * v.0.hypot(v.1));
+            if cos > SHARPEST_JOIN_COS {
+                let joint = *piece.last().unwrap_or(p);
+                pieces.push(std::mem::take(&mut piece));
+                piece.push(joint);
+            }
+        }
+        piece.push(*p);
+        (before, last) = (last, Some(q));
+    }
+    if !piece.is_empty() {
+        pieces.push(piece);
+    }
+    pieces
+}
+
 fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     panel: &Panel,
@@ -363,12 +408,17 @@ fn draw_panel<DB: DrawingBackend>(
             continue;
         }
         let style = if s.thin { color.mix(0.45).stroke_width(1) } else { color.stroke_width(2) };
-        match s.pattern.or(if s.dashed { Some((6, 4)) } else { None }) {
-            Some((dash, gap)) => {
-                chart.draw_series(DashedLineSeries::new(pts.clone(), dash, gap, style)).map_err(|e| e.to_string())?;
-            }
-            None => {
-                chart.draw_series(LineSeries::new(pts.clone(), style)).map_err(|e| e.to_string())?;
+        // A stroke wider than 1 px is drawn in pieces that meet at no sharp join (issue 43).
+        let pieces =
+            if style.stroke_width > 1 { stroke_pieces(&pts, |p| chart.backend_coord(p)) } else { vec![pts.clone()] };
+        for piece in pieces {
+            match s.pattern.or(if s.dashed { Some((6, 4)) } else { None }) {
+                Some((dash, gap)) => {
+                    chart.draw_series(DashedLineSeries::new(piece, dash, gap, style)).map_err(|e| e.to_string())?;
+                }
+                None => {
+                    chart.draw_series(LineSeries::new(piece, style)).map_err(|e| e.to_string())?;
+                }
             }
         }
         if s.markers {

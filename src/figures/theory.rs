@@ -5,7 +5,7 @@
 use super::grid::{category_grid, CategoryGrid};
 use super::plot::{line_panels, scatter, Panel, Series, GREY};
 use crate::theory::critical::PointLabel;
-use crate::theory::diagram::{DiagramMap, PhaseDiagram};
+use crate::theory::diagram::{DiagramMap, PhaseDiagram, REGIME_BETA};
 use crate::theory::flow::{FlowRun, FlowSummary, Integrator, Trajectory};
 use crate::theory::oracle::{PointVerdict, Theorem1Report};
 use crate::theory::profile::PhaseProfile;
@@ -72,18 +72,6 @@ fn verdict_category(v: PointVerdict) -> usize {
 /// red/green pair and lightness apart (`colour::sequential_problems` checks them in a test).
 pub const VERDICT_COLOURS: [(u8, u8, u8); 3] = [(86, 180, 233), (213, 94, 0), (240, 228, 66)];
 
-/// The regime in which Theorem 1 is stated (`theory/induction-model.md` §3.1): moderate beta,
-/// about 0.5 to 4 at `L = 4` ...
-pub const REGIME_BETA: (f64, f64) = (0.5, 4.0);
-
-/// ... and gamma below `gamma_c`, about 6.5 at the defaults (`beta = 2`).
-pub const REGIME_GAMMA_C: f64 = 6.5;
-
-/// Whether `(beta, gamma)` lies in the regime where the theorem's hypotheses hold.
-pub fn in_regime(beta: f64, gamma: f64) -> bool {
-    (REGIME_BETA.0..=REGIME_BETA.1).contains(&beta) && gamma < REGIME_GAMMA_C
-}
-
 /// The Theorem 1 phase diagram as a category grid (rows beta, columns gamma), with optional
 /// text in each cell (the verdict's code by default): the codes explained in the legend, beta
 /// and gamma defined under it, and the cells of the theorem's stated regime outlined.
@@ -93,8 +81,9 @@ pub fn phase_diagram_map(
     map: &DiagramMap,
     cell_text: Option<Vec<Vec<String>>>,
 ) -> Result<Vec<PathBuf>> {
-    let num = |s: &String| s.trim().parse::<f64>().unwrap_or(f64::NAN);
-    let outlined = map.betas.iter().map(|b| map.gammas.iter().map(|g| in_regime(num(b), num(g))).collect()).collect();
+    // The outline and the cells' classes come from one map and one rule
+    // (`theory::diagram::in_regime`): the stated regime ends where the vertex stops being KKT.
+    let outlined = map.regime();
     let cell_text = cell_text.unwrap_or_else(|| {
         map.verdicts.iter().map(|row| row.iter().map(|v| v.symbol().to_string()).collect()).collect()
     });
@@ -113,9 +102,10 @@ pub fn phase_diagram_map(
         ],
         note: vec![
             "outlined: the theorem's regime,".into(),
-            format!("beta {}-{}, gamma < gamma_c ~ {}", REGIME_BETA.0, REGIME_BETA.1, REGIME_GAMMA_C),
-            "(gamma_c is lower at small and".into(),
-            "large beta; induction-model.md 3.1)".into(),
+            format!("beta {}-{}, gamma < gamma_c(beta):", REGIME_BETA.0, REGIME_BETA.1),
+            "left of the row's first k (the".into(),
+            "vertex stops being KKT; 6.5 at".into(),
+            "beta = 2; induction-model.md 3)".into(),
             "beta: scale of the attention logits".into(),
             "gamma: scale of the readout logits".into(),
         ],

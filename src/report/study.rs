@@ -323,6 +323,8 @@ fn write_figure(s: &StudySettings, out: &Path) -> Result<()> {
     if panels.is_empty() {
         return Ok(());
     }
+    // One y range for both arms (issue 43), so the same pp is the same height.
+    figures::share_y_range(&mut panels);
     let cols = panels.len() as u32;
     plot::line_panels(
         &out.join("study-prefix"),

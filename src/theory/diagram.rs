@@ -113,6 +113,71 @@ impl DiagramMap {
     }
 }
 
+/// The `beta` range of the regime in which Theorem 1 is stated (`theory/induction-model.md`
+/// §3: moderate beta, about 0.5 to 4 at `L = 4`).
+pub const REGIME_BETA: (f64, f64) = (0.5, 4.0);
+
+/// The one rule for the theorem's stated regime (§3): `beta` within [`REGIME_BETA`] and `gamma`
+/// below `gamma_c(beta)`, the gamma at which the one-hot vertex stops being a KKT point (§6.1:
+/// the `k` cells). `gamma_c` is `None` where no gamma of the grid reaches it.
+pub fn in_regime(beta: f64, gamma: f64, gamma_c: Option<f64>) -> bool {
+    (REGIME_BETA.0..=REGIME_BETA.1).contains(&beta) && gamma_c.is_none_or(|c| gamma < c)
+}
+
+impl DiagramMap {
+    /// `gamma_c(beta)` of row `row` as the grid brackets it: the smallest gamma whose cell is `k`
+    /// (the vertex not KKT); `None` where no cell of the row is (or the row does not exist).
+    pub fn gamma_c(&self, row: usize) -> Option<f64> {
+        let cells = self.verdicts.get(row)?;
+        self.gammas
+            .iter()
+            .zip(cells)
+            .filter(|(_, v)| **v == PointVerdict::NotKkt)
+            .map(|(g, _)| label_value(g))
+            .fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.min(g))))
+    }
+
+    /// The cells of the stated regime (`regime[row][col]`), by [`in_regime`] with each row's
+    /// [`DiagramMap::gamma_c`]: the region a figure outlines. A label that is not a number is
+    /// outside it.
+    pub fn regime(&self) -> Vec<Vec<bool>> {
+        (0..self.betas.len())
+            .map(|i| {
+                let (beta, c) = (label_value(&self.betas[i]), self.gamma_c(i));
+                self.gammas.iter().map(|g| in_regime(beta, label_value(g), c)).collect()
+            })
+            .collect()
+    }
+
+    /// Every cell where `outlined` disagrees with [`DiagramMap::regime`], one line each naming
+    /// the cell and its verdict (a `k` cell inside an outline is one): empty when they agree.
+    pub fn outline_problems(&self, outlined: &[Vec<bool>]) -> Vec<String> {
+        let regime = self.regime();
+        let mut out = Vec::new();
+        for (i, row) in regime.iter().enumerate() {
+            for (j, &want) in row.iter().enumerate() {
+                let got = outlined.get(i).and_then(|r| r.get(j)).copied().unwrap_or(false);
+                if got != want {
+                    out.push(format!(
+                        "cell beta {} gamma {} ('{}') is {} but {} the stated regime",
+                        self.betas[i],
+                        self.gammas[j],
+                        self.verdicts[i][j].symbol(),
+                        if got { "outlined" } else { "not outlined" },
+                        if want { "inside" } else { "outside" }
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A row or column label as a number (NaN where it is not one).
+fn label_value(s: &str) -> f64 {
+    s.trim().parse().unwrap_or(f64::NAN)
+}
+
 impl PhaseDiagram {
     /// The verdict map (labels formatted as in [`PhaseDiagram::to_text`]).
     pub fn map(&self) -> DiagramMap {

@@ -69,7 +69,7 @@ fn trained(r: &RunData) -> bool {
 
 /// One panel per arm under protocol `p` (each seed thin, the seeds pooled bold with Wilson
 /// intervals), and per compressed arm one folded by its stride with full attention's pooled
-/// accuracy folded the same way as a dashed reference.
+/// accuracy folded the same way as a dashed reference; the panels of each kind on one y range.
 fn arm_panels(c: &Collected, p: Protocol, panels: &mut Vec<Panel>, fpanels: &mut Vec<Panel>) {
     let arms = super::collect::arms(c);
     // A seed that did not train is drawn apart, never pooled into a line (issue 31).
@@ -132,6 +132,19 @@ fn arm_panels(c: &Collected, p: Protocol, panels: &mut Vec<Panel>, fpanels: &mut
             i,
         ));
     }
+    // One y range across the panels of each figure (issue 43), so the same pp is the same height.
+    figures::share_y_range(panels);
+    figures::share_y_range(fpanels);
+}
+
+/// The y range the panels share ([`figures::share_y_range`]) as a title states it.
+fn shared_range(panels: &[Panel]) -> String {
+    panels.first().and_then(|p| p.y_range).map(figures::range_label).unwrap_or_else(|| "no data".into())
+}
+
+/// A figure title's words for its one y range.
+fn shared_words(panels: &[Panel]) -> String {
+    format!("one y range for every panel, {}", shared_range(panels))
 }
 
 /// Figures and their data; returns `(figure, caption)` pairs, or `None` when `stop` said
@@ -187,35 +200,27 @@ pub fn build_figures(c: &Collected, out: &Path, stop: &dyn Fn() -> bool) -> Resu
         let name = format!("phase-{}", p.name());
         two_column_panels(
             &fig.join(&name),
-            &format!(
-                "Accuracy by residue group, {} padding: y range per panel, at least {:.0} pp, printed in each title",
-                p.name(),
-                100.0 * figures::MIN_ACCURACY_SPAN
-            ),
+            &format!("Accuracy by residue group, {} padding: {}", p.name(), shared_words(&panels)),
             &panels,
             (760, 380),
         )?;
         write_csv_atomic(&out.join(format!("figures/{name}.csv")), &csv)?;
         caps.push((
             format!("figures/{name}.png"),
-            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride. Each panel's y axis is fitted to its data but spans at least {:.0} pp, and its range is printed in the panel's title: compare panels by those ranges, not by the height of a curve. A seed {} has a panel of its own and is pooled into no line.", p.name(), 100.0 * figures::MIN_ACCURACY_SPAN, apart_words(c)),
+            format!("Per-group exact-match accuracy under {} padding, one panel per arm: each seed a thin line, the seeds pooled bold with Wilson 95 % intervals; dashed grey lines mark multiples of the stride. Every panel has the same y range ({}, printed in the title), fitted to the data of all of them, so the same pp is the same height in every panel. A seed {} has a panel of its own and is pooled into no line.", p.name(), shared_range(&panels), apart_words(c)),
         ));
         if !fpanels.is_empty() {
             let name = format!("folded-{}", p.name());
             two_column_panels(
                 &fig.join(&name),
-                &format!(
-                    "Accuracy folded by phase (position mod S), {} padding: y range per panel, at least {:.0} pp, in each title",
-                    p.name(),
-                    100.0 * figures::MIN_ACCURACY_SPAN
-                ),
+                &format!("Accuracy folded by phase (position mod S), {} padding: {}", p.name(), shared_words(&fpanels)),
                 &fpanels,
                 (700, 340),
             )?;
             write_csv_atomic(&out.join(format!("figures/{name}.csv")), &folded)?;
             caps.push((
                 format!("figures/{name}.png"),
-                format!("Accuracy folded by each kernel's phase under {} padding (seeds thin, pooled bold with Wilson 95 % intervals; dashed black: full attention's trained seeds pooled and folded the same way; a seed that did not train is in no line). Each panel's y range, at least {:.0} pp, is printed in its title.", p.name(), 100.0 * figures::MIN_ACCURACY_SPAN),
+                format!("Accuracy folded by each kernel's phase under {} padding (seeds thin, pooled bold with Wilson 95 % intervals; dashed black: full attention's trained seeds pooled and folded the same way; a seed that did not train is in no line). Every panel has the same y range ({}), so the same pp is the same height in every panel.", p.name(), shared_range(&fpanels)),
             ));
         }
     }
@@ -527,16 +532,17 @@ pub fn claim_crops(c: &Collected, l: &super::banner::Ledger, out: &Path) -> Resu
             two_column_panels(
                 &fig.join(file.trim_start_matches("figures/").trim_end_matches(".png")),
                 &format!(
-                    "{}: accuracy by residue group of its arms, {} padding (y range in each title)",
+                    "{}: accuracy by residue group of its arms, {} padding: {}",
                     cl.id,
-                    p.name()
+                    p.name(),
+                    shared_words(&shown)
                 ),
                 &shown,
                 (560, 300),
             )?;
             caps.push((
                 file.clone(),
-                format!("{}'s arms cut from figures/phase-{}.png (the same panels, data in its CSV).", cl.id, p.name()),
+                format!("{}'s arms cut from figures/phase-{}.png (the same panels on that figure's one y range, data in its CSV).", cl.id, p.name()),
             ));
         }
     }

@@ -65,7 +65,7 @@ impl LedgerClaim for T1 {
         )?;
         Ok(vec![(
             FIGURE.into(),
-            "Theorem 1 phase diagram over beta (scale of the attention logits, softmax(beta q . k)) and gamma (scale of the readout logits, z_y = gamma y . o): '+' (sky blue) the one-hot vertex is optimal, 'k' (vermillion) the vertex is not a KKT point and heads hedge, 'g' (yellow) KKT but beaten by a split head. Outlined: the regime in which the theorem is stated (beta about 0.5 to 4, gamma below gamma_c, about 6.5 at beta = 2; theory/induction-model.md §3.1).".into(),
+            "Theorem 1 phase diagram over beta (scale of the attention logits, softmax(beta q . k)) and gamma (scale of the readout logits, z_y = gamma y . o): '+' (sky blue) the one-hot vertex is optimal, 'k' (vermillion) the vertex is not a KKT point and heads hedge, 'g' (yellow) KKT but beaten by a split head. Outlined: the regime in which the theorem is stated (beta 0.5 to 4, gamma below gamma_c(beta), the gamma at which the vertex stops being a KKT point: left of the row's first 'k', about 6.5 at beta = 2; theory/induction-model.md §3), drawn from the same verdicts as the cells (theory::diagram::in_regime).".into(),
         )])
     }
 }

@@ -298,56 +298,57 @@ impl LedgerClaim for X1 {
     }
 
     fn draw(&self, c: &Collected, out: &Path) -> Result<Vec<(String, String)>> {
+        use crate::figures::plot::{Panel, Series};
         let arms = arms(c);
         let mut panels = Vec::new();
         let mut rows: Vec<ProfileRow> = Vec::new();
-        for &(stag, twin_name, grid) in &PAIRS {
+        for &pair @ (stag, twin_name, grid) in &PAIRS {
             let (Some(a), Some(twin)) = (named(&arms, stag), named(&arms, twin_name)) else { continue };
             let Some(s) = twin.stride else { continue };
             let mut series = Vec::new();
             for (colour, x) in [a, twin].into_iter().enumerate() {
-                for r in &x.runs {
+                // The seeds the claim pools, then the excluded ones (issue 43: shown, apart).
+                let drawn = x.runs.iter().map(|r| (*r, false)).chain(x.excluded.iter().map(|e| (e.0, true)));
+                for (r, excluded) in drawn {
                     let Some(recs) = r.records.get(&PRIMARY) else { continue };
                     let Ok(acc) = adjusted_phase_accuracies(recs, s) else { continue };
-                    for (phase, v) in acc.iter().enumerate() {
-                        rows.push(ProfileRow {
-                            pair: format!("{stag} vs {twin_name}"),
-                            arm: x.name.clone(),
-                            seed: r.seed,
-                            phase,
-                            adjusted_accuracy: format!("{v:.6}"),
-                        });
+                    if !excluded {
+                        for (phase, v) in acc.iter().enumerate() {
+                            rows.push(ProfileRow {
+                                pair: format!("{stag} vs {twin_name}"),
+                                arm: x.name.clone(),
+                                seed: r.seed,
+                                phase,
+                                adjusted_accuracy: format!("{v:.6}"),
+                            });
+                        }
                     }
                     let pts = acc.iter().enumerate().map(|(p, v)| (p as f64, 100.0 * v)).collect();
-                    // Each seed its own line pattern, so the legend tells seeds apart (issue 43).
+                    // Each seed its own line pattern, so the legend tells seeds apart (issue 43);
+                    // an excluded seed thin and light, named so.
                     let pattern = [None, Some((8, 4)), Some((2, 3)), Some((12, 3))][r.seed as usize % 4];
-                    series.push(crate::figures::plot::Series {
-                        markers: true,
+                    let name = if excluded {
+                        format!("{} seed {} (excluded by the training-success rule; in no R)", x.name, r.seed)
+                    } else {
+                        format!("{} seed {}", x.name, r.seed)
+                    };
+                    series.push(Series {
+                        markers: !excluded,
+                        thin: excluded,
                         pattern,
-                        ..crate::figures::plot::Series::line(format!("{} seed {}", x.name, r.seed), pts, colour)
+                        ..Series::line(name, pts, colour)
                     });
                 }
             }
             if series.is_empty() {
                 continue;
             }
-            let excluded: Vec<String> = [a, twin]
-                .iter()
-                .flat_map(|x| x.excluded.iter().map(|e| format!("{} seed {}", x.name, e.0.seed)))
-                .collect();
-            panels.push(crate::figures::plot::Panel {
-                title: format!(
-                    "{stag} (staggered {grid}) vs {twin_name}{}",
-                    if excluded.is_empty() { String::new() } else { format!("; excluded: {}", excluded.join(", ")) }
-                ),
+            panels.push(Panel {
+                title: format!("{stag} (staggered {grid}) vs {twin_name}: {}", pair_result(&arms, pair, s)),
                 x_label: format!("phase (position mod {s})"),
                 y_label: "depth-adjusted accuracy (%)".into(),
-                y_range: None,
                 series,
-                hide_legend: false,
-                integer_y: false,
-                x_range: None,
-                x_ticks: Vec::new(),
+                ..Panel::default()
             });
         }
         if panels.is_empty() {
@@ -366,16 +367,38 @@ impl LedgerClaim for X1 {
         let n = panels.len() as u32;
         crate::figures::plot::line_panels(
             &out.join(FIGURE.trim_end_matches(".png")),
-            "X1: staggered grids against their unstaggered twins, in-sequence, per seed",
+            "X1: staggered grids against their unstaggered twins, in-sequence, per seed: ratio R of spreads (staggered / twin), held-out accuracy cost, and X1's verdict per pair",
             &panels,
-            panels.len(),
-            (600 * n, 520),
+            1,
+            (1500, 60 + 400 * n),
         )?;
         Ok(vec![(
             FIGURE.into(),
-            format!("X1: the depth-adjusted accuracy of each phase (in-sequence), one line per seed (line pattern by seed), of each staggered arm (colour 0) and its unstaggered twin (colour 1), every panel on one y range; a seed the training-success rule excluded is named in its panel's title and not drawn; the ratio of spreads and the accuracy cost are in X1's section; the data are {DATA}."),
+            format!("X1: the depth-adjusted accuracy of each phase (in-sequence), one line per seed (line pattern by seed), of each staggered arm (colour 0) and its unstaggered twin (colour 1), every panel on one y range. Each panel's title gives what X1 decides on for its pair, computed as X1's section computes it (seed-level): the ratio R of mean depth-adjusted spreads (staggered over twin) with its interval, the held-out accuracy difference (staggered minus twin, pp) and the verdict; a seed the training-success rule excluded is drawn thin and named in the legend, and is in no R or cost. The data are {DATA}."),
         )])
     }
+}
+
+/// What X1 decides on for one pair, in a title's words: the seed-level ratio `R`, the held-out
+/// accuracy cost and the pair's verdict, computed by the functions the claim uses
+/// ([`ratio`], [`cost`], [`pair_part`]), so the figure states the ledger's numbers.
+fn pair_result(arms: &[Arm], pair: (&str, &str, &str), s: usize) -> String {
+    let (Some(a), Some(twin)) = (named(arms, pair.0), named(arms, pair.1)) else { return "not run".into() };
+    let part = pair_part(arms, pair);
+    let r = match ratio(a, twin, s, Level::Seeds) {
+        Ok(r) => format!("R = {:.2} [{:.2}, {:.2}]", r.r, r.lo, r.hi),
+        Err(e) => format!("R: {e}"),
+    };
+    let held = match cost(a, twin, Level::Seeds) {
+        Ok(c) => c.first().map(|(_, d)| format!("held-out cost {}", Interval::of(d).words())).unwrap_or_default(),
+        Err(e) => format!("cost: {e}"),
+    };
+    let verdict = match part.verdict {
+        Verdict::Reproduced => "X1 holds".to_string(),
+        Verdict::NotReproduced => "X1 does not hold".to_string(),
+        v => format!("X1 {}", v.word()),
+    };
+    format!("{r}, {held}: {verdict}")
 }
 
 /// One line of `figures/x1-stagger.csv`.
