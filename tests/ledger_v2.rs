@@ -255,22 +255,26 @@ fn under_v2_a_seed_that_did_not_train_is_excluded_and_an_arm_needs_two_that_did(
     assert!(e1.measured.contains("1 successful seed(s), 2 excluded"), "{}", e1.measured);
 }
 
+/// X1's constructed twin: W8/S8 with phase 3 at 50 % against 90 % elsewhere.
+fn twin(g: usize) -> f64 {
+    if g % 8 == 3 {
+        0.5
+    } else {
+        0.9
+    }
+}
+
+/// A flat arm 5 pp below the twin's mean accuracy (X1's costly control).
+fn low(_: usize) -> f64 {
+    0.8
+}
+
 /// X1 (§8.8, issue 30) on constructed pairs: W8/S8 with phase 3 at 50 % against 90 % elsewhere
 /// (the twin), and a staggered arm that is flat. Flat at the same accuracy: the effect is
 /// removed at no cost, X1 holds. The controls: a staggered arm with the twin's own profile
 /// (no effect), and a flat one 5 pp lower in accuracy (removed, but at a cost) must not hold.
 #[test]
 fn x1_holds_only_when_staggering_removes_the_effect_at_no_cost() {
-    fn twin(g: usize) -> f64 {
-        if g % 8 == 3 {
-            0.5
-        } else {
-            0.9
-        }
-    }
-    fn low(_: usize) -> f64 {
-        0.8
-    }
     let x1 = |label: &str, held_out: f64, stag: &'static dyn Fn(usize) -> f64| {
         let arms = [
             ("w8s8", seeds(0.95, 2500, &twin, &flat_prob)),
@@ -301,16 +305,6 @@ fn x1_holds_only_when_staggering_removes_the_effect_at_no_cost() {
 /// 5 pp lower (the control). The excluded seed is drawn and named in the legend.
 #[test]
 fn x1_figure_titles_state_the_ratio_the_cost_and_the_result() {
-    fn twin(g: usize) -> f64 {
-        if g % 8 == 3 {
-            0.5
-        } else {
-            0.9
-        }
-    }
-    fn low(_: usize) -> f64 {
-        0.8
-    }
     let drawn = |label: &str, held_out: f64, stag: &'static dyn Fn(usize) -> f64, failed: bool| {
         let report = tmp_dir(&format!("{label}-report"));
         std::fs::create_dir_all(report.join("figures")).unwrap();
