@@ -195,12 +195,16 @@ fn sure(_: usize, _: bool) -> f64 {
 fn unsure(_: usize, _: bool) -> f64 {
     0.95
 }
-fn planted(g: usize) -> f64 {
-    if g % 4 == 1 {
+/// 50 % at phase `p` of stride `s`, 90 % elsewhere.
+fn dip(g: usize, s: usize, p: usize) -> f64 {
+    if g % s == p {
         0.5
     } else {
         0.9
     }
+}
+fn planted(g: usize) -> f64 {
+    dip(g, 4, 1)
 }
 fn flat(_: usize) -> f64 {
     0.9
@@ -257,11 +261,7 @@ fn under_v2_a_seed_that_did_not_train_is_excluded_and_an_arm_needs_two_that_did(
 
 /// X1's constructed twin: W8/S8 with phase 3 at 50 % against 90 % elsewhere.
 fn twin(g: usize) -> f64 {
-    if g % 8 == 3 {
-        0.5
-    } else {
-        0.9
-    }
+    dip(g, 8, 3)
 }
 
 /// A flat arm 5 pp below the twin's mean accuracy (X1's costly control).

@@ -15,8 +15,13 @@ use std::path::Path;
 /// config: a layout's own layer ([`crate::kernel::KernelSpec::layer`]), not its representative,
 /// which is what [`crate::analysis::cycling::cycle_profiles`] cycles.
 pub fn run_window(run: &Path, layer: usize) -> Result<usize> {
-    let m = verify_run(run)?.config.model;
-    Ok(if m.is_full() { 1 } else { m.kernel()?.layer(layer).geometry.window() })
+    layer_window(&verify_run(run)?.config.model, layer)
+}
+
+/// The window of layer `layer`'s kernel in `model` (1 for `full`): what [`run_window`] reads
+/// from a run's config.
+fn layer_window(model: &crate::model::ModelConfig, layer: usize) -> Result<usize> {
+    Ok(if model.is_full() { 1 } else { model.kernel()?.layer(layer).geometry.window() })
 }
 
 /// The stem of a cycling experiment's files: `cycle-<protocol>-layer<L>`.
@@ -63,7 +68,7 @@ pub fn cycle_run(
     let json = stem.with_extension("json");
     let id = verified.identity;
     let mut want: Vec<usize> = vec![0];
-    let w = run_window(run, layer)?;
+    let w = layer_window(m, layer)?;
     want.extend(ks.iter().copied().filter(|&k| k % w != 0));
     let same = |r: &CycleRunResult| {
         r.per_group == per_group

@@ -7,7 +7,7 @@ use super::unit::{ModelUnit, Unit};
 use crate::model::RunConfig;
 use crate::{Error, Result};
 use serde_json::{Map, Value};
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
 /// Config fields an arm may not set: the plan sets them (the preset or spec from the arm, the
@@ -221,15 +221,15 @@ impl Plan {
         Ok(out)
     }
 
-    /// The seeds arm `name` trains with: its own (`plan.arms[].seeds`) or the plan's.
-    pub fn seeds_of(&self, name: &str) -> Vec<u64> {
-        self.arms.iter().find(|a| a.name == name).and_then(|a| a.seeds.clone()).unwrap_or_else(|| self.seed_list())
-    }
-
-    /// Every model: each arm with each of its seeds ([`Plan::seeds_of`]), arm-major.
+    /// Every model: each arm with each of its seeds (its own `plan.arms[].seeds`, or the
+    /// plan's [`Plan::seed_list`]), arm-major.
     pub fn models(&self) -> Result<Vec<ModelUnit>> {
         let arms = self.arms()?;
-        let seeds: Vec<Vec<u64>> = arms.iter().map(|(arm, _)| self.seeds_of(arm)).collect();
+        let own: HashMap<&str, &Vec<u64>> =
+            self.arms.iter().filter_map(|a| a.seeds.as_ref().map(|s| (a.name.as_str(), s))).collect();
+        let plan_seeds = self.seed_list();
+        let seeds: Vec<&Vec<u64>> =
+            arms.iter().map(|(arm, _)| own.get(arm.as_str()).copied().unwrap_or(&plan_seeds)).collect();
         let total = seeds.iter().fold(0usize, |n, s| n.saturating_add(s.len()));
         if total > MAX_UNITS {
             return Err(Error::invalid(
@@ -239,7 +239,7 @@ impl Plan {
         }
         let mut out = Vec::new();
         for ((arm, config), seeds) in arms.into_iter().zip(seeds) {
-            for &seed in &seeds {
+            for &seed in seeds {
                 let mut config = config.clone();
                 config.train.seed = seed;
                 out.push(ModelUnit { arm: arm.clone(), seed, config });
