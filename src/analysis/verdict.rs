@@ -186,8 +186,9 @@ pub fn verdict(claim: Claim, ceiling: bool, agreement: &SeedAgreement, measured:
 }
 
 /// Which pre-registration judges a run (a plan's `rules`): `v1` (§7, the committed issue-17 run
-/// and every plan written before v2) or `v2` (§8: both tests at `ALPHA / 2`, the ceiling rule of
-/// §8.5, failed seeds excluded by §8.2).
+/// and every plan written before v2), `v2` (§8: both tests at `ALPHA / 2`, the ceiling rule of
+/// §8.5, failed seeds excluded by §8.2) or `v3` (§9: v2's tests on the families scored beyond the
+/// run's depth floor, §9.2, with §9.4's training budget).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Rules {
@@ -196,12 +197,29 @@ pub enum Rules {
     V1,
     /// `theory/phase-lab.md` §8.
     V2,
+    /// `theory/phase-lab.md` §9.
+    V3,
 }
 
 impl Rules {
     /// Whether these are the v1 rules (the default, left out of plan files).
     pub fn is_v1(&self) -> bool {
         *self == Rules::V1
+    }
+
+    /// The training-success rule's budget of extensions (§8.2, §9.4), or `None` under v1, which
+    /// has no training-success rule (§7.3).
+    pub fn max_extensions(&self) -> Option<usize> {
+        match self {
+            Rules::V1 => None,
+            Rules::V2 => Some(crate::analysis::training::MAX_EXTENSIONS),
+            Rules::V3 => Some(crate::analysis::training::MAX_EXTENSIONS_V3),
+        }
+    }
+
+    /// Whether scored families must lie beyond the run's depth floor (§9.2).
+    pub fn scores_beyond_floor(&self) -> bool {
+        *self == Rules::V3
     }
 }
 

@@ -37,7 +37,7 @@ impl LedgerClaim for E2 {
         // changes.
         let geometries: &[(&str, usize)] = match super::super::collect::rules(c) {
             crate::analysis::verdict::Rules::V1 => &[("w8s4", 4), ("w8s6", 6), ("w8s8", 8)],
-            crate::analysis::verdict::Rules::V2 => {
+            crate::analysis::verdict::Rules::V2 | crate::analysis::verdict::Rules::V3 => {
                 &[("w8s4", 4), ("w8s6", 6), ("w8s8", 8), ("w4s4", 4), ("w12s12", 12)]
             }
         };

@@ -61,17 +61,17 @@ impl LedgerClaim for E4 {
                     // families within each) decides; the prompt-level one is reported.
                     let seed_level = match a.rules {
                         Rules::V1 => None,
-                        Rules::V2 => Some(seed_level_spread(a, PRIMARY, s, &ph)),
+                        Rules::V2 | Rules::V3 => Some(seed_level_spread(a, PRIMARY, s, &ph)),
                     };
                     // v1 judges the raw spread and its percentile interval (§7.5); v2 the
                     // bias-corrected one with its basic interval (§8.7), seed-level.
                     let m = match (a.rules, &seed_level) {
                         (Rules::V1, _) => Magnitude { pp: b.estimate, lo_pp: b.lo, hi_pp: b.hi },
-                        (Rules::V2, Some(Ok((sb, _)))) => {
+                        (Rules::V2 | Rules::V3, Some(Ok((sb, _)))) => {
                             let (pp, lo_pp, hi_pp) = sb.corrected_nonneg();
                             Magnitude { pp, lo_pp, hi_pp }
                         }
-                        (Rules::V2, _) => {
+                        (Rules::V2 | Rules::V3, _) => {
                             let (pp, lo_pp, hi_pp) = b.corrected_nonneg();
                             Magnitude { pp, lo_pp, hi_pp }
                         }

@@ -68,7 +68,7 @@ pub(super) fn prob_ceiling(a: &Arm) -> Option<bool> {
 pub(super) fn ceiling_part(a: &Arm) -> Part {
     let what = match a.rules {
         Rules::V1 => "",
-        Rules::V2 => " and every group's mean answer probability >= ",
+        Rules::V2 | Rules::V3 => " and every group's mean answer probability >= ",
     };
     Part::new(
         &a.name,
@@ -123,7 +123,7 @@ impl Judged {
     pub fn verdict(&self, claim: crate::analysis::verdict::Claim, m: Magnitude) -> Verdict {
         match self.rules {
             Rules::V1 => verdict(claim, false, &self.test.agreement, m),
-            Rules::V2 => verdict_v2(claim, self.effect, self.ceiling, m),
+            Rules::V2 | Rules::V3 => verdict_v2(claim, self.effect, self.ceiling, m),
         }
     }
 
@@ -161,7 +161,7 @@ pub(super) fn judge(a: &Arm, p: Protocol, stride: usize, alpha: f64) -> std::res
             let effect = Effect::of(&[&test.agreement]);
             Ok(Judged { test, nll: None, effect, ceiling: false, rules: a.rules })
         }
-        Rules::V2 => {
+        Rules::V2 | Rules::V3 => {
             if !enough_seeds(a.runs.len()) {
                 return Err(format!(
                     "not run: {} successful seed(s), {} excluded by the training-success rule (§8.2)",

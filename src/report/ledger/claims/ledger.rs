@@ -39,6 +39,7 @@ pub fn section_of(id: &str, rules: Rules) -> &'static str {
         ("T1" | "T2" | "K", _) => "§6",
         (_, Rules::V1) => "§7.5",
         (_, Rules::V2) => "§8.8",
+        (_, Rules::V3) => "§9.7",
     }
 }
 

@@ -159,7 +159,7 @@ pub(super) fn level_words(rules: Rules, strides: usize) -> String {
     let over = if strides > 1 { format!(" (ALPHA / {strides})") } else { String::new() };
     match rules {
         Rules::V1 => format!("pooled p < {}{over} and in at least required_seeds(n) seeds (§7.3)", fmt_level(per)),
-        Rules::V2 => format!(
+        Rules::V2 | Rules::V3 => format!(
             "the binary or the continuous test, each at p < {} (ALPHA{} / 2), pooled and in at least required_seeds(n) successful seeds (§8.3-8.4)",
             fmt_level(per / 2.0),
             if strides > 1 { format!(" / {strides}") } else { String::new() }
@@ -172,6 +172,6 @@ pub(super) fn level_words(rules: Rules, strides: usize) -> String {
 pub(super) fn ceiling_words(rules: Rules) -> &'static str {
     match rules {
         Rules::V1 => "a model at the ceiling is not testable (§7.5)",
-        Rules::V2 => "an effect that holds counts at the ceiling; an absent one is not testable when every group is at both the accuracy and the probability ceiling (§8.5)",
+        Rules::V2 | Rules::V3 => "an effect that holds counts at the ceiling; an absent one is not testable when every group is at both the accuracy and the probability ceiling (§8.5)",
     }
 }
