@@ -3,82 +3,13 @@
 //! ceiling while only its absence there is not testable, and a seed that did not train is
 //! excluded from the pooled tests.
 
-use phasekv::analysis::phase::{self, Outcome};
-use phasekv::analysis::protocol::{Balance, Protocol};
+use crate::common::ledger_fixture::{self as fixture, run_set, FixtureArm, Seed};
 use phasekv::analysis::verdict::Rules;
-use phasekv::lab::EvalResult;
 use phasekv::report::ledger::{Claim, Verdict, LEDGER};
-use phasekv::reproduce::{Plan, Scale};
 use std::path::{Path, PathBuf};
 
-const M: usize = 24;
-/// Phase families per seed and protocol: ten per depth, eight depths.
-const FAMILIES: usize = 80;
-
 fn tmp_dir(label: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("phasekv-ledger-v2-{label}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn write<T: serde::Serialize>(path: &Path, v: &T) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, serde_json::to_string_pretty(v).unwrap()).unwrap();
-}
-
-/// Outcomes as `eval` writes them (`id = group * FAMILIES + family`): family `f` at depth
-/// `8 + 4 (f mod 8)`, its member of group `g` at position `24 + g`; of each (group, depth) cell's
-/// ten families the first `round(10 acc(g))` are correct; every answer has probability
-/// `prob(g, correct)`.
-fn outcomes(acc: &dyn Fn(usize) -> f64, prob: &dyn Fn(usize, bool) -> f64) -> Vec<Outcome> {
-    let mut out = Vec::new();
-    for g in 0..M {
-        let k = (acc(g) * 10.0).round() as usize;
-        for f in 0..FAMILIES {
-            let correct = f / 8 < k;
-            out.push(Outcome {
-                id: g * FAMILIES + f,
-                group: g,
-                correct,
-                prob: Some(prob(g, correct)),
-                position: Some(M + g),
-                depth: Some(8 + 4 * (f % 8)),
-                family: Some(f),
-                ..Outcome::default()
-            });
-        }
-    }
-    out
-}
-
-fn write_eval(dir: &Path, preset: &str, p: Protocol, acc: &dyn Fn(usize) -> f64, prob: &dyn Fn(usize, bool) -> f64) {
-    let s = phasekv::model::ModelConfig { preset: preset.into(), ..Default::default() }.phase_stride().unwrap();
-    let o = outcomes(acc, prob);
-    let r = EvalResult {
-        preset: preset.into(),
-        protocol: p,
-        per_group: FAMILIES,
-        arm: Some(preset.into()),
-        eval_seed: 0,
-        stride: s,
-        balance: Balance { groups: vec![], mean_spread: 0.0, std_spread: 0.0, depth_cdf_gap: Some(0.0) },
-        profile: phase::profile(&o, M, s, 0).unwrap(),
-        statistics: None,
-        elimination_baseline: None,
-        run_id: None,
-    };
-    write(&dir.join(format!("eval-{}.json", p.name())), &r);
-    let lines: Vec<String> = o.iter().map(|o| serde_json::to_string(o).unwrap()).collect();
-    std::fs::write(dir.join(format!("eval-{}-outcomes.jsonl", p.name())), lines.join("\n") + "\n").unwrap();
-}
-
-/// One seed's data: held-out accuracy and steps trained, per-group accuracy and probability.
-struct Seed<'a> {
-    held_out: f64,
-    steps: usize,
-    acc: &'a dyn Fn(usize) -> f64,
-    prob: &'a dyn Fn(usize, bool) -> f64,
+    fixture::tmp_dir("ledger-v2", label)
 }
 
 /// Claim `id` of a report of `arms` (preset, one [`Seed`] per seed 0, 1, 2) under `rules`
@@ -89,52 +20,14 @@ fn claim(label: &str, rules: Rules, arms: &[(&str, [Seed; 3])], id: &str) -> Cla
 
 /// [`claim`], and the claim's own figures drawn into `draw` (a report directory) when given.
 fn claim_drawn(label: &str, rules: Rules, arms: &[(&str, [Seed; 3])], id: &str, draw: Option<&Path>) -> Claim {
-    let dir = tmp_dir(label);
-    let mut plan = Plan::builtin(Scale::Full).unwrap();
-    plan.presets = arms.iter().map(|a| a.0.to_string()).collect();
-    plan.seeds = vec![0, 1, 2];
-    plan.rules = rules;
-    plan.arms = vec![];
-    plan.sweep = None;
-    write(&dir.join("plan.json"), &plan);
-    for unit in plan.models().unwrap() {
-        let run = dir.join(unit.dir());
-        write(&run.join("config.json"), &unit.config);
-        let (preset, seeds) = arms.iter().find(|a| a.0 == unit.arm).expect("an arm of the plan");
-        let s = &seeds[plan.seeds.iter().position(|&x| x == unit.seed).unwrap()];
-        let ev = serde_json::json!({"step": s.steps, "loss": 0.1, "accuracy": s.held_out, "token_accuracy": s.held_out, "queries": 10000});
-        let mut metrics = serde_json::json!({
-            "preset": preset, "seed": unit.seed, "steps": s.steps, "best_accuracy": s.held_out,
-            "chance_in_context": 0.125, "train_seconds": 1.0, "tokens_per_second": 1e4, "parameters": 1000,
-            "final_eval": ev, "evals": [ev]
-        });
-        // A seed trained past its recipe had an extension, which metrics.json records (the
-        // count the training-success rule reads).
-        let recipe = unit.config.train.steps;
-        if s.steps > recipe {
-            let t = &unit.config.train;
-            metrics["extensions"] = serde_json::json!([{
-                "index": 1, "start": recipe, "end": s.steps, "warmup_steps": t.warmup_steps,
-                "peak_lr": 0.5 * t.lr, "final_lr": t.lr * t.min_lr_ratio,
-                "accuracy_before": 0.3, "accuracy_after": s.held_out,
-                "metrics_before": "metrics.before-extension-1.json",
-                "weights_before": "model.before-extension-1.safetensors"
-            }]);
-        }
-        write(&run.join("metrics.json"), &metrics);
-        for p in Protocol::ALL {
-            write_eval(&run, preset, p, s.acc, s.prob);
-        }
-    }
-    let collected = phasekv::report::ledger::collect(std::slice::from_ref(&dir)).unwrap();
-    let order = ["T1", "T2", "E1", "E2", "E3", "E4", "E5", "E6", "E7", "E8", "E9", "E10", "X1"];
-    let at = order.iter().position(|x| *x == id).expect("a claim before K");
-    let out = LEDGER[at].check(&collected);
-    assert_eq!(out.id, id, "LEDGER order");
+    let arms: Vec<FixtureArm> = arms.iter().map(|(preset, seeds)| FixtureArm::preset(preset, seeds.to_vec())).collect();
+    let run_set = run_set("ledger-v2", label, rules, &arms);
+    let collected = run_set.collect();
+    let l = LEDGER.iter().find(|l| l.id() == id).expect("a claim of LEDGER");
+    let out = l.check(&collected);
     if let Some(report) = draw {
-        LEDGER[at].draw(&collected, report).unwrap();
+        l.draw(&collected, report).unwrap();
     }
-    std::fs::remove_dir_all(&dir).unwrap();
     out
 }
 
@@ -216,7 +109,7 @@ fn seeds(
     acc: &'static dyn Fn(usize) -> f64,
     prob: &'static dyn Fn(usize, bool) -> f64,
 ) -> [Seed<'static>; 3] {
-    std::array::from_fn(|_| Seed { held_out, steps, acc, prob })
+    std::array::from_fn(|_| Seed { held_out, steps, extensions: 0, acc, prob })
 }
 
 #[test]
@@ -240,9 +133,9 @@ fn under_v2_an_effect_at_the_ceiling_counts_and_only_its_absence_is_not_testable
 
 #[test]
 fn under_v2_a_seed_that_did_not_train_is_excluded_and_an_arm_needs_two_that_did() {
-    let ok = |acc: &'static dyn Fn(usize) -> f64| Seed { held_out: 0.95, steps: 2500, acc, prob: &flat_prob };
+    let ok = |acc: &'static dyn Fn(usize) -> f64| Seed::new(0.95, acc, &flat_prob);
     // Seed 2 failed after its extension (5 000 steps of a 2 500-step recipe); its data are flat.
-    let failed = || Seed { held_out: 0.356, steps: 5000, acc: &flat, prob: &flat_prob };
+    let failed = || Seed { held_out: 0.356, steps: 5000, extensions: 1, acc: &flat, prob: &flat_prob };
     let arms = |seed2| [("full", [ok(&flat), ok(&flat), ok(&flat)]), ("w8s4", [ok(&planted), ok(&planted), seed2])];
     let v2 = claim("v2-failed", Rules::V2, &arms(failed()), "E1");
     let test = v2.tests.iter().find(|t| t.arm == "w8s4" && t.decides).unwrap();
@@ -310,7 +203,7 @@ fn x1_figure_titles_state_the_ratio_the_cost_and_the_result() {
         std::fs::create_dir_all(report.join("figures")).unwrap();
         let mut s = seeds(held_out, 2500, stag, &flat_prob);
         if failed {
-            s[2] = Seed { held_out: 0.356, steps: 5000, acc: stag, prob: &flat_prob };
+            s[2] = Seed { held_out: 0.356, steps: 5000, extensions: 1, acc: stag, prob: &flat_prob };
         }
         let arms = [("w8s8", seeds(0.95, 2500, &twin, &flat_prob)), ("w8s8-stagger-heads", s)];
         let c = claim_drawn(label, Rules::V2, &arms, "X1", Some(&report));

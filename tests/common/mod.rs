@@ -6,6 +6,7 @@ pub mod configs;
 pub mod dumps;
 pub mod invariants;
 pub mod knockouts;
+pub mod ledger_fixture;
 pub mod plans;
 pub mod python;
 pub mod strategies;
