@@ -320,3 +320,14 @@ fn preregistration_v3_quotes_the_budget_of_the_code() {
     assert_ne!(MAX_EXTENSIONS_V3, MAX_EXTENSIONS);
     assert_eq!(quoted_in(&section, "MAX_EXTENSIONS"), Vec::<f64>::new(), "§9 must not quote v2's budget as its own");
 }
+
+/// §9.7 quotes E12's thresholds with the code's values (`analysis::claims_v3`, their one
+/// place); negative control: a threshold the section does not name is not found.
+#[test]
+fn preregistration_v3_quotes_the_thresholds_of_its_new_claims() {
+    use phasekv::analysis::claims_v3::{E12_HCA_SHARE, E12_MIN_CSA_DROP_PP};
+    let section = phase_lab_section("### 9.7 Claims and criteria (v3)", "\n### 9.8");
+    check_quotes("§9.7", &section, &[("E12_HCA_SHARE", E12_HCA_SHARE), ("E12_MIN_CSA_DROP_PP", E12_MIN_CSA_DROP_PP)]);
+    assert_eq!(quoted_in(&section, "E12_HCA_SHARES"), Vec::<f64>::new());
+    assert_ne!(quoted_in(&section, "E12_HCA_SHARE"), vec![E12_HCA_SHARE + 0.1], "a wrong value would be caught");
+}

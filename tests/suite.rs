@@ -79,6 +79,8 @@ mod kernel_validate_tolerance;
 mod layer_layouts;
 #[path = "ledger_v2.rs"]
 mod ledger_v2;
+#[path = "ledger_v3.rs"]
+mod ledger_v3;
 #[path = "phase_lab.rs"]
 mod phase_lab;
 #[path = "phase_stats.rs"]

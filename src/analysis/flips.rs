@@ -2,7 +2,7 @@
 //! rate of `theory/flip-rate.md`, per seed and per arm with its seed-level interval, and the
 //! curve of how often two members of a family `k` tokens apart answer differently.
 
-use super::stats::{column_sorted, two_stage, BootInterval, SeedCount};
+use super::stats::{column_sorted, difference_replicates, two_stage, BootInterval, SeedCount};
 use crate::{Error, Result};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -132,9 +132,61 @@ pub fn flip_rate(seeds: &[Vec<Answer>], rounds: usize, seed: u64) -> Result<Flip
     })
 }
 
+/// Two arms' flip rates and their difference (`arm` minus `base`), fractions, each with its
+/// seed-level replicates summarised (read bias-corrected, [`BootInterval::corrected`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlipDifference {
+    /// The arm's flip rate.
+    pub arm: BootInterval,
+    /// The base arm's (full attention's).
+    pub base: BootInterval,
+    /// The difference.
+    pub difference: BootInterval,
+}
+
+/// The difference of the flip rates of `arm` and `base` (each `seeds[i]`: seed `i`'s prompts)
+/// with the two-stage bootstrap of `theory/flip-rate.md`, each arm's seeds drawn independently
+/// (the arms' seeds are different models even where their numbers agree), `rounds` replicates
+/// seeded by `seed` (`theory/phase-lab.md` §9.7, E14).
+pub fn flip_difference(arm: &[Vec<Answer>], base: &[Vec<Answer>], rounds: usize, seed: u64) -> Result<FlipDifference> {
+    if [arm, base].iter().any(|s| s.is_empty() || s.iter().any(Vec::is_empty)) {
+        return Err(Error::invalid("flip rate", "every seed of both arms needs at least one answered prompt"));
+    }
+    let fracs: [Vec<Vec<f64>>; 2] = [arm, base].map(|s| s.iter().map(|x| fractions(x)).collect());
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let est: Vec<f64> = fracs.iter().map(|f| mean(&f.iter().map(|x| mean(x)).collect::<Vec<f64>>())).collect();
+    let reps = two_stage(&[arm.len(), base.len()], false, rounds, seed, |a, i, rng| {
+        let f = &fracs[a][i];
+        Ok((0..f.len()).map(|_| f[rng.random_range(0..f.len())]).sum::<f64>() / f.len() as f64)
+    })?;
+    Ok(FlipDifference {
+        arm: BootInterval::from_sorted(est[0], &column_sorted(&reps, 0)),
+        base: BootInterval::from_sorted(est[1], &column_sorted(&reps, 1)),
+        difference: BootInterval::from_sorted(est[0] - est[1], &difference_replicates(&reps, 0, 1)),
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{flip_fraction, flip_rate, Answer};
+    use super::{flip_difference, flip_fraction, flip_rate, Answer};
+
+    /// E14's comparison: an arm whose families flip against a base whose answers never change
+    /// reads an interval above 0; the base against itself (a shift-invariant arm) reads 0 and an
+    /// interval that does not lie above 0 (the negative control).
+    #[test]
+    fn the_difference_to_full_attention_is_above_zero_only_when_the_arm_flips() {
+        let stable: Vec<Answer> = (0..12).flat_map(|f| family(f, &["a", "a", "a", "a"])).collect();
+        let flips: Vec<Answer> = (0..12)
+            .flat_map(|f| family(f, if f % 2 == 0 { &["a", "b", "a", "a"] } else { &["a", "a", "a", "a"] }))
+            .collect();
+        let d = flip_difference(&vec![flips.clone(); 4], &vec![stable.clone(); 4], 400, 5).unwrap();
+        assert!((d.difference.estimate - 0.125).abs() < 1e-9 && d.difference.corrected().1 > 0.0, "{d:?}");
+        assert_eq!(d.base.estimate, 0.0);
+        let same = flip_difference(&vec![stable.clone(); 4], &vec![stable.clone(); 3], 400, 5).unwrap();
+        assert_eq!(same.difference.corrected(), (0.0, 0.0, 0.0));
+        assert!(!(same.difference.corrected().1 > 0.0));
+        assert!(flip_difference(&[], &[stable], 10, 0).is_err());
+    }
 
     fn family(f: usize, answers: &[&str]) -> Vec<Answer> {
         answers

@@ -7,6 +7,7 @@
 //! | [`phase`] | a phase profile (every statistic) from per-prompt outcomes |
 //! | [`phase_test`] | the pre-registered depth-controlled phase test, its pooling over seeds, knockout row tests |
 //! | [`verdict`] | verdict states of a claim, the ceiling rule, the paper's magnitudes |
+//! | [`claims_v3`] | §9.7's new claims (E11-E14): their named thresholds and per-seed rules |
 //! | [`training`] | the training-success rule of v2 (§8.2): success, one warm-restart extension, failed seeds excluded |
 //! | [`eval`] | scoring a trained decoder on prompts; knockouts by mean replacement |
 //! | [`gates`] | gate preferences: static and input-dependent concentration |
@@ -14,6 +15,7 @@
 //! | [`audit`] | prompts exported as JSONL, external results read back |
 
 pub mod audit;
+pub mod claims_v3;
 pub mod cycling;
 pub mod eval;
 pub mod flips;

@@ -221,6 +221,33 @@ impl Rules {
     pub fn scores_beyond_floor(&self) -> bool {
         *self == Rules::V3
     }
+
+    /// Whether these rules judge by §8's machinery: the training-success rule excludes failed
+    /// seeds (§8.2, §9.4), the binary and continuous tests at `ALPHA / 2` with the ceiling rule
+    /// of §8.5, magnitudes as seed means with seed-level intervals (§8.7, §8.11). v2 and v3
+    /// (§9.6: "§8.3-8.7 unchanged"); not v1.
+    pub fn has_training_rule(&self) -> bool {
+        self.max_extensions().is_some()
+    }
+
+    /// The rules' name as the ledger writes it (`v1`, `v2`, `v3`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Rules::V1 => "v1",
+            Rules::V2 => "v2",
+            Rules::V3 => "v3",
+        }
+    }
+
+    /// The section of `theory/phase-lab.md` that states the training-success rule and its
+    /// budget (§8.2 for v2, §9.4 for v3; v1 has none and answers §7.3, which says so).
+    pub fn training_section(&self) -> &'static str {
+        match self {
+            Rules::V1 => "§7.3",
+            Rules::V2 => "§8.2",
+            Rules::V3 => "§9.4",
+        }
+    }
 }
 
 /// §8.5: a model whose effect is absent is not testable (ceiling) only when, besides the

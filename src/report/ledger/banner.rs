@@ -60,6 +60,15 @@ pub struct BannerGroup {
     pub item: String,
 }
 
+/// Where the training-success rule of `rules` is stated: §8.2 (v2, whose one extension the
+/// committed report's words leave implicit), or §9.4 with its budget of extensions (v3).
+fn rule_reference(rules: Rules) -> String {
+    match (rules, rules.max_extensions()) {
+        (Rules::V3, Some(n)) => format!("{}, a budget of {n} extensions", rules.training_section()),
+        _ => rules.training_section().to_string(),
+    }
+}
+
 /// The claims that rest on `arm` (an arm verdict or a per-seed line of it).
 fn claims_of(claims: &[Claim], arm: &str) -> Vec<String> {
     claims
@@ -79,12 +88,14 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
             out.push(BannerEntry {
                 kind: "seed excluded by the training-success rule".into(),
                 text: format!(
-                    "`{}` ended at {:.1} % held-out exact match after {} steps, below {:.0} % ({}); by the v2 rule (theory/phase-lab.md §8.2) it is excluded from every pooled test, reference line, mean and interval of `{}`, which is judged on its {} successful seed(s)",
+                    "`{}` ended at {:.1} % held-out exact match after {} steps, below {:.0} % ({}); by the {} rule (theory/phase-lab.md {}) it is excluded from every pooled test, reference line, mean and interval of `{}`, which is judged on its {} successful seed(s)",
                     r.label,
                     100.0 * acc.0,
                     acc.1,
                     100.0 * SUCCESS_ACCURACY,
                     o.words(),
+                    a.rules.name(),
+                    rule_reference(a.rules),
                     a.name,
                     a.runs.len()
                 ),
@@ -92,8 +103,10 @@ pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
                 group: Some(BannerGroup {
                     key: a.name.clone(),
                     head: format!(
-                        "`{}`: by the v2 rule (theory/phase-lab.md §8.2: held-out exact match below {:.0} %) these seeds are excluded from every pooled test, reference line, mean and interval of the arm, which is judged on its {} successful seed(s)",
+                        "`{}`: by the {} rule (theory/phase-lab.md {}: held-out exact match below {:.0} %) these seeds are excluded from every pooled test, reference line, mean and interval of the arm, which is judged on its {} successful seed(s)",
                         a.name,
+                        a.rules.name(),
+                        rule_reference(a.rules),
                         100.0 * SUCCESS_ACCURACY,
                         a.runs.len()
                     ),

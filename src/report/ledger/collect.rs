@@ -3,14 +3,15 @@
 //! that differ only in their seed form an arm ([`arms`]); each run's per-prompt outcomes are
 //! read as phase-test records where they carry positions and depths.
 
+use crate::analysis::flips::Answer;
 use crate::analysis::phase::Outcome;
 use crate::analysis::phase_test::{NllRecord, PhaseRecord};
 use crate::analysis::protocol::Protocol;
-use crate::analysis::training::{run_outcome, SeedOutcome};
+use crate::analysis::training::{seed_outcome_within, SeedOutcome};
 use crate::analysis::verdict::Rules;
 use crate::kernel::spec::KernelSpec;
 use crate::lab::load::{load_run, Expected};
-use crate::lab::{read_json, EvalResult, GatesResult, KnockoutResult};
+use crate::lab::{read_json, CycleRunResult, EvalResult, GatesResult, KnockoutResult};
 use crate::model::{Metrics, RunConfig};
 use crate::reproduce::{KernelsResult, ModelUnitResult, Plan, TheoryResult, PLAN_FILE};
 use crate::{Error, Result};
@@ -56,6 +57,16 @@ pub struct RunData {
     pub families: BTreeMap<Protocol, Vec<usize>>,
     /// Knockout maps by protocol.
     pub knockouts: BTreeMap<Protocol, KnockoutResult>,
+    /// The answers the flip rate reads (`theory/flip-rate.md`) by protocol, from the same outcome
+    /// lines as [`RunData::records`], where every line carries `family`, `position` and
+    /// `predicted` (outcome files written before 2026-12-04 carry no answers).
+    pub answers: BTreeMap<Protocol, Vec<Answer>>,
+    /// Gate-cycling experiments (`cycle-<protocol>-layer<L>.json`, [`CycleRunResult`]), in file
+    /// name order.
+    pub cycles: Vec<CycleRunResult>,
+    /// The near-query outcome lines (`near-<protocol>-outcomes.jsonl`, `theory/phase-lab.md`
+    /// §9.2) by protocol: reported, never a verdict.
+    pub near: BTreeMap<Protocol, Vec<Outcome>>,
     /// Gate preferences.
     pub gates: Option<GatesResult>,
     /// Analysis time of the unit.
@@ -130,13 +141,64 @@ fn records_of(outcomes: &[Outcome]) -> FileRecords {
 
 pub use crate::run_dir::arm_of;
 
+/// The flip rate's answers of outcome lines, or `None` when some line lacks its family, position
+/// or answer.
+fn answers_of(outcomes: &[Outcome]) -> Option<Vec<Answer>> {
+    outcomes
+        .iter()
+        .map(|o| Some(Answer { family: o.family?, position: o.position?, predicted: o.predicted.clone()? }))
+        .collect()
+}
+
+/// The gate-cycling results in `dir` (`cycle-<protocol>-layer<L>.json`), by file name.
+fn read_cycles(dir: &Path) -> Result<Vec<CycleRunResult>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            name.starts_with("cycle-") && name.contains("-layer") && name.ends_with(".json")
+        })
+        .collect();
+    files.sort();
+    files.iter().map(|f| read_json(f)).collect()
+}
+
+/// The near-query outcome lines in `dir` (`near-<protocol>-outcomes.jsonl`, §9.2) of a task of
+/// `m` residue groups, by protocol, through the one reader of outcome lines.
+fn read_near(dir: &Path, m: usize) -> Result<BTreeMap<Protocol, Vec<Outcome>>> {
+    let mut out = BTreeMap::new();
+    for p in Protocol::ALL {
+        let file = dir.join(format!("near-{}-outcomes.jsonl", p.name()));
+        if !file.is_file() {
+            continue;
+        }
+        let f = std::fs::File::open(&file).map_err(|e| Error::io(&file, e))?;
+        let read = crate::analysis::audit::read_results(
+            std::io::BufReader::new(f),
+            m,
+            None,
+            u64::MAX,
+            0,
+            &crate::stop::Stop::never(),
+        )
+        .map_err(|e| Error::File { path: file.clone(), reason: e.to_string() })?;
+        out.insert(p, read);
+    }
+    Ok(out)
+}
+
 /// The run in `dir` through the one loader ([`load_run`]), with the unit's timing.
 fn read_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunData>> {
     let Some(f) = load_run(dir, expected)? else { return Ok(None) };
     let mut records = BTreeMap::new();
     let mut nll = BTreeMap::new();
     let mut families = BTreeMap::new();
+    let mut answers = BTreeMap::new();
     for (p, outcomes) in &f.outcomes {
+        if let Some(a) = answers_of(outcomes) {
+            answers.insert(*p, a);
+        }
         let (r, y, fam) = records_of(outcomes);
         if let (Some(r), Some(fam)) = (&r, fam) {
             if r.len() == fam.len() {
@@ -165,6 +227,9 @@ fn read_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunData>> 
         nll,
         families,
         knockouts: f.knockouts,
+        answers,
+        cycles: read_cycles(dir)?,
+        near: read_near(dir, f.config.task.residue_modulus)?,
         gates: f.gates,
         unit: opt_json(&dir.join("unit.json"))?,
         environment: f.environment,
@@ -318,10 +383,10 @@ pub struct Arm<'a> {
     pub kernel: KernelSpec,
     /// The stride its phases fold by (its first run's [`RunData::stride`]).
     pub stride: Option<usize>,
-    /// Its runs, one per seed: under the v2 rules only the seeds that trained
+    /// Its runs, one per seed: under the v2 and v3 rules only the seeds that trained
     /// (`theory/phase-lab.md` §8.2); under v1 every seed.
     pub runs: Vec<&'a RunData>,
-    /// Under the v2 rules, the seeds the training-success rule excludes, with what it made of
+    /// Under the v2 and v3 rules, the seeds the training-success rule excludes, with what it made of
     /// them (reported, never pooled); empty under v1.
     pub excluded: Vec<(&'a RunData, SeedOutcome)>,
     /// The rules that judge the arm (the plan's).
@@ -333,14 +398,16 @@ pub fn rules(c: &Collected) -> Rules {
     c.plan.as_ref().map(|p| p.rules).unwrap_or_default()
 }
 
-/// What the training-success rule makes of a run, `None` while it has no metrics (unfinished:
-/// kept, as under v1) or no valid accuracy.
-pub fn training_outcome(r: &RunData) -> Option<SeedOutcome> {
-    run_outcome(r.metrics.as_ref()?).ok()
+/// What the training-success rule makes of a run under `rules`, with their budget of
+/// extensions (§8.2's one, §9.4's four), `None` under v1 (no such rule), while it has no metrics
+/// (unfinished: kept, as under v1) or no valid accuracy (more extensions than the budget).
+pub fn training_outcome(r: &RunData, rules: Rules) -> Option<SeedOutcome> {
+    let m = r.metrics.as_ref()?;
+    seed_outcome_within(m.final_eval.accuracy, m.extension_count(), rules.max_extensions()?).ok()
 }
 
 /// The runs grouped into arms, in order of first appearance (plan order where known). Under
-/// the v2 rules a seed the training-success rule does not pass is moved to
+/// the v2 and v3 rules a seed the training-success rule does not pass is moved to
 /// [`Arm::excluded`].
 pub fn arms(c: &Collected) -> Vec<Arm<'_>> {
     let rules = rules(c);
@@ -361,10 +428,8 @@ pub fn arms(c: &Collected) -> Vec<Arm<'_>> {
                 out.len() - 1
             }
         };
-        match training_outcome(r) {
-            Some(o) if rules == Rules::V2 && o != SeedOutcome::Succeeded && !c.keep_excluded => {
-                out[i].excluded.push((r, o))
-            }
+        match training_outcome(r, rules) {
+            Some(o) if o != SeedOutcome::Succeeded && !c.keep_excluded => out[i].excluded.push((r, o)),
             _ => out[i].runs.push(r),
         }
     }

@@ -303,8 +303,9 @@ fn apart_words(c: &Collected) -> String {
             format!("that did not train (held-out below {:.0} %)", 100.0 * super::banner::FAILED_ACCURACY)
         }
         _ => format!(
-            "excluded by the training-success rule (held-out below {:.0} %, theory/phase-lab.md §8.2)",
-            100.0 * super::banner::SUCCESS_ACCURACY
+            "excluded by the training-success rule (held-out below {:.0} %, theory/phase-lab.md {})",
+            100.0 * super::banner::SUCCESS_ACCURACY,
+            super::collect::rules(c).training_section()
         ),
     }
 }

@@ -40,7 +40,8 @@ fn arm_table(md: &mut String, c: &Collected) {
     }
     let _ = writeln!(
         md,
-        "\n### Arms over seeds\n\nEach seed's accuracy (seeds in the order listed) and their mean (min..max); `extended` lists the seeds the training-success rule continued (`theory/phase-lab.md` §8.2: held-out accuracy before -> after), and `excluded` those it left out of every pooled test, reference line and mean, with what it made of them.\n"
+        "\n### Arms over seeds\n\nEach seed's accuracy (seeds in the order listed) and their mean (min..max); `extended` lists the seeds the training-success rule continued (`theory/phase-lab.md` {}: held-out accuracy before -> after), and `excluded` those it left out of every pooled test, reference line and mean, with what it made of them.\n",
+        super::collect::rules(c).training_section()
     );
     let mut head = "| arm | seeds | extended | excluded | held-out accuracy | mean (min..max) |".to_string();
     let mut rule = "|---|---|---|---|---|---|".to_string();
@@ -391,6 +392,7 @@ pub fn render(c: &Collected, ledger: &Ledger, caps: &[(String, String)]) -> Resu
     // The setup reads the plan, so it follows the ledger part (which renders from ledger.json
     // alone).
     screen::setup_table(&mut md, c);
+    super::near::near_query_section(&mut md, c);
     let _ = writeln!(md, "## Appendix A: models\n");
     let _ = writeln!(
         md,

@@ -15,6 +15,7 @@
 //! | `banner` | what a reader must know before any number ([`Ledger::banner`]) |
 //! | `changes` | every change made after seeing data, with its time ([`CHANGES`]) |
 //! | `markdown` | `README.md` |
+//! | `near` | a v3 report's near-query accuracy by (depth, phase), reported, never a verdict (§9.2) |
 //! | `check` | checks on the rendered `README.md` ([`check_rendered`]) |
 //! | `screen` | its first screen: abstract, headline numbers beside the paper's, banner lines, flags, setup and deviations tables, cells cut to fit |
 //! | `paper` | the paper's numbers and setup, in one place |
@@ -29,6 +30,7 @@ mod claims;
 mod collect;
 mod figures;
 mod markdown;
+mod near;
 mod paper;
 mod publish;
 mod runs_doc;
@@ -42,11 +44,12 @@ pub use banner::{banner, BannerEntry, Ledger, FAILED_ACCURACY, SUCCESS_ACCURACY}
 pub use build::{build_report, build_report_with, ReportOptions, ReportOutcome};
 pub use check::{check_rendered, RenderProblem};
 pub use claims::{
-    claims, power_table, section_of, ArmVerdict, Claim, Interval, LedgerClaim, Measure, PowerRow, PowerTable, SeedLine,
-    SeedTest, TestRecord, Verdict, ALPHA, LEDGER, POWER_ROUNDS,
+    claims, ledger_for, power_table, section_of, ArmVerdict, Claim, Interval, LedgerClaim, Measure, PowerRow,
+    PowerTable, SeedLine, SeedTest, TestRecord, Verdict, ALPHA, LEDGER, POWER_ROUNDS,
 };
 pub use collect::{arm_of, arms, collect, verify_provenance, Arm, Collected, RunData};
 pub use markdown::{render_ledger, symbol};
+pub use near::{near_query_cells, near_query_section, NEAR_QUERY_WORDS};
 pub use paper::{paper_baseline, paper_value, PaperKind, PaperValue, PAPER_SETUP, PAPER_VALUES};
 pub use publish::OUTPUTS;
 pub use screen::{abstract_lines, cell, headline, CELL_LIMIT, FOREST_FIGURE};

@@ -355,8 +355,10 @@ pub fn setup_table(md: &mut String, c: &super::collect::Collected) {
             ),
             "training steps" => match (lo, hi) {
                 (Some(lo), Some(hi)) if lo != hi => format!(
-                    "{} planned (batch {}); {lo}..{hi} run (the training-success rule extends a seed, §8.2)",
-                    p.run.train.steps, p.run.train.batch_size
+                    "{} planned (batch {}); {lo}..{hi} run (the training-success rule extends a seed, {})",
+                    p.run.train.steps,
+                    p.run.train.batch_size,
+                    p.rules.training_section()
                 ),
                 _ => format!("{} (batch {})", p.run.train.steps, p.run.train.batch_size),
             },

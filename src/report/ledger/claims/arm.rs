@@ -44,9 +44,10 @@ pub(super) fn untrained_part(a: &Arm) -> Option<Part> {
         &a.name,
         Verdict::NotRun,
         format!(
-            "{}: not run: 0 successful seeds, {} excluded by the training-success rule (§8.2): {}",
+            "{}: not run: 0 successful seeds, {} excluded by the training-success rule ({}): {}",
             a.name,
             a.excluded.len(),
+            a.rules.training_section(),
             seeds.join(", ")
         ),
     ))

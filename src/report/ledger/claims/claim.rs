@@ -13,7 +13,7 @@ use std::path::Path;
 /// `ledger.json` alone.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Claim {
-    /// `T1`, `T2`, `E1`..`E10`, `K`.
+    /// `T1`, `T2`, `E1`..`E14`, `X1`, `K`.
     pub id: String,
     /// The paper's claim.
     pub claim: String,
@@ -28,7 +28,7 @@ pub struct Claim {
     pub measured: String,
     /// The criterion the verdict applies.
     pub criterion: String,
-    /// The section of `theory/phase-lab.md` the criterion is judged by ([`section_of`](super::ledger::section_of); empty
+    /// The section of `theory/phase-lab.md` the criterion is judged by ([`section_of`](super::words::section_of); empty
     /// in a ledger written before this field).
     #[serde(default)]
     pub section: String,
@@ -224,6 +224,12 @@ pub trait LedgerClaim: Sync {
     fn paper(&self) -> &'static str;
     /// The claim's line: numbers and verdict from the data.
     fn check(&self, c: &Collected) -> Claim;
+    /// Whether a ledger judged by `rules` has this claim: every claim except those a later
+    /// pre-registration added (E11-E14 exist only under v3, §9.7), so that an earlier run's
+    /// ledger gains no row.
+    fn applies_to(&self, _rules: crate::analysis::verdict::Rules) -> bool {
+        true
+    }
     /// Draws the figures only this claim links into `out` (the report directory); returns
     /// `(figure, caption)` pairs, figures relative to `out`. Most claims link figures drawn
     /// for the whole report and draw none.

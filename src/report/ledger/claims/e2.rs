@@ -50,7 +50,7 @@ impl LedgerClaim for E2 {
                 continue;
             };
             let (mut part, test) = holds(a, PRIMARY, s);
-            if a.rules == crate::analysis::verdict::Rules::V2 {
+            if a.rules.has_training_rule() {
                 if let Some(w) = largest_seed_spread(&part) {
                     part.text += &format!("; largest per-seed depth-adjusted spread {w}");
                 }

@@ -7,7 +7,7 @@ use super::claim::{not_run, Claim, Interval, LedgerClaim, Measure, INTERVAL_FLAG
 use super::gaps::seed_level_spread;
 use super::judge::{holds, PRIMARY};
 use super::parts::Reported;
-use super::words::{count_ours, level_words};
+use super::words::{ceiling_words, count_ours, level_words};
 use crate::analysis::phase_test::ALPHA;
 use crate::analysis::phase_test::{adjusted_gap_bootstrap, adjusted_gap_bootstrap_over, window_sharing_phases};
 use crate::analysis::protocol::Protocol;
@@ -164,8 +164,12 @@ impl LedgerClaim for E4 {
             self,
             claim,
             format!(
-                "in-sequence, seeds pooled: the phase effect of w8s8 at S = 8 holds ({}); reproduced when its depth-adjusted phase spread over the phases whose key-value pair shares a window (per seed, then averaged) is at least {MAGNITUDE_FRACTION} of the paper's {PAPER_WITHIN_WINDOW_PP} pp, else reproduced qualitatively (smaller); v1: at the ceiling not testable; v2: an absent effect at the ceiling not testable (§8.5)",
-                level_words(a.rules, 1)
+                "in-sequence, seeds pooled: the phase effect of w8s8 at S = 8 holds ({}); reproduced when its depth-adjusted phase spread over the phases whose key-value pair shares a window (per seed, then averaged) is at least {MAGNITUDE_FRACTION} of the paper's {PAPER_WITHIN_WINDOW_PP} pp, else reproduced qualitatively (smaller); {}",
+                level_words(a.rules, 1),
+                match a.rules {
+                    Rules::V3 => ceiling_words(a.rules),
+                    _ => "v1: at the ceiling not testable; v2: an absent effect at the ceiling not testable (§8.5)",
+                }
             ),
             vec![part],
             also,

@@ -28,7 +28,7 @@ fn magnitude(g: &GapSummary) -> Magnitude {
 /// magnitude judged (bias-corrected, basic interval), its measure and its words with the largest
 /// seed; `None` under v1 (the seeds pooled, as before).
 fn seed_mean(a: &Arm, s: usize, paper: Option<f64>, decides: bool) -> Option<(Magnitude, Measure, String)> {
-    if a.rules != verdict::Rules::V2 {
+    if !a.rules.has_training_rule() {
         return None;
     }
     let (b, each) = seed_gap(a, P, Some(s)).ok()?;
@@ -90,7 +90,7 @@ fn compressed_part(comp: &[&Arm], gaps: &mut Vec<String>, measures: &mut Vec<Mea
     let Some((a, s, g, _)) = best else {
         return Part::new("compressed", Verdict::NotRun, format!("compressed: {NO_OUTCOMES}"));
     };
-    let v2 = a.rules == verdict::Rules::V2;
+    let v2 = a.rules.has_training_rule();
     for &x in comp {
         if let Some(sx) = x.stride {
             if let Ok(gx) = gap(x, P, Some(sx)) {

@@ -36,7 +36,7 @@ fn significant_rows(
     rules: Rules,
 ) -> std::result::Result<(usize, f64, &'static str), String> {
     let cfg = PhaseTestConfig { alpha, seed: k.seed, ..PhaseTestConfig::default() };
-    if rules == Rules::V2 && saturated(k) {
+    if rules.has_training_rule() && saturated(k) {
         if k.map.ids.is_empty() || k.map.rows.iter().any(|r| r.knocked.is_empty()) {
             return Err("not testable: a saturated map without per-prompt outcomes; rerun the knockout".into());
         }
@@ -145,7 +145,7 @@ impl LedgerClaim for E6 {
             full.iter().map(|a| part(a, true)).chain(comp.iter().map(|a| part(a, false))).collect();
         // An arm none of whose seeds trained (v2, §8.2) is a part that was not run.
         parts.extend(arms.iter().filter_map(untrained_part));
-        let v2 = super::super::collect::rules(c) == Rules::V2;
+        let v2 = super::super::collect::rules(c).has_training_rule();
         let present: std::collections::BTreeSet<Protocol> =
             c.runs.iter().flat_map(|r| r.knockouts.keys().copied()).collect();
         let missing: Vec<&str> = Protocol::ALL.iter().filter(|p| !present.contains(p)).map(|p| p.name()).collect();
@@ -169,7 +169,11 @@ impl LedgerClaim for E6 {
             .collect();
         let criterion = if v2 {
             format!(
-                "per seed (§8.9): KV-head knockouts where a layer has two KV heads, window-slot knockouts (each slot's gated contribution mean-replaced in every entry of a layer) in the one-KV-head arms and dsv4-csa; each row tested for a phase-dependent drop, by the knockout x phase interaction folded by S where the clean map is below the ceiling and by the drop-scale test (homogeneity over folded phases, permutations within phase families) where every clean cell is at or above {:.0} %, Bonferroni over the rows: every compressed model has at least one row significant at {ALPHA} at its own S, full attention none at any of S = 4, 6, 8 (rows x 3 strides in the correction); each model in at least required_seeds(n) of its successful seeds; a seed meets the rule when every protocol's map does",
+                "per seed ({}): KV-head knockouts where a layer has two KV heads, window-slot knockouts (each slot's gated contribution mean-replaced in every entry of a layer) in the one-KV-head arms and dsv4-csa; each row tested for a phase-dependent drop, by the knockout x phase interaction folded by S where the clean map is below the ceiling and by the drop-scale test (homogeneity over folded phases, permutations within phase families) where every clean cell is at or above {:.0} %, Bonferroni over the rows: every compressed model has at least one row significant at {ALPHA} at its own S, full attention none at any of S = 4, 6, 8 (rows x 3 strides in the correction); each model in at least required_seeds(n) of its successful seeds; a seed meets the rule when every protocol's map does",
+                match super::super::collect::rules(c) {
+                    Rules::V3 => "§9.7: §8.9's interventions, on the scored families",
+                    _ => "§8.9",
+                },
                 100.0 * CEILING_ACCURACY
             )
         } else {

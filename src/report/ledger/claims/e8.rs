@@ -15,6 +15,7 @@ use crate::analysis::phase_test::adjusted_spread_two_stage;
 use crate::analysis::phase_test::ALPHA;
 use crate::analysis::protocol::Protocol;
 use crate::analysis::stats::{self, BootInterval};
+use crate::analysis::verdict::Rules;
 use crate::report::ledger::collect::{arms, Arm, Collected};
 
 /// A variant of `w8s4` whose effect must hold (E8: `w8s4-scalar`, E9: `w8s4-tied`).
@@ -54,7 +55,7 @@ const S: usize = 4;
 /// `w8s4`, each with its seed-level interval (issue 38, §8.11: the two-stage bootstrap, seeds
 /// then prompt families, paired by seed where the arms share their seeds), and whether the
 /// draw was paired; or why not.
-fn difference(a: &Arm, base: &Arm) -> std::result::Result<([BootInterval; 3], bool), String> {
+pub(super) fn difference(a: &Arm, base: &Arm) -> std::result::Result<([BootInterval; 3], bool), String> {
     let phases: Vec<usize> = (0..S).collect();
     let (ra, rb) = (
         seed_records(a, PRIMARY).ok_or_else(|| NO_OUTCOMES.to_string())?,
@@ -154,6 +155,10 @@ impl LedgerClaim for Variant {
     }
 }
 
+/// E10's paper value under v3 (§9.7): "HCA layers contribute little" is E12's to test, so E10
+/// no longer carries it.
+pub const E10_PAPER_V3: &str = "CSA period 4";
+
 /// E10 (registered in [`super::LEDGER`]).
 pub struct E10;
 
@@ -176,6 +181,9 @@ impl LedgerClaim for E10 {
         let Some(a) = arm_for(&arms, "dsv4-csa", false) else {
             let mut n = not_run(self, claim, both_data());
             n.measured = "no data yet: the arm dsv4-csa was not trained in this run set".into();
+            if crate::report::ledger::collect::rules(c) == Rules::V3 {
+                n.paper = E10_PAPER_V3.into();
+            }
             return n;
         };
         let (mut part, judged) = holds(a, PRIMARY, S);
@@ -184,9 +192,13 @@ impl LedgerClaim for E10 {
         }
         let mut also = Reported::default();
         also.test(a, Protocol::Prefix, S, ALPHA);
-        also.texts.push(
-            "the paper's \"HCA layers contribute little\" is not tested: no arm has an HCA layer (the backbone's sequences are far shorter than HCA's rate of 128)".into(),
-        );
+        // §9.7: under v3 the HCA half of the paper's observation is E12's claim, not E10's.
+        let v3 = a.rules == Rules::V3;
+        if !v3 {
+            also.texts.push(
+                "the paper's \"HCA layers contribute little\" is not tested: no arm has an HCA layer (the backbone's sequences are far shorter than HCA's rate of 128)".into(),
+            );
+        }
         let mut c = Claim::from_parts(
             self,
             claim,
@@ -198,6 +210,9 @@ impl LedgerClaim for E10 {
             also,
         );
         c.ours = count_ours(&c);
+        if v3 {
+            c.paper = E10_PAPER_V3.into();
+        }
         c.figures = both_figs();
         c.data = both_data();
         c

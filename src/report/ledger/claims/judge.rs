@@ -77,7 +77,7 @@ pub(super) fn ceiling_part(a: &Arm) -> Part {
             "{}: at the ceiling (every group >= {:.0} %{what}{} under every protocol, seeds pooled: {})",
             a.name,
             100.0 * CEILING_ACCURACY,
-            if a.rules == Rules::V2 { format!("{PROB_CEILING}") } else { String::new() },
+            if a.rules.has_training_rule() { format!("{PROB_CEILING}") } else { String::new() },
             a.runs.len()
         ),
     )
@@ -164,9 +164,10 @@ pub(super) fn judge(a: &Arm, p: Protocol, stride: usize, alpha: f64) -> std::res
         Rules::V2 | Rules::V3 => {
             if !enough_seeds(a.runs.len()) {
                 return Err(format!(
-                    "not run: {} successful seed(s), {} excluded by the training-success rule (§8.2)",
+                    "not run: {} successful seed(s), {} excluded by the training-success rule ({})",
                     a.runs.len(),
-                    a.excluded.len()
+                    a.excluded.len(),
+                    a.rules.training_section()
                 ));
             }
             let test = pooled(a, p, stride, alpha / 2.0)?;

@@ -3,6 +3,10 @@
 
 use super::claim::{Claim, LedgerClaim};
 use super::e1::E1;
+use super::e11::E11;
+use super::e12::E12;
+use super::e13::E13;
+use super::e14::E14;
 use super::e2::E2;
 use super::e3::E3;
 use super::e4::E4;
@@ -14,6 +18,7 @@ use super::k::K;
 use super::sensitivity::compare_with_excluded;
 use super::t1::T1;
 use super::t2::T2;
+use super::words::section_of;
 use super::x1::X1;
 use crate::analysis::verdict::Rules;
 use crate::analysis::verdict::Verdict;
@@ -23,30 +28,25 @@ use crate::report::ledger::collect::Collected;
 use crate::Result;
 use std::path::Path;
 
-/// Every claim, in ledger order.
-pub const LEDGER: &[&dyn LedgerClaim] = &[&T1, &T2, &E1, &E2, &E3, &E4, &E5, &E6, &E7, &E8, &E9, &E10, &X1, &K];
+/// Every claim, in ledger order (a ledger holds those that apply to its rules, [`ledger_for`]).
+pub const LEDGER: &[&dyn LedgerClaim] =
+    &[&T1, &T2, &E1, &E2, &E3, &E4, &E5, &E6, &E7, &E8, &E9, &E10, &X1, &E11, &E12, &E13, &E14, &K];
+
+/// The claims of a ledger judged by `rules`, in ledger order: v1 and v2 ledgers have no E11-E14.
+pub fn ledger_for(rules: Rules) -> Vec<&'static dyn LedgerClaim> {
+    LEDGER.iter().copied().filter(|l| l.applies_to(rules)).collect()
+}
 
 /// The flag on a v1 claim judged by the depth-controlled test (or E6's knockout row tests) since
 /// its fit became exact under separation (issue 32, `theory/phase-lab.md` §8.6): a change of
 /// method after the v1 run, so it is flagged there; under v2 it is the pre-registered fit.
 pub const FIT_FLAG: &str = "flagged: fit corrected after the run (issue 32, theory/phase-lab.md §8.6, §8.11): the depth-controlled test's likelihood ratio is now the exact supremum under separation (Konis's LP on the all-correct or all-wrong cells, Newton's method on the rest) for the observed statistic and every bootstrap replicate, with ties within LR_PRECISION counted; v1's fit stopped at its 200-iteration cap where a cell was separated, which overstated G and understated the bootstrap p. The v1 criteria are applied to the corrected statistics";
 
-/// The section of `theory/phase-lab.md` whose criterion judges claim `id` under `rules`: the
-/// pre-registrations' criteria for the phase claims (§7.5 for v1, §8.8 for v2), §6 for the
-/// theorems and the kernels' invariants (criteria of the ledger, not pre-registered).
-pub fn section_of(id: &str, rules: Rules) -> &'static str {
-    match (id, rules) {
-        ("T1" | "T2" | "K", _) => "§6",
-        (_, Rules::V1) => "§7.5",
-        (_, Rules::V2) => "§8.8",
-        (_, Rules::V3) => "§9.7",
-    }
-}
-
 /// The claims, verdicts from data.
 pub fn claims(c: &Collected) -> Vec<Claim> {
     let rules = rules(c);
-    let mut out: Vec<Claim> = LEDGER
+    let ledger = ledger_for(rules);
+    let mut out: Vec<Claim> = ledger
         .iter()
         .map(|l| {
             let mut claim = l.check(c);
@@ -67,7 +67,7 @@ pub fn claims(c: &Collected) -> Vec<Claim> {
             claim
         })
         .collect();
-    compare_with_excluded(c, LEDGER, &mut out);
+    compare_with_excluded(c, &ledger, &mut out);
     out
 }
 
@@ -75,7 +75,7 @@ pub fn claims(c: &Collected) -> Vec<Claim> {
 /// (asked before each claim's).
 pub fn draw_claim_figures(c: &Collected, out: &Path, stop: &dyn Fn() -> bool) -> Result<Option<Vec<(String, String)>>> {
     let mut caps = Vec::new();
-    for l in LEDGER {
+    for l in ledger_for(rules(c)) {
         if stop() {
             return Ok(None);
         }

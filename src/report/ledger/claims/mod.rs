@@ -11,7 +11,7 @@
 //! |---|---|
 //! | `claim` | one line of the ledger ([`Claim`]) and the trait a claim implements |
 //! | `ledger` | every claim in order ([`LEDGER`]), judged with its section and flags |
-//! | `t1`, `t2`, `e1`..`e8` (E8-E10), `x1`, `k` | one claim each |
+//! | `t1`, `t2`, `e1`..`e8` (E8-E10), `x1`, `e11`..`e14` (v3 only), `k` | one claim each |
 //! | `arm` | what the phase claims read of an arm, and its excluded seeds |
 //! | `judge` | the pooled test assembly: tests, seed rule, ceiling rule |
 //! | `parts` | one model's part of a claim, and how the parts combine |
@@ -25,6 +25,10 @@
 mod arm;
 mod claim;
 mod e1;
+mod e11;
+mod e12;
+mod e13;
+mod e14;
 mod e2;
 mod e3;
 mod e4;
@@ -53,6 +57,7 @@ pub use crate::analysis::phase_test::ALPHA;
 pub use crate::analysis::verdict::Verdict;
 pub use claim::{ArmVerdict, Claim, Interval, LedgerClaim, Measure, SeedLine, SeedTest, TestRecord};
 pub use files::knockout_figure;
-pub use ledger::{claims, draw_claim_figures, section_of, LEDGER};
+pub use ledger::{claims, draw_claim_figures, ledger_for, LEDGER};
 pub use power::{power_table, PowerRow, PowerTable, POWER_ROUNDS};
+pub use words::section_of;
 pub(super) use words::{fmt_p, period_word};

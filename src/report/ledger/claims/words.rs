@@ -153,14 +153,20 @@ pub(super) fn fmt_level(x: f64) -> String {
 
 /// The level a phase effect of one model is judged at under `rules`, each of `strides` strides
 /// Bonferroni-corrected, in the criteria's words: v1 one test at `ALPHA / strides` (§7.3); v2
-/// either of two tests at `ALPHA / strides / 2` (§8.3-8.4).
+/// either of two tests at `ALPHA / strides / 2` (§8.3-8.4); v3 as v2 on the scored families
+/// (§9.2, §9.6).
 pub(super) fn level_words(rules: Rules, strides: usize) -> String {
     let per = ALPHA / strides as f64;
     let over = if strides > 1 { format!(" (ALPHA / {strides})") } else { String::new() };
     match rules {
         Rules::V1 => format!("pooled p < {}{over} and in at least required_seeds(n) seeds (§7.3)", fmt_level(per)),
-        Rules::V2 | Rules::V3 => format!(
+        Rules::V2 => format!(
             "the binary or the continuous test, each at p < {} (ALPHA{} / 2), pooled and in at least required_seeds(n) successful seeds (§8.3-8.4)",
+            fmt_level(per / 2.0),
+            if strides > 1 { format!(" / {strides}") } else { String::new() }
+        ),
+        Rules::V3 => format!(
+            "the binary or the continuous test, each at p < {} (ALPHA{} / 2), pooled and in at least required_seeds(n) successful seeds, on the families scored beyond the depth floor (§9.2, §9.6: §8.3-8.4 unchanged)",
             fmt_level(per / 2.0),
             if strides > 1 { format!(" / {strides}") } else { String::new() }
         ),
@@ -168,10 +174,23 @@ pub(super) fn level_words(rules: Rules, strides: usize) -> String {
 }
 
 /// The ceiling rule in the criteria's words: v1 a model at the ceiling is not tested (§7.5);
-/// v2 only an absent effect at both ceilings is not testable (§8.5).
+/// v2 only an absent effect at both ceilings is not testable (§8.5); v3 as v2 (§9.6).
 pub(super) fn ceiling_words(rules: Rules) -> &'static str {
     match rules {
         Rules::V1 => "a model at the ceiling is not testable (§7.5)",
-        Rules::V2 | Rules::V3 => "an effect that holds counts at the ceiling; an absent one is not testable when every group is at both the accuracy and the probability ceiling (§8.5)",
+        Rules::V2 => "an effect that holds counts at the ceiling; an absent one is not testable when every group is at both the accuracy and the probability ceiling (§8.5)",
+        Rules::V3 => "an effect that holds counts at the ceiling; an absent one is not testable when every group is at both the accuracy and the probability ceiling, read on the scored families (§9.6: §8.5's rule)",
+    }
+}
+
+/// The section of `theory/phase-lab.md` whose criterion judges claim `id` under `rules`: the
+/// pre-registrations' criteria for the phase claims (§7.5 for v1, §8.8 for v2, §9.7 for v3), §6 for the
+/// theorems and the kernels' invariants (criteria of the ledger, not pre-registered).
+pub fn section_of(id: &str, rules: Rules) -> &'static str {
+    match (id, rules) {
+        ("T1" | "T2" | "K", _) => "§6",
+        (_, Rules::V1) => "§7.5",
+        (_, Rules::V2) => "§8.8",
+        (_, Rules::V3) => "§9.7",
     }
 }

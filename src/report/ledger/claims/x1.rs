@@ -10,14 +10,14 @@ use super::claim::{not_run, Claim, Interval, LedgerClaim, Measure, TestRecord};
 use super::gaps::{period, seed_level_input};
 use super::judge::{judge, PRIMARY};
 use super::parts::{texts, Part, Reported};
-use super::words::level_words;
+use super::words::{level_words, section_of};
 use crate::analysis::phase_test::ALPHA;
 use crate::analysis::phase_test::{adjusted_phase_accuracies, spread_ratio, Level, SpreadRatio};
 use crate::analysis::protocol::Protocol;
 use crate::analysis::stats::{
     self, accuracy_difference, accuracy_difference_two_stage, BootInterval, BOOTSTRAP_ROUNDS,
 };
-use crate::analysis::verdict::{Combination, Verdict};
+use crate::analysis::verdict::{Combination, Rules, Verdict};
 use crate::analysis::verdict::{Effect, StaggerEffect, X1_ACCURACY_MARGIN_PP, X1_HALF};
 use crate::report::ledger::collect::{arms, Arm, Collected};
 use crate::Result;
@@ -147,6 +147,15 @@ fn effect_at(a: &Arm, s: usize) -> (Option<Effect>, String, Vec<TestRecord>) {
 }
 
 /// One pair's part.
+/// The rules X1's criterion is stated by: §8.8's (X1 was first pre-registered there, and a v1
+/// run set reads it by them too), §9.7's in a v3 run set.
+fn x1_rules(c: &Collected) -> Rules {
+    match crate::report::ledger::collect::rules(c) {
+        Rules::V3 => Rules::V3,
+        _ => Rules::V2,
+    }
+}
+
 fn pair_part(arms: &[Arm], (stag, twin_name, grid): (&str, &str, &str)) -> Part {
     let label = format!("{stag} vs {twin_name}");
     let (Some(a), Some(twin)) = (named(arms, stag), named(arms, twin_name)) else {
@@ -285,8 +294,9 @@ impl LedgerClaim for X1 {
             self,
             CLAIM,
             format!(
-                "per pair, in-sequence, seeds pooled (§8.8): the staggered arm's effect at S and S/2 ({}), the ratio R of mean depth-adjusted spreads at S (staggered over twin, basic bootstrap interval), the first verdict that applies of removes (absent at S and S/2, R's upper end <= {X1_HALF}), moves the period, reduces (R <= {X1_HALF}, upper end < 1), no effect (interval contains 1), worse, reduces (less than half); X1 holds for a pair when it removes or reduces and no accuracy difference's lower end is below -{X1_ACCURACY_MARGIN_PP} pp; never pooled across pairs; the claim is stated per grid (KV heads, layers, one-KV-head layers), each pair's verdict its answer",
-                level_words(crate::analysis::verdict::Rules::V2, 1)
+                "per pair, in-sequence, seeds pooled ({}): the staggered arm's effect at S and S/2 ({}), the ratio R of mean depth-adjusted spreads at S (staggered over twin, basic bootstrap interval), the first verdict that applies of removes (absent at S and S/2, R's upper end <= {X1_HALF}), moves the period, reduces (R <= {X1_HALF}, upper end < 1), no effect (interval contains 1), worse, reduces (less than half); X1 holds for a pair when it removes or reduces and no accuracy difference's lower end is below -{X1_ACCURACY_MARGIN_PP} pp; never pooled across pairs; the claim is stated per grid (KV heads, layers, one-KV-head layers), each pair's verdict its answer",
+                section_of("X1", x1_rules(c)),
+                level_words(x1_rules(c), 1)
             ),
             parts,
             Reported::default(),
