@@ -205,7 +205,8 @@ fn knockouts(rs: &RunSet, arm: &str, preset: &str, n: u64, drops: [f64; 4]) {
 
 /// E12: CSA layers drop 40 and 20 pp, HCA layers 10 and 5: (b) holds with (a). Negative controls:
 /// an HCA layer dropping 30 pp (more than half the CSA's 40) is not reproduced; CSA drops of 5 pp
-/// reach no retrieval and leave (b) not testable (not run).
+/// reach no retrieval and leave (b) not testable (not run). (A layout whose layers share one
+/// kernel has no HCA layer: `analysis::claims_v3`'s tests.)
 #[test]
 fn e12_holds_when_hca_layers_contribute_little_and_csa_layers_reach_retrieval() {
     let e12 = |label: &str, drops: [f64; 4]| {

@@ -72,6 +72,14 @@ pub fn e11_seed(c: &CycleResult) -> Result<CyclingSeed> {
     })
 }
 
+/// Whether layer `l` of `kernel` is an HCA layer for E12: one whose stride is above the CSA
+/// layers' [`LAYOUT_STRIDE`], read from the layout and not from the layer's parity, so a model
+/// whose layers share one kernel by mistake has no HCA layer and (b) cannot be judged. In
+/// `dsv4-layout` these are the odd layers (§9.7: CSA, HCA16, CSA, HCA16).
+pub fn is_hca_layer(kernel: &crate::kernel::spec::KernelSpec, l: usize) -> bool {
+    kernel.layer(l).geometry.stride() > LAYOUT_STRIDE
+}
+
 /// One seed's knockouts as E12 (b) reads them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LayoutSeed {
@@ -181,6 +189,20 @@ mod tests {
         assert!(!weak.testable() && !weak.meets());
         assert!(e12_seed(&[(0, 40.0), (2, 20.0)], odd).is_err(), "no HCA layer");
         assert!(e12_seed(&[(0, f64::NAN), (1, 2.0)], odd).is_err());
+    }
+
+    /// The HCA layers of `dsv4-layout` are its odd ones, read from its kernels; a model whose
+    /// layers share one kernel by mistake (`dsv4-csa` everywhere) has none, so E12 (b) refuses it.
+    #[test]
+    fn hca_layers_are_read_from_the_layout() {
+        use crate::kernel::spec::KernelSpec;
+        let layout = KernelSpec::preset(E12_PRESET).unwrap();
+        assert_eq!((0..4).map(|l| is_hca_layer(&layout, l)).collect::<Vec<_>>(), vec![false, true, false, true]);
+        let one = KernelSpec::preset("dsv4-csa").unwrap();
+        assert!((0..4).all(|l| !is_hca_layer(&one, l)));
+        let rows = [(0, 40.0), (1, 10.0), (2, 20.0), (3, 5.0)];
+        assert!(e12_seed(&rows, |l| is_hca_layer(&layout, l)).unwrap().meets());
+        assert!(e12_seed(&rows, |l| is_hca_layer(&one, l)).is_err());
     }
 
     #[test]

@@ -15,7 +15,8 @@ use super::judge::{holds, PRIMARY};
 use super::parts::{Part, Reported};
 use super::words::{level_words, seeds_ours};
 use crate::analysis::claims_v3::{
-    e12_seed, holds_in_enough_seeds, LayoutSeed, E12_HCA_SHARE, E12_MIN_CSA_DROP_PP, E12_PRESET, LAYOUT_STRIDE,
+    e12_seed, holds_in_enough_seeds, is_hca_layer, LayoutSeed, E12_HCA_SHARE, E12_MIN_CSA_DROP_PP, E12_PRESET,
+    LAYOUT_STRIDE,
 };
 use crate::analysis::phase_test::required_seeds;
 use crate::analysis::protocol::Protocol;
@@ -28,11 +29,6 @@ pub struct E12;
 
 const CLAIM: &str =
     "DeepSeek-V4's layout: the pattern repeats with period 4, and the HCA layers contribute little to retrieval";
-
-/// Whether layer `l` of the layout is an HCA layer: the odd layers (§9.7: CSA, HCA16, CSA, HCA16).
-fn is_hca(l: usize) -> bool {
-    l % 2 == 1
-}
 
 /// The mean over seeds of `values` with its seed-level interval (the seeds resampled; each seed's
 /// drop is read on its own prompts, held fixed).
@@ -52,7 +48,7 @@ fn hca_part(a: &Arm) -> Part {
             None => Err("no in-sequence knockout map".to_string()),
             Some(k) => {
                 let rows: Vec<(usize, f64)> = k.map.rows.iter().map(|row| (row.layer, row.mean_drop_pp)).collect();
-                e12_seed(&rows, is_hca).map_err(|e| e.to_string())
+                e12_seed(&rows, |l| is_hca_layer(&a.kernel, l)).map_err(|e| e.to_string())
             }
         };
         let (meets, text) = match read {
