@@ -67,6 +67,7 @@ fn write_eval(dir: &Path, preset: &str, p: Protocol, acc: &dyn Fn(usize) -> f64,
         statistics: None,
         elimination_baseline: None,
         run_id: None,
+        depths: None,
     };
     write(&dir.join(format!("eval-{}.json", p.name())), &r);
     let lines: Vec<String> = o.iter().map(|o| serde_json::to_string(o).unwrap()).collect();

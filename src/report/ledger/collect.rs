@@ -250,11 +250,7 @@ pub fn collect(from: &[PathBuf]) -> Result<Collected> {
         }
         // The plan's units by directory name: a run must be the unit its name says.
         let units: BTreeMap<String, Expected> = match &c.plan {
-            Some(p) => p
-                .models()?
-                .iter()
-                .map(|m| (m.key(), Expected { preset: m.config.model.preset.clone(), seed: m.config.train.seed }))
-                .collect(),
+            Some(p) => p.models()?.iter().map(|m| (m.key(), Expected::of(&m.config, p.rules))).collect(),
             None => BTreeMap::new(),
         };
         for d in run_dirs(src)? {
