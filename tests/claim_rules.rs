@@ -75,6 +75,7 @@ fn write_eval(dir: &Path, preset: &str, p: Protocol, acc: fn(usize) -> f64) {
         statistics: None,
         elimination_baseline: None,
         run_id: None,
+        depths: None,
     };
     write(&dir.join(format!("eval-{}.json", p.name())), &r);
     let lines: Vec<String> = o.iter().map(|o| serde_json::to_string(o).unwrap()).collect();
@@ -155,6 +156,7 @@ fn write_knockouts(dir: &Path, preset: &str, seed: u64, drop: impl Fn(usize) -> 
             seed,
             map: map.clone(),
             run_id: None,
+            depths: None,
         };
         write(&dir.join(format!("{}.json", knockout_stem(p))), &k);
     }

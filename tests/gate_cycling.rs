@@ -241,8 +241,20 @@ fn cycling_a_layout_layer_reads_that_layer_s_window_and_reuses_its_result() {
         panic!("the tiny run did not finish")
     };
     assert_eq!((phasekv::lab::run_window(&dir, 0).unwrap(), phasekv::lab::run_window(&dir, 1).unwrap()), (8, 16));
-    let run =
-        |stop: &Stop| phasekv::lab::cycle_run(&dir, Protocol::Prefix, 1, 0, 1, None, &[8, 16, 3], &mut |_, _| {}, stop);
+    let run = |stop: &Stop| {
+        phasekv::lab::cycle_run(
+            &dir,
+            Protocol::Prefix,
+            1,
+            0,
+            1,
+            None,
+            &[8, 16, 3],
+            phasekv::lab::Scope::All,
+            &mut |_, _| {},
+            stop,
+        )
+    };
     let first = run(&Stop::never()).unwrap();
     assert_eq!(first.cycle.window, 16);
     assert_eq!(first.cycle.rows.iter().map(|r| r.k).collect::<Vec<_>>(), [0, 8, 3]);

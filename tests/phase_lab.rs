@@ -216,7 +216,7 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
     cfg.train.eval_samples = 8;
     cfg.train.checkpoint_every = 8;
     let Outcome::Finished(_) = train(&cfg, &dir, serde_json::json!({}), &mut Silent).unwrap() else { panic!() };
-    let e = lab::eval_run(&dir, Protocol::Prefix, 6, 0, &mut |_, _| {}, &Stop::never()).unwrap();
+    let e = lab::eval_run(&dir, Protocol::Prefix, 6, 0, lab::Scope::All, &mut |_, _| {}, &Stop::never()).unwrap();
     assert_eq!(e.profile.n, 24);
     assert_eq!(e.stride, Some(4));
     for f in ["eval-prefix.json", "eval-prefix.csv", "eval-prefix.svg", "eval-prefix.png", "eval-prefix-outcomes.jsonl"]
@@ -241,8 +241,13 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
         assert_eq!(o.phase, Some(o.position.expect("a position") % 4), "phase = position mod S: {line}");
     }
     // Same settings: reused, identical. Other settings: an error naming the file.
-    assert_eq!(lab::eval_run(&dir, Protocol::Prefix, 6, 0, &mut |_, _| {}, &Stop::never()).unwrap(), e);
-    let err = lab::eval_run(&dir, Protocol::Prefix, 7, 0, &mut |_, _| {}, &Stop::never()).unwrap_err().to_string();
+    assert_eq!(
+        lab::eval_run(&dir, Protocol::Prefix, 6, 0, lab::Scope::All, &mut |_, _| {}, &Stop::never()).unwrap(),
+        e
+    );
+    let err = lab::eval_run(&dir, Protocol::Prefix, 7, 0, lab::Scope::All, &mut |_, _| {}, &Stop::never())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("eval-prefix.json") && err.contains("never overwritten"), "{err}");
     let g = lab::gates_run(&dir, 4, 0, &mut |_, _| {}, &Stop::never()).unwrap().expect("w4s4 has gates");
     assert_eq!(g.snapshots.iter().map(|s| s.step).collect::<Vec<_>>(), vec![0, 8, 16, 24], "snapshots from step 0 on");
@@ -254,9 +259,18 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
             assert!((x.profile.iter().sum::<f64>() - 1.0).abs() < 1e-5);
         }
     }
-    let k =
-        lab::knockout_run(&dir, Protocol::InSequence, 2, 2, 0, Intervention::KvHead, &mut |_, _| {}, &Stop::never())
-            .unwrap();
+    let k = lab::knockout_run(
+        &dir,
+        Protocol::InSequence,
+        2,
+        2,
+        0,
+        Intervention::KvHead,
+        lab::Scope::All,
+        &mut |_, _| {},
+        &Stop::never(),
+    )
+    .unwrap();
     assert_eq!(k.map.rows.len(), 2);
     // §8.9's window-slot knockout: layers x W rows, each with its per-prompt outcomes, the
     // prompts' ids and groups once; asking the same file for another intervention is refused.
@@ -267,14 +281,24 @@ fn lab_steps_write_their_results_reuse_them_and_never_overwrite_other_settings()
         2,
         0,
         Intervention::WindowSlot,
+        lab::Scope::All,
         &mut |_, _| {},
         &Stop::never(),
     );
     let err = err.unwrap_err().to_string();
     assert!(err.contains("knockout-in-sequence.json") && err.contains("never overwritten"), "{err}");
-    let ks =
-        lab::knockout_run(&dir, Protocol::Prefix, 2, 2, 0, Intervention::WindowSlot, &mut |_, _| {}, &Stop::never())
-            .unwrap();
+    let ks = lab::knockout_run(
+        &dir,
+        Protocol::Prefix,
+        2,
+        2,
+        0,
+        Intervention::WindowSlot,
+        lab::Scope::All,
+        &mut |_, _| {},
+        &Stop::never(),
+    )
+    .unwrap();
     assert_eq!(ks.map.intervention, Intervention::WindowSlot);
     let prompts = ks.map.ids.len();
     assert_eq!(prompts, 2 * tiny("w4s4").task.residue_modulus, "every prompt once");

@@ -263,7 +263,7 @@ fn e4s_phases_are_those_whose_key_value_pair_shares_a_window() {
 }
 
 /// Every value `section` quotes for `name` (`` `NAME` (value) `` or `` `NAME` = value ``).
-fn quoted_in(section: &str, name: &str) -> Vec<f64> {
+pub(crate) fn quoted_in(section: &str, name: &str) -> Vec<f64> {
     let key = format!("`{name}`");
     section
         .match_indices(&key)
@@ -275,13 +275,13 @@ fn quoted_in(section: &str, name: &str) -> Vec<f64> {
         .collect()
 }
 
-fn phase_lab_section(from: &str, to: &str) -> String {
+pub(crate) fn phase_lab_section(from: &str, to: &str) -> String {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/theory/phase-lab.md")).unwrap();
     let section = doc.split(from).nth(1).unwrap_or_else(|| panic!("{from}"));
     section.split(to).next().unwrap().to_string()
 }
 
-fn check_quotes(label: &str, section: &str, rows: &[(&str, f64)]) {
+pub(crate) fn check_quotes(label: &str, section: &str, rows: &[(&str, f64)]) {
     for &(name, value) in rows {
         let q = quoted_in(section, name);
         assert!(!q.is_empty(), "{label} should quote `{name}` with its value");

@@ -83,6 +83,7 @@ fn write_eval(dir: &Path, preset: &str, protocol: Protocol, acc: &dyn Fn(usize) 
         statistics: None,
         elimination_baseline: None,
         run_id: None,
+        depths: None,
     };
     write(&dir.join(format!("eval-{}.json", protocol.name())), &r);
     let lines: Vec<String> = outcomes.iter().map(|o| serde_json::to_string(o).unwrap()).collect();
@@ -102,6 +103,7 @@ fn write_knockout(dir: &Path, preset: &str, drop: impl Fn(usize) -> f64) {
             seed: 0,
             map,
             run_id: None,
+            depths: None,
         },
     );
 }

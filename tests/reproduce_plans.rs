@@ -64,14 +64,17 @@ fn the_built_in_plans_are_files_and_print_plan_writes_one() {
     assert_eq!(full.models().unwrap().len(), 48);
     let v1 = Plan::from_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/v1.json")).unwrap();
     assert_eq!((v1.rules, v1.models().unwrap().len()), (phasekv::analysis::verdict::Rules::V1, 24), "v1's plan, kept");
-    // v2's task is v1's with the records packed (§8.1); the quick plan stays on v1's.
+    // v2's task is v1's with the records packed (§8.1). The quick plan is a miniature of the v3
+    // run (issue 45, item 3): its rules, the v2 run's task (§9.3's T1), two arms.
     assert_eq!(full.run.task, phasekv::task::TaskConfig { max_gap: 0, ..v1.run.task.clone() });
     let quick = Plan::builtin(Scale::Quick).unwrap();
     assert_eq!(quick.run.train.steps, 1500);
     assert_eq!(quick.run.train.engine, phasekv::model::Engine::Fast);
     assert_eq!(quick.run.task.query_placement, phasekv::task::QueryPlacement::AfterRecords);
     assert_eq!(ids(&quick).len(), 4);
-    assert_eq!(v1.run.task, quick.run.task);
+    assert_eq!(quick.rules, phasekv::analysis::verdict::Rules::V3);
+    assert_eq!(quick.run.task, full.run.task);
+    assert_eq!(quick.presets, ["full", phasekv::reproduce::CYCLE_ARM]);
     assert_eq!(full.run.train.engine, phasekv::model::Engine::Fast);
     let arms = full.arms().unwrap();
     assert!(arms.iter().any(|(name, cfg)| name == "w8s4-norope-kv1" && cfg.model.n_kv_head == 1));

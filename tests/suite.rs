@@ -103,6 +103,8 @@ mod report_writers;
 mod reproduce_plans;
 #[path = "reproduce_sweep.rs"]
 mod reproduce_sweep;
+#[path = "reproduce_v3.rs"]
+mod reproduce_v3;
 #[path = "run_dir_and_plots.rs"]
 mod run_dir_and_plots;
 #[path = "seed_level.rs"]

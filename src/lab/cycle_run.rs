@@ -3,6 +3,7 @@
 use super::cache::{check_run, reuse_or_lock, Cached};
 use super::results::CycleRunResult;
 use super::rows::cycle_rows;
+use super::scope::Scope;
 use super::work::{check_lab_work, check_samples};
 use crate::analysis::protocol::{self, Protocol};
 use crate::model::{load_run, verify_run};
@@ -31,7 +32,8 @@ pub fn cycle_stem(protocol: Protocol, layer: usize) -> String {
 
 /// Gate cycling on layer `layer` of the finished run in `run` (every KV head of the layer
 /// cycled together, or only `head`), by each of `ks`, on `per_group` prompts per group of
-/// `protocol`; `stop` as in [`eval_run`](super::eval_run). A result with the same settings is reused; one with
+/// `protocol` drawn in `scope` (every depth, or the scored families beyond the run floor);
+/// `stop` as in [`eval_run`](super::eval_run). A result with the same settings is reused; one with
 /// other settings is replaced only by this computation, under the run's lock.
 #[allow(clippy::too_many_arguments)]
 pub fn cycle_run(
@@ -42,9 +44,11 @@ pub fn cycle_run(
     layer: usize,
     head: Option<usize>,
     ks: &[usize],
+    scope: Scope,
     progress: &mut dyn FnMut(usize, usize),
     stop: &Stop,
 ) -> Result<CycleRunResult> {
+    let scope = scope.scored_only("gate cycling")?;
     check_run(run)?;
     let verified = verify_run(run)?;
     let task = &verified.config.task;
@@ -70,8 +74,10 @@ pub fn cycle_run(
     let mut want: Vec<usize> = vec![0];
     let w = layer_window(m, layer)?;
     want.extend(ks.iter().copied().filter(|&k| k % w != 0));
+    let depths = scope.recorded();
     let same = |r: &CycleRunResult| {
-        r.per_group == per_group
+        r.depths == depths
+            && r.per_group == per_group
             && r.seed == seed
             && r.run_id == id
             && r.cycle.heads == heads
@@ -82,7 +88,7 @@ pub fn cycle_run(
         Cached::Compute(lock) => lock,
     };
     let (config, model) = load_run(run, None)?;
-    let prompts = protocol::generate(&config.task, protocol, per_group, seed)?;
+    let prompts = protocol::generate_in(&config.task, protocol, per_group, seed, scope.depths())?;
     let cycle = crate::analysis::cycling::cycle_profiles(
         &model,
         &prompts,
@@ -94,7 +100,8 @@ pub fn cycle_run(
         stop,
     )?;
     stop.check("cycle")?;
-    let result = CycleRunResult { preset: config.model.preset.clone(), protocol, per_group, seed, cycle, run_id: id };
+    let result =
+        CycleRunResult { preset: config.model.preset.clone(), protocol, per_group, seed, cycle, run_id: id, depths };
     write_csv_atomic(&stem.with_extension("csv"), &cycle_rows(&result.cycle))?;
     write_json_atomic(&json, &result)?;
     manifest::record(run, &[format!("{}.json", cycle_stem(protocol, layer))])?;

@@ -3,6 +3,7 @@
 use super::cache::{check_run, reuse_or_lock, Cached};
 use super::results::KnockoutResult;
 use super::rows::knockout_rows;
+use super::scope::Scope;
 use super::work::{check_lab_work, check_samples};
 use crate::analysis::eval::{self, Intervention};
 use crate::analysis::protocol::{self, Protocol};
@@ -34,7 +35,9 @@ pub fn knockout_file(run: &Path, protocol: Protocol) -> Option<PathBuf> {
     }
 }
 
-/// Knockout map of the finished run in `run` under `protocol`; `stop` as in [`eval_run`](super::eval_run).
+/// Knockout map of the finished run in `run` under `protocol`, on the families of `scope`
+/// (every depth, or the scored ones beyond the run floor; never the near-query ones); `stop` as
+/// in [`eval_run`](super::eval_run).
 #[allow(clippy::too_many_arguments)]
 pub fn knockout_run(
     run: &Path,
@@ -43,9 +46,11 @@ pub fn knockout_run(
     reference: usize,
     seed: u64,
     intervention: Intervention,
+    scope: Scope,
     progress: &mut dyn FnMut(usize, usize),
     stop: &Stop,
 ) -> Result<KnockoutResult> {
+    let scope = scope.scored_only("a knockout")?;
     check_run(run)?;
     let verified = verify_run(run)?;
     let task = &verified.config.task;
@@ -71,8 +76,10 @@ pub fn knockout_run(
     let stem = run.join(knockout_stem(protocol));
     let json = stem.with_extension("json");
     let id = verified.identity;
+    let depths = scope.recorded();
     let same = |r: &KnockoutResult| {
-        r.per_group == per_group
+        r.depths == depths
+            && r.per_group == per_group
             && r.seed == seed
             && r.map.reference == reference
             && r.run_id == id
@@ -83,10 +90,11 @@ pub fn knockout_run(
         Cached::Compute(lock) => lock,
     };
     let (config, model) = load_run(run, None)?;
-    let prompts = protocol::generate(&config.task, protocol, per_group, seed)?;
+    let prompts = protocol::generate_in(&config.task, protocol, per_group, seed, scope.depths())?;
     let map = eval::knockout_by(&model.decoder, &config.task, &prompts, reference, seed, intervention, progress, stop)?;
     stop.check("knockout")?;
-    let result = KnockoutResult { preset: config.model.preset.clone(), protocol, per_group, seed, map, run_id: id };
+    let result =
+        KnockoutResult { preset: config.model.preset.clone(), protocol, per_group, seed, map, run_id: id, depths };
     write_csv_atomic(&stem.with_extension("csv"), &knockout_rows(&result))?;
     figures::knockout_map(
         &stem,

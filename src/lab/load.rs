@@ -11,11 +11,14 @@
 //! |---|---|
 //! | the directory's name | a `-seed<k>` suffix equals `config.json`'s `train.seed`; the plan's unit of that name has the config's preset and seed |
 //! | `config.json` | a valid config ([`RunConfig::validate`]: positive moduli, strides, counts) |
-//! | `metrics.json` | preset and seed the config's; accuracies in [0, 1]; at most [`MAX_EXTENSIONS`] extensions, numbered in order; present wherever evaluations are |
+//! | `metrics.json` | preset and seed the config's; accuracies in [0, 1]; at most the budget's extensions ([`Expected::max_extensions`]; [`MAX_EXTENSIONS_V3`] without a plan), numbered in order; present wherever evaluations are |
 //! | `eval-<protocol>.json` | protocol the file's, preset the config's, arm the directory's, `per_group` positive, stride the preset's, a profile of `M` groups with accuracies in [0, 1] |
 //! | `eval-<protocol>-outcomes.jsonl` | its evaluation JSON present; `per_group x M` lines, ids below that; every line as above |
 //! | `knockout[-<protocol>].json` | protocol, preset, positive `per_group`; clean accuracies and every row of the map's length `M`, accuracies in [0, 1] |
 //! | `gates.json` | preset the config's, positive window and samples |
+//!
+//! Under the v3 rules [`check_beyond_floor`] holds a loaded run to §9.2: every scored line at or
+//! beyond the run floor.
 
 use super::cache::read_json;
 use super::knockout_run::knockout_file;
@@ -24,7 +27,8 @@ use super::results::{EvalResult, GatesResult, KnockoutResult};
 use crate::analysis::phase::Outcome;
 use crate::analysis::protocol::Protocol;
 use crate::analysis::stats::GroupAccuracy;
-use crate::analysis::training::MAX_EXTENSIONS;
+use crate::analysis::training::{MAX_EXTENSIONS, MAX_EXTENSIONS_V3};
+use crate::analysis::verdict::Rules;
 use crate::model::{Metrics, RunConfig};
 use crate::{Error, Result};
 use serde::de::DeserializeOwned;
@@ -51,13 +55,31 @@ pub struct RunFiles {
 }
 
 /// What a run must be by the plan that made it: the preset and training seed of the plan's
-/// unit with the directory's name.
+/// unit with the directory's name, and the training budget of the rules the plan's run is
+/// judged under.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Expected {
     /// The unit's kernel preset.
     pub preset: String,
     /// The unit's training seed.
     pub seed: u64,
+    /// The most extensions the run may have: [`budget`] of the plan's rules.
+    pub max_extensions: usize,
+}
+
+impl Expected {
+    /// The unit with training config `config` of a plan judged under `rules`.
+    pub fn of(config: &RunConfig, rules: Rules) -> Self {
+        Expected { preset: config.model.preset.clone(), seed: config.train.seed, max_extensions: budget(rules) }
+    }
+}
+
+/// The extensions a run judged under `rules` may have: the rules' budget
+/// ([`Rules::max_extensions`]: [`MAX_EXTENSIONS`] under v2, [`MAX_EXTENSIONS_V3`] under v3), and
+/// under v1, which has no training rule and never extends, v2's (what every v1 and v2 run was
+/// loaded with before the budget followed the rules).
+pub fn budget(rules: Rules) -> usize {
+    rules.max_extensions().unwrap_or(MAX_EXTENSIONS)
 }
 
 fn bad(path: &Path, field: &str, reason: impl std::fmt::Display) -> Error {
@@ -103,7 +125,7 @@ fn check_groups(path: &Path, field: &str, groups: &[GroupAccuracy], m: usize) ->
     Ok(())
 }
 
-fn check_metrics(dir: &Path, m: &Metrics, config: &RunConfig) -> Result<()> {
+fn check_metrics(dir: &Path, m: &Metrics, config: &RunConfig, max_extensions: usize) -> Result<()> {
     let path = dir.join(crate::run_dir::METRICS_FILE);
     if m.preset != config.model.preset {
         return Err(bad(&path, "preset", format!("{:?}, config.json says {:?}", m.preset, config.model.preset)));
@@ -117,11 +139,11 @@ fn check_metrics(dir: &Path, m: &Metrics, config: &RunConfig) -> Result<()> {
     for (i, e) in m.evals.iter().enumerate() {
         unit_interval(&path, &format!("evals[{i}].accuracy"), e.accuracy)?;
     }
-    if m.extension_count() > MAX_EXTENSIONS {
+    if m.extension_count() > max_extensions {
         return Err(bad(
             &path,
             "extensions",
-            format!("{} extensions, the training-success rule allows at most {MAX_EXTENSIONS}", m.extension_count()),
+            format!("{} extensions, the training-success rule allows at most {max_extensions}", m.extension_count()),
         ));
     }
     for (i, x) in m.extensions.iter().enumerate() {
@@ -230,7 +252,8 @@ fn check_knockout(path: &Path, k: &KnockoutResult, p: Protocol, config: &RunConf
 
 /// Loads the run in `dir` (`None` when it holds no `config.json`: not a run), every file
 /// checked as the module doc says; `expected` is the plan's unit of that name, when there is a
-/// plan that has one.
+/// plan that has one. A run loaded without one may have the largest budget of any rules,
+/// [`MAX_EXTENSIONS_V3`] extensions: the loader cannot tell which rules judge it.
 pub fn load_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunFiles>> {
     let config_path = dir.join(crate::run_dir::CONFIG_FILE);
     let Some(config) = opt_json::<RunConfig>(&config_path)? else { return Ok(None) };
@@ -266,7 +289,7 @@ pub fn load_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunFil
     let metrics_path = dir.join(crate::run_dir::METRICS_FILE);
     let metrics: Option<Metrics> = opt_json(&metrics_path)?;
     if let Some(m) = &metrics {
-        check_metrics(dir, m, &config)?;
+        check_metrics(dir, m, &config, expected.map_or(MAX_EXTENSIONS_V3, |x| x.max_extensions))?;
     }
     let m = config.task.residue_modulus;
     let mut evals = BTreeMap::new();
@@ -328,4 +351,49 @@ pub fn load_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunFil
     }
     let environment = opt_json(&dir.join(crate::run_dir::ENVIRONMENT_FILE))?;
     Ok(Some(RunFiles { config, metrics, evals, outcomes, knockouts, gates, environment }))
+}
+
+/// §9.2's guarantee on a loaded run (`theory/phase-lab.md`: no verdict reads a prompt whose
+/// depth is below the run floor `D`): every scored outcome line (`eval-<protocol>-outcomes.jsonl`)
+/// carries its depth and it is at least `floor`, and every evaluation and knockout records a
+/// depth band ([`EvalResult::depths`], [`KnockoutResult::depths`]) that starts at `floor` or
+/// deeper. The first line or file that breaks it is the error, naming the file, the line and
+/// the field. `dir` is the run's directory (for the names).
+pub fn check_beyond_floor(dir: &Path, run: &RunFiles, floor: usize) -> Result<()> {
+    let band = |path: &Path, depths: Option<crate::analysis::protocol::Depths>| -> Result<()> {
+        match depths {
+            Some(d) if d.min >= floor => Ok(()),
+            Some(d) => Err(bad(path, "depths", format!("families drawn at depth {d}, the run floor is {floor}"))),
+            None => Err(bad(path, "depths", format!("no depth band recorded: not drawn beyond the run floor {floor}"))),
+        }
+    };
+    for (p, e) in &run.evals {
+        band(&dir.join(format!("eval-{}.json", p.name())), e.depths)?;
+    }
+    for (p, k) in &run.knockouts {
+        band(&knockout_file(dir, *p).unwrap_or_else(|| dir.join("knockout.json")), k.depths)?;
+    }
+    for (p, outcomes) in &run.outcomes {
+        let path = dir.join(format!("eval-{}-outcomes.jsonl", p.name()));
+        for (i, o) in outcomes.iter().enumerate() {
+            match o.depth {
+                Some(d) if d >= floor => {}
+                Some(d) => {
+                    return Err(bad(
+                        &path,
+                        &format!("line {}: depth", i + 1),
+                        format!("{d}, below the run floor {floor}"),
+                    ))
+                }
+                None => {
+                    return Err(bad(
+                        &path,
+                        &format!("line {}: depth", i + 1),
+                        "missing; a scored line carries its depth",
+                    ))
+                }
+            }
+        }
+    }
+    Ok(())
 }

@@ -8,6 +8,8 @@
 //! | file | written by |
 //! |---|---|
 //! | `eval-<protocol>.json`, `.csv`, `-outcomes.jsonl`, `.svg`, `.png` | [`eval_run`] (older results: [`outcomes::upgrade_run`] adds the issue-31 columns) |
+//! | `near-<protocol>.json`, `.csv`, `-outcomes.jsonl`, `.svg`, `.png` | [`eval_run`] on the near-query families ([`Scope::Near`], v3 only) |
+//! | `cycle-<protocol>-layer<L>.json`, `.csv` | [`cycle_run`] |
 //! | `knockout-<protocol>.json`, `.csv`, `.svg`, `.png` | [`knockout_run`] |
 //! | `gates.json`, `gates.csv`, `gates-{scatter,trajectory,profile}.{svg,png}` | [`gates_run`] |
 //!
@@ -25,6 +27,7 @@ pub mod load;
 pub mod outcomes;
 mod results;
 mod rows;
+mod scope;
 mod settings;
 mod work;
 
@@ -35,5 +38,6 @@ pub use eval_run::eval_run;
 pub use gates_run::gates_run;
 pub use knockout_run::{knockout_file, knockout_run, knockout_stem};
 pub use results::{CycleRunResult, EvalResult, GatesResult, KnockoutResult};
-pub use settings::LabSettings;
+pub use scope::{Scope, NEAR_QUERY_PER_GROUP};
+pub use settings::{LabSettings, V3_EVAL_PER_GROUP};
 pub use work::{check_lab_work, check_samples, forward_work};

@@ -4,7 +4,7 @@
 use crate::analysis::eval::KnockoutMap;
 use crate::analysis::gates::GateSnapshot;
 use crate::analysis::phase::{self, PhaseProfile};
-use crate::analysis::protocol::{Balance, Protocol};
+use crate::analysis::protocol::{Balance, Depths, Protocol};
 use serde::{Deserialize, Serialize};
 
 /// `eval-<protocol>.json`.
@@ -44,6 +44,11 @@ pub struct EvalResult {
     /// reused only for the same identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The depths the families were drawn at (`theory/phase-lab.md` §9.2: at or beyond the run
+    /// floor for the scored families, below the arm's floor for the near-query ones); `None`
+    /// for every depth, as in every result of the v1 and v2 runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depths: Option<Depths>,
 }
 
 /// `knockout-<protocol>.json`.
@@ -62,6 +67,11 @@ pub struct KnockoutResult {
     /// Identity of the run (see [`EvalResult::run_id`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The depths the families were drawn at (`theory/phase-lab.md` §9.2: at or beyond the run
+    /// floor for the scored families, below the arm's floor for the near-query ones); `None`
+    /// for every depth, as in every result of the v1 and v2 runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depths: Option<Depths>,
 }
 
 /// `gates.json`.
@@ -99,4 +109,9 @@ pub struct CycleRunResult {
     /// Identity of the run (see [`EvalResult::run_id`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The depths the families were drawn at (`theory/phase-lab.md` §9.2: at or beyond the run
+    /// floor for the scored families, below the arm's floor for the near-query ones); `None`
+    /// for every depth, as in every result of the v1 and v2 runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depths: Option<Depths>,
 }

@@ -2,6 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Evaluation families per residue group and protocol in the v3 run (`theory/phase-lab.md`
+/// §9.5's `V3_EVAL_PER_GROUP`).
+pub const V3_EVAL_PER_GROUP: usize = 96;
+
 /// Settings shared by the lab's steps.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LabSettings {

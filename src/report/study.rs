@@ -172,6 +172,7 @@ pub fn run_study(s: &StudySettings, out: &Path, progress: &mut dyn Progress) -> 
                 protocol,
                 s.per_group,
                 s.eval_seed,
+                crate::lab::Scope::All,
                 &mut |d, t| progress.step(&stage, d, t),
                 &stop,
             )?;

@@ -7,28 +7,29 @@
 //! |---|---|---|
 //! | `kernels` | `kernels/` | the invariant harness K1-K14 on every preset's grids, reference, candle autodiff and fast |
 //! | `theory` | `theory/` | Theorem 1 at the defaults, the phase diagram, Theorem 2 over seeds |
-//! | `model:<arm>-seed<k>` | `runs/<arm>-seed<k>/` | training (resumed or reused), both protocols, knockouts, gates |
+//! | `model:<arm>-seed<k>` | `runs/<arm>-seed<k>/` | training (resumed or reused; extended under the plan's rules' budget), both protocols, knockouts, gates; under the v3 rules on the families beyond the run floor ([`Plan::run_floor`]), with the near-query measurement and, on [`CYCLE_ARM`], gate cycling |
 //!
 //! A unit that finished (its result file exists) is reused; a model run that was interrupted
 //! resumes from its last checkpoint. Shard `i` of `n` runs units `i, i+n, i+2n, ...` of the
 //! plan's list, heaviest first, so shards are disjoint and their union is the plan. Plans are
 //! files ([`plan`]); [`slurm`] writes the array job that runs one.
 
+mod analyses;
 pub mod plan;
 pub mod slurm;
 
-pub use plan::{parse_shard, shard, slurm_shard, Arm, Axis, Minutes, ModelUnit, Plan, Scale, Sweep, Unit};
+pub use analyses::CYCLE_ARM;
+pub use plan::{
+    parse_shard, shard, slurm_shard, Arm, Axis, Minutes, ModelUnit, Plan, Scale, Sweep, Unit, V3_SEEDS, V3_SEEDS_LARGE,
+};
 
-use crate::analysis::eval::Intervention;
-use crate::analysis::training::{training_status, TrainingStatus, SUCCESS_ACCURACY};
-use crate::analysis::verdict::Rules;
+use crate::analysis::training::{training_status_within, TrainingStatus, SUCCESS_ACCURACY};
 use crate::conformance::harness::fast_subject::FastSubject;
 use crate::conformance::harness::subjects::{ReferenceSubject, TensorSubject};
 use crate::conformance::harness::{run_all, Invariant};
 use crate::kernel::spec::presets::listed_specs;
 use crate::kernel::spec::KernelSpec;
-use crate::lab::{self, LabSettings};
-use crate::model::train::Observer;
+use crate::lab;
 use crate::model::{Metrics, RunConfig};
 use crate::run_dir::write_json_atomic;
 use crate::theory::diagram::{compare_with_reference, phase_diagram, spec_grid};
@@ -36,6 +37,8 @@ use crate::theory::flow::{run_seeds, summarise, FlowConfig, FlowSummary};
 use crate::theory::oracle::{theorem1, OracleOptions, PointVerdict};
 use crate::theory::task::TaskParams;
 use crate::{Error, Result};
+use analyses::{run_analyses, LabPlan, Stages};
+pub use analyses::{Progress, StageSeconds};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Instant;
@@ -105,20 +108,17 @@ pub struct ModelUnitResult {
     /// Seconds of this invocation's analyses (training time is in `metrics.json`).
     pub analysis_seconds: f64,
     /// Wall seconds of each stage this invocation ran, in order (`train`, `extend`,
-    /// `eval <protocol>`, `knockout <protocol>` for prefix then in-sequence, `gates`): where a seed's time goes (issue 40).
+    /// `eval <protocol>`, under v3 `near <protocol>`, `knockout <protocol>` for prefix then
+    /// in-sequence, under v3 on the `w8s8` arm `cycle prefix`, `gates`): where a seed's time goes (issue 40).
     /// A stage done by an earlier, interrupted invocation is reused and takes about 0 here.
     /// Units written before this field have none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageSeconds>,
-}
-
-/// One stage of a model unit and its wall seconds ([`ModelUnitResult::stages`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct StageSeconds {
-    /// What ran.
-    pub stage: String,
-    /// Wall seconds it took.
-    pub seconds: f64,
+    /// Why the near-query measurement (`theory/phase-lab.md` §9.2, v3 only) wrote no file for
+    /// this model: full attention's depth floor is 0, so no depth lies in front of it. `None`
+    /// where it ran, and under v1 and v2, which have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near_query_skipped: Option<String>,
 }
 
 /// Where the time of the units in `ran` went, summed by stage in the order stages first appear
@@ -151,20 +151,6 @@ pub fn stage_totals(out: &Path, ran: &[&Unit]) -> Result<(Vec<StageSeconds>, usi
         }
     }
     Ok((totals, models))
-}
-
-/// Progress of a reproduction.
-pub trait Progress {
-    /// A line of news.
-    fn message(&mut self, msg: &str);
-    /// The observer of a training run.
-    fn trainer(&mut self) -> &mut dyn Observer;
-    /// Progress of an analysis step.
-    fn step(&mut self, stage: &str, done: usize, total: usize);
-    /// The stop check the analyses poll (the CLI's signals); never, by default.
-    fn stop(&self) -> crate::stop::Stop {
-        crate::stop::Stop::never()
-    }
 }
 
 /// Writes `plan.json` into `out`, or checks that the one there is the same plan. Idempotent, so
@@ -209,7 +195,7 @@ pub fn run_unit(out: &Path, plan: &Plan, unit: &Unit, progress: &mut dyn Progres
     match unit {
         Unit::Kernels => run_kernels(out, plan, progress),
         Unit::Theory => run_theory(out, plan, progress),
-        Unit::Model(m) => run_model(out, m, &plan.lab, plan.rules, progress),
+        Unit::Model(m) => run_model(out, m, plan, progress),
     }
 }
 
@@ -311,13 +297,7 @@ fn run_theory(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<bo
     Ok(true)
 }
 
-fn run_model(
-    out: &Path,
-    unit: &ModelUnit,
-    lab_settings: &LabSettings,
-    rules: Rules,
-    progress: &mut dyn Progress,
-) -> Result<bool> {
+fn run_model(out: &Path, unit: &ModelUnit, plan: &Plan, progress: &mut dyn Progress) -> Result<bool> {
     let dir = out.join(unit.dir());
     let key = unit.key();
     let preset = key.as_str();
@@ -326,13 +306,9 @@ fn run_model(
         progress.message(&format!("{preset}: done before, reused"));
         return Ok(false);
     }
+    let lab_plan = LabPlan { settings: &plan.lab, rules: plan.rules, run_floor: plan.run_floor()? };
     let config = &unit.config;
-    let mut stages = Vec::new();
-    let mut clock = Instant::now();
-    let mut lap = |stage: &str, stages: &mut Vec<StageSeconds>| {
-        stages.push(StageSeconds { stage: stage.to_string(), seconds: clock.elapsed().as_secs_f64() });
-        clock = Instant::now();
-    };
+    let mut stages = Stages::start();
     if !dir.join(crate::run_dir::METRICS_FILE).exists() {
         progress.message(&format!("{preset}: training {} steps", config.train.steps));
         let env = serde_json::json!({ "command": "phasekv reproduce" });
@@ -349,54 +325,44 @@ fn run_model(
     } else {
         progress.message(&format!("{preset}: trained before, reused"));
     }
-    lap("train", &mut stages);
-    if rules == Rules::V2 {
-        apply_training_rule(&dir, preset, config, progress)?;
-        lap("extend", &mut stages);
+    stages.lap("train");
+    if let Some(budget) = lab_plan.rules.max_extensions() {
+        apply_training_rule(&dir, preset, config, budget, progress)?;
+        stages.lap("extend");
     }
     let t0 = Instant::now();
-    let s = lab_settings;
-    let stop = progress.stop();
-    for protocol in crate::analysis::protocol::Protocol::ALL {
-        let stage = format!("{preset} eval {}", protocol.name());
-        lab::eval_run(&dir, protocol, s.eval_per_group, s.seed, &mut |d, t| progress.step(&stage, d, t), &stop)?;
-        lap(&format!("eval {}", protocol.name()), &mut stages);
-    }
-    // §8.9: under the v2 rules each arm gets its own intervention; v1 knocked out KV heads.
-    let intervention = match rules {
-        Rules::V2 => Intervention::for_model(&config.model, &config.model.kernel()?),
-        _ => Intervention::KvHead,
-    };
-    for protocol in crate::analysis::protocol::Protocol::ALL {
-        let stage = format!("{preset} knockout {}", protocol.name());
-        let (n, r) = (s.knockout_per_group, s.knockout_reference);
-        let bar = &mut |d, t| progress.step(&stage, d, t);
-        lab::knockout_run(&dir, protocol, n, r, s.seed, intervention, bar, &stop)?;
-        lap(&format!("knockout {}", protocol.name()), &mut stages);
-    }
-    let stage = format!("{preset} gates");
-    lab::gates_run(&dir, s.gate_samples, s.seed, &mut |d, t| progress.step(&stage, d, t), &stop)?;
-    lap("gates", &mut stages);
+    let near_query_skipped = run_analyses(&dir, unit, &lab_plan, progress, &mut stages)?;
     let _lock = crate::run_dir::DirLock::shared(&dir)?;
     write_json(
         &unit_file,
-        &ModelUnitResult { preset: unit.preset().to_string(), analysis_seconds: t0.elapsed().as_secs_f64(), stages },
+        &ModelUnitResult {
+            preset: unit.preset().to_string(),
+            analysis_seconds: t0.elapsed().as_secs_f64(),
+            stages: stages.done(),
+            near_query_skipped,
+        },
     )?;
     crate::run_dir::manifest::record(&dir, &["unit.json".to_string()])?;
     progress.message(&format!("{preset}: analyses done"));
     Ok(true)
 }
-
-/// The training-success rule of the v2 rules (`theory/phase-lab.md` §8.2) on the finished run
-/// in `dir`: while its held-out accuracy is below [`SUCCESS_ACCURACY`] with an extension left,
-/// runs (or resumes) the extension ([`crate::model::extend()`]); then says what the rule made of
-/// the seed. At most [`crate::analysis::training::MAX_EXTENSIONS`] extensions, since the rule
-/// says `Failed` after them.
-fn apply_training_rule(dir: &Path, preset: &str, config: &RunConfig, progress: &mut dyn Progress) -> Result<()> {
+/// The training-success rule of the v2 and v3 rules (`theory/phase-lab.md` §8.2, §9.4) on the
+/// finished run in `dir`: while its held-out accuracy is below [`SUCCESS_ACCURACY`] with an
+/// extension left, runs (or resumes) the extension ([`crate::model::extend()`]); then says what
+/// the rule made of the seed. At most `budget` extensions (the rules'
+/// [`crate::analysis::verdict::Rules::max_extensions`]), since the rule says `Failed` after them.
+fn apply_training_rule(
+    dir: &Path,
+    preset: &str,
+    config: &RunConfig,
+    budget: usize,
+    progress: &mut dyn Progress,
+) -> Result<()> {
     loop {
         let metrics: Metrics = lab::read_json(&dir.join(crate::run_dir::METRICS_FILE))?;
         let accuracy = 100.0 * metrics.final_eval.accuracy;
-        let extension = match training_status(metrics.final_eval.accuracy, metrics.extension_count(), &config.train)? {
+        let (held_out, done) = (metrics.final_eval.accuracy, metrics.extension_count());
+        let extension = match training_status_within(held_out, done, &config.train, budget)? {
             TrainingStatus::Extend(x) => x,
             TrainingStatus::Succeeded => {
                 progress.message(&format!(
@@ -459,10 +425,7 @@ pub fn write_manifest(run: &Path) -> Result<Option<usize>> {
     let expected = match plan_file.map(|o| o.join(PLAN_FILE)).filter(|p| p.exists()) {
         Some(p) => {
             let plan: Plan = lab::read_json(&p)?;
-            plan.models()?
-                .iter()
-                .find(|m| m.key() == name)
-                .map(|m| lab::load::Expected { preset: m.config.model.preset.clone(), seed: m.config.train.seed })
+            plan.models()?.iter().find(|m| m.key() == name).map(|m| lab::load::Expected::of(&m.config, plan.rules))
         }
         None => None,
     };

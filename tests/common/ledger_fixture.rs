@@ -81,6 +81,7 @@ pub fn write_eval(
         statistics: None,
         elimination_baseline: None,
         run_id: None,
+        depths: None,
     };
     write(&dir.join(format!("eval-{}.json", p.name())), &r);
     let lines: Vec<String> = o.iter().map(|o| serde_json::to_string(o).unwrap()).collect();

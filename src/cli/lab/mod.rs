@@ -153,7 +153,15 @@ fn bar(label: &str) -> impl FnMut(usize, usize) {
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let protocol = Protocol::from(args.protocol);
-    let r = lab::eval_run(&args.run, protocol, args.samples, args.seed, &mut bar("eval"), &super::signals::stop())?;
+    let r = lab::eval_run(
+        &args.run,
+        protocol,
+        args.samples,
+        args.seed,
+        lab::Scope::All,
+        &mut bar("eval"),
+        &super::signals::stop(),
+    )?;
     print_profile(
         &format!("{} ({}), {} padding, {} prompts", r.preset, args.run.display(), protocol.name(), r.profile.n),
         Some(&r.balance),
@@ -184,7 +192,8 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
             let protocol = Protocol::from(protocol);
             let intervention = Intervention::from(intervention);
             let (bar, stop) = (&mut bar("knockout"), &super::signals::stop());
-            let r = lab::knockout_run(&run, protocol, samples, reference, seed, intervention, bar, stop)?;
+            let r =
+                lab::knockout_run(&run, protocol, samples, reference, seed, intervention, lab::Scope::All, bar, stop)?;
             println!(
                 "{}: {} knockouts, {} prompts per group, {} references each",
                 r.preset,
@@ -208,7 +217,7 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
             let protocol = Protocol::from(protocol);
             let ks = if k.is_empty() { (1..lab::run_window(&run, layer)?).collect() } else { k };
             let (bar, stop) = (&mut bar("cycle"), &super::signals::stop());
-            let r = lab::cycle_run(&run, protocol, samples, seed, layer, head, &ks, bar, stop)?;
+            let r = lab::cycle_run(&run, protocol, samples, seed, layer, head, &ks, lab::Scope::All, bar, stop)?;
             let c = &r.cycle;
             println!(
                 "{}: layer {} heads {:?} cycled, W {} S {}, {} prompts per group; uncycled weakest phase {}",

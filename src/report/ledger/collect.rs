@@ -189,8 +189,11 @@ fn read_near(dir: &Path, m: usize) -> Result<BTreeMap<Protocol, Vec<Outcome>>> {
 }
 
 /// The run in `dir` through the one loader ([`load_run`]), with the unit's timing.
-fn read_run(dir: &Path, expected: Option<&Expected>) -> Result<Option<RunData>> {
+fn read_run(dir: &Path, expected: Option<&Expected>, floor: Option<usize>) -> Result<Option<RunData>> {
     let Some(f) = load_run(dir, expected)? else { return Ok(None) };
+    if let Some(floor) = floor {
+        crate::lab::load::check_beyond_floor(dir, &f, floor)?;
+    }
     let mut records = BTreeMap::new();
     let mut nll = BTreeMap::new();
     let mut families = BTreeMap::new();
@@ -315,19 +318,21 @@ pub fn collect(from: &[PathBuf]) -> Result<Collected> {
         }
         // The plan's units by directory name: a run must be the unit its name says.
         let units: BTreeMap<String, Expected> = match &c.plan {
-            Some(p) => p
-                .models()?
-                .iter()
-                .map(|m| (m.key(), Expected { preset: m.config.model.preset.clone(), seed: m.config.train.seed }))
-                .collect(),
+            Some(p) => p.models()?.iter().map(|m| (m.key(), Expected::of(&m.config, p.rules))).collect(),
             None => BTreeMap::new(),
+        };
+        // §9.2: under v3 no verdict reads a prompt below the run floor; a run that holds one is
+        // refused, naming the file and line.
+        let floor = match &c.plan {
+            Some(p) => p.run_floor()?,
+            None => None,
         };
         for d in run_dirs(src)? {
             let name = d.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
             if c.runs.iter().any(|x| x.dir.file_name() == d.file_name()) {
                 continue;
             }
-            if let Some(r) = read_run(&d, units.get(&name))? {
+            if let Some(r) = read_run(&d, units.get(&name), floor)? {
                 c.runs.push(r);
             }
         }

@@ -127,6 +127,22 @@ impl Plan {
                 check_seeds(&field, seeds)?;
             }
         }
+        // §9.2: the scored families are drawn by depth, which needs phase families (the query
+        // block after the records, where a shift keeps the depth).
+        if self.rules.scores_beyond_floor() {
+            for (name, c) in self.arms()? {
+                if c.task.query_placement != crate::task::QueryPlacement::AfterRecords {
+                    return Err(Error::invalid(
+                        "plan.rules",
+                        format!(
+                            "v3 scores families beyond the depth floor, which needs task.query_placement \
+                             \"after_records\"; arm '{name}' has {:?}",
+                            c.task.query_placement
+                        ),
+                    ));
+                }
+            }
+        }
         if self.units()?.is_empty() {
             return Err(Error::invalid(
                 "plan",
@@ -134,6 +150,20 @@ impl Plan {
             ));
         }
         Ok(())
+    }
+
+    /// The run floor `D` of `theory/phase-lab.md` §9.2 under rules that score beyond it (v3):
+    /// the largest depth floor ([`crate::model::floor::depth_floor`]) of any arm of the plan
+    /// (a seed does not move a floor); `None` under v1 and v2, which score every depth.
+    pub fn run_floor(&self) -> Result<Option<usize>> {
+        if !self.rules.scores_beyond_floor() {
+            return Ok(None);
+        }
+        let mut floor = 0;
+        for (_, c) in self.arms()? {
+            floor = floor.max(crate::model::floor::depth_floor(&c.model, &c.task)?.depth);
+        }
+        Ok(Some(floor))
     }
 
     /// The seeds every arm trains with unless it names its own.

@@ -12,6 +12,12 @@ pub const FULL_PLAN: &str = include_str!("../../../plans/full.json");
 /// The built-in quick plan (`phasekv reproduce --quick`).
 pub const QUICK_PLAN: &str = include_str!("../../../plans/quick.json");
 
+/// Seeds of the v3 run's arms whose magnitudes need them (`theory/phase-lab.md` §9.5's
+/// `V3_SEEDS_LARGE`): `full`, `w8s8`, the three staggered arms and `w8s4-kv1`.
+pub const V3_SEEDS_LARGE: usize = 8;
+/// Seeds of every other arm of the v3 run (§9.5's `V3_SEEDS`, the first of the large arms').
+pub const V3_SEEDS: usize = 4;
+
 /// At most this many units in one plan (a sweep that expands further is almost surely a typo).
 pub const MAX_UNITS: usize = 100_000;
 
