@@ -471,7 +471,7 @@ fn the_t2_convergence_figure_states_what_its_curves_show() {
         let concentration: Vec<f64> =
             times.iter().map(|&t| if t < rise { 0.3 + 0.6 * t / rise } else { 0.995 }).collect();
         let loss = times.iter().map(|&t| 3.3 + (-t / 100.0).exp()).collect();
-        ConvergenceCurve { seed, t_conv: Some(rise), times, concentration, loss }
+        ConvergenceCurve { seed, t_conv: Some(rise), heads_coincide: false, times, concentration, loss }
     };
     let good = vec![curve(0, 400.0), curve(1, 460.0), curve(2, 520.0)];
     assert_eq!(t2_convergence_verdict(&good, 0.99), "all 3 seeds concentrate by t = 520 and stay");

@@ -287,6 +287,7 @@ fn convergence_curves_follow_the_convergence_criterion() {
         for (r, c) in runs.iter().zip(&curves) {
             prop_assert_eq!(r.seed, c.seed);
             prop_assert_eq!(r.t_conv, c.t_conv);
+            prop_assert_eq!(r.heads_coincide, c.heads_coincide);
             prop_assert_eq!(c.times.len(), c.concentration.len());
             prop_assert!(c.concentration.iter().all(|&x| (0.0..=1.0).contains(&x)));
             if let Some(t) = c.t_conv {

@@ -268,7 +268,8 @@ pub fn t2_convergence(stem: &Path, curves: &[ConvergenceCurve], threshold: f64, 
     let mut right = Vec::new();
     let mut dropped = 0;
     for (i, c) in curves.iter().enumerate() {
-        let name = format!("seed {}", c.seed);
+        let name =
+            if c.heads_coincide { format!("seed {} (heads coincide)", c.seed) } else { format!("seed {}", c.seed) };
         left.push(Series::line(
             name.clone(),
             c.times.iter().copied().zip(c.concentration.iter().copied()).collect(),

@@ -57,6 +57,9 @@ pub struct ConvergenceCurve {
     /// First time every head exceeded the threshold, as [`FlowRun::t_conv`] (checked every
     /// integrator step, so it may fall between two records).
     pub t_conv: Option<f64>,
+    /// Two or more heads chose the same offset, as [`FlowRun::heads_coincide`]: such a run
+    /// concentrates on a colliding vertex, whose loss stays above `F_1`.
+    pub heads_coincide: bool,
     /// Times of the records.
     pub times: Vec<f64>,
     /// The smallest concentration over heads at each record, in `[0, 1]`.
@@ -76,6 +79,7 @@ impl ConvergenceCurve {
         Some(ConvergenceCurve {
             seed: run.seed,
             t_conv: run.t_conv,
+            heads_coincide: run.heads_coincide,
             times: tr.times.clone(),
             concentration: tr.key.iter().zip(&tr.value).map(|(k, v)| least(k, v)).collect(),
             loss: tr.loss.clone(),

@@ -77,7 +77,7 @@ impl LedgerClaim for T2 {
             drawn.push((
                 CONVERGENCE.into(),
                 format!(
-                    "Theorem 2 over time, the first {} seeds of the run (theory/theory.json's t2_curves): left, the least concentrated head's max_r min(pK(r), pV(r+1)), which exceeds the threshold {threshold} exactly when every head has converged (dots: each seed's convergence time); right, log10 of the loss above Theorem 1's optimum F_1 = {:.4} at the same parameters.",
+                    "Theorem 2 over time, the first {} seeds of the run (theory/theory.json's t2_curves): left, the least concentrated head's max_r min(pK(r), pV(r+1)), which exceeds the threshold {threshold} exactly when every head has converged (dots: each seed's convergence time); right, log10 of the loss above Theorem 1's optimum F_1 = {:.4} at the same parameters, which a seed whose heads coincide (named in the legend) cannot reach: it concentrates on a colliding vertex.",
                     t.t2_curves.len(),
                     t.t1_f1
                 ),
