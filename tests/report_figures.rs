@@ -458,3 +458,34 @@ fn accuracy_panels_share_one_y_range() {
     }
     assert_eq!(share_y_range(&mut []), None);
 }
+
+/// Issue 43: Theorem 2's convergence figure says in its title what its curves show, and is
+/// laid out cleanly. Negative controls: a seed that falls back below the threshold after its
+/// convergence time, and one that never converges, change the title's verdict.
+#[test]
+fn the_t2_convergence_figure_states_what_its_curves_show() {
+    use phasekv::figures::theory::{t2_convergence, t2_convergence_verdict};
+    use phasekv::theory::flow::ConvergenceCurve;
+    let curve = |seed: u64, rise: f64| {
+        let times: Vec<f64> = (0..=30).map(|k| 20.0 * k as f64).collect();
+        let concentration: Vec<f64> =
+            times.iter().map(|&t| if t < rise { 0.3 + 0.6 * t / rise } else { 0.995 }).collect();
+        let loss = times.iter().map(|&t| 3.3 + (-t / 100.0).exp()).collect();
+        ConvergenceCurve { seed, t_conv: Some(rise), heads_coincide: false, times, concentration, loss }
+    };
+    let good = vec![curve(0, 400.0), curve(1, 460.0), curve(2, 520.0)];
+    assert_eq!(t2_convergence_verdict(&good, 0.99), "all 3 seeds concentrate by t = 520 and stay");
+    let mut fell = good.clone();
+    fell[1].concentration[28] = 0.5;
+    assert!(t2_convergence_verdict(&fell, 0.99).contains("falls back"), "{}", t2_convergence_verdict(&fell, 0.99));
+    let mut never = good.clone();
+    never[2].t_conv = None;
+    never[2].concentration.iter_mut().for_each(|y| *y = 0.4);
+    assert_eq!(t2_convergence_verdict(&never, 0.99), "2 of 3 seeds concentrate");
+    let dir = crate::common::plans::scratch("t2-convergence-figure");
+    let files = t2_convergence(&dir.join("t2-convergence"), &good, 0.99, 3.3).unwrap();
+    let svg = files.iter().find(|f| f.extension().is_some_and(|e| e == "svg")).expect("an SVG");
+    let text = std::fs::read_to_string(svg).unwrap();
+    assert!(text.contains("all 3 seeds concentrate by t = 520 and stay"));
+    assert_eq!(layout_problems(&text), Vec::<String>::new());
+}

@@ -229,6 +229,7 @@ fn fixture(out: &Path) -> Plan {
                 offset_counts: vec![10, 10, 10],
                 max_content_norm: 0.0,
             },
+            t2_curves: vec![],
             seconds: 2.0,
         },
     );

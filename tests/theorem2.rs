@@ -271,3 +271,45 @@ fn large_beta_escapes_slowly() {
     let (slow, fast) = (median(8.0), median(2.0));
     assert!(slow > 10.0 * fast, "beta=8 median {slow} vs beta=2 median {fast}");
 }
+
+/// A convergence curve agrees with the summary's run of its seed: the same `t_conv`, the least
+/// concentrated head at or below the threshold at every record before it and above it at every
+/// record after it (concentration stays), for random blocks of seeds at the primary defaults.
+/// Negative control: the concentration of a head whose value gate follows the wrong offset
+/// (`pV(r)` instead of `pV(r + 1)`) stays near 0, and so does that of a uniform head.
+#[test]
+fn convergence_curves_follow_the_convergence_criterion() {
+    cases("theorem2-convergence_curves_follow_the_convergence_criterion", 0u64..1_000_000_000, |base| {
+        let cfg = FlowConfig::default();
+        let seeds: Vec<u64> = (base..base + 4).collect();
+        let runs = run_seeds(&cfg, &seeds, || {}).unwrap();
+        let curves = convergence_curves(&cfg, &seeds, 10).unwrap();
+        for (r, c) in runs.iter().zip(&curves) {
+            prop_assert_eq!(r.seed, c.seed);
+            prop_assert_eq!(r.t_conv, c.t_conv);
+            prop_assert_eq!(r.heads_coincide, c.heads_coincide);
+            prop_assert_eq!(c.times.len(), c.concentration.len());
+            prop_assert!(c.concentration.iter().all(|&x| (0.0..=1.0).contains(&x)));
+            if let Some(t) = c.t_conv {
+                for (&time, &y) in c.times.iter().zip(&c.concentration) {
+                    if time < t {
+                        prop_assert!(y <= cfg.threshold, "seed {} at t {time}: {y} before t_conv {t}", c.seed);
+                    } else {
+                        prop_assert!(y > cfg.threshold, "seed {} at t {time}: {y} after t_conv {t}", c.seed);
+                    }
+                }
+            }
+        }
+        Ok(())
+    });
+    let s = 4;
+    let one_hot = |r: usize| (0..s).map(|i| if i == r { 0.999 } else { 0.001 / 3.0 }).collect::<Vec<f64>>();
+    let (r, c) = concentration(&one_hot(1), &one_hot(2));
+    assert_eq!(r, 1);
+    assert!(c > 0.99);
+    let (_, crossed) = concentration(&one_hot(1), &one_hot(1));
+    assert!(crossed < 0.01, "a value gate on the key's own offset is not concentration: {crossed}");
+    let uniform = vec![0.25; s];
+    assert_eq!(concentration(&uniform, &uniform).1, 0.25);
+    assert!(convergence_curves(&FlowConfig::default(), &[0], 0).is_err(), "no curve without records");
+}

@@ -6,7 +6,7 @@ use super::grid::{category_grid, CategoryGrid};
 use super::plot::{line_panels, scatter, Panel, Series, GREY};
 use crate::theory::critical::PointLabel;
 use crate::theory::diagram::{DiagramMap, PhaseDiagram, REGIME_BETA};
-use crate::theory::flow::{FlowRun, FlowSummary, Integrator, Trajectory};
+use crate::theory::flow::{ConvergenceCurve, FlowRun, FlowSummary, Integrator, Trajectory};
 use crate::theory::oracle::{PointVerdict, Theorem1Report};
 use crate::theory::profile::PhaseProfile;
 use crate::theory::task::TaskParams;
@@ -253,4 +253,86 @@ pub fn t2_offset_counts(stem: &Path, summary: &FlowSummary) -> Result<Vec<PathBu
         1,
         (900, 560),
     )
+}
+
+/// Theorem 2's convergence over time, one line per recorded seed: (left) the least
+/// concentrated head's concentration (`max_r min(pK(r), pV(r + 1))`, converged above
+/// `threshold`), with each seed's convergence time marked; (right) `log10(loss - f1)`, the gap to
+/// Theorem 1's optimum `F_1` (records where it is not positive are left out, and counted in the
+/// title). The title states what the data show: how many seeds converged, by when, and whether
+/// each stayed above the threshold after its convergence time.
+pub fn t2_convergence(stem: &Path, curves: &[ConvergenceCurve], threshold: f64, f1: f64) -> Result<Vec<PathBuf>> {
+    let verdict = t2_convergence_verdict(curves, threshold);
+    let t_end = curves.iter().flat_map(|c| c.times.last().copied()).fold(0.0, f64::max);
+    let mut left = Vec::new();
+    let mut right = Vec::new();
+    let mut dropped = 0;
+    for (i, c) in curves.iter().enumerate() {
+        let name =
+            if c.heads_coincide { format!("seed {} (heads coincide)", c.seed) } else { format!("seed {}", c.seed) };
+        left.push(Series::line(
+            name.clone(),
+            c.times.iter().copied().zip(c.concentration.iter().copied()).collect(),
+            i,
+        ));
+        let gap: Vec<(f64, f64)> =
+            c.times.iter().zip(&c.loss).filter_map(|(&t, &l)| (l - f1 > 0.0).then(|| (t, (l - f1).log10()))).collect();
+        dropped += c.loss.len() - gap.len();
+        right.push(Series::line(name, gap, i));
+    }
+    left.push(Series::markers(
+        "convergence time",
+        curves.iter().filter_map(|c| c.t_conv.map(|t| (t, threshold))).collect(),
+        curves.len(),
+    ));
+    left.push(Series::reference(format!("threshold {threshold}"), vec![(0.0, threshold), (t_end, threshold)], GREY));
+    line_panels(
+        stem,
+        &format!("Theorem 2, gradient flow from a small random start: {verdict}"),
+        &[
+            Panel {
+                title: "least concentrated head".into(),
+                x_label: "time t".into(),
+                y_label: "max_r min(pK(r), pV(r+1))".into(),
+                y_range: Some((0.0, 1.05)),
+                series: left,
+                ..Panel::default()
+            },
+            Panel {
+                title: if dropped > 0 {
+                    format!("loss above Theorem 1's optimum F_1 ({dropped} records at or below it left out)")
+                } else {
+                    "loss above Theorem 1's optimum F_1".into()
+                },
+                x_label: "time t".into(),
+                y_label: "log10(loss - F_1)".into(),
+                series: right,
+                hide_legend: true,
+                ..Panel::default()
+            },
+        ],
+        2,
+        (1400, 560),
+    )
+}
+
+/// What [`t2_convergence`]'s curves show, in its title's words: every seed concentrates (its
+/// convergence time set) by the latest such time and stays above `threshold` at every record
+/// after it, or how many concentrate and whether one falls back.
+pub fn t2_convergence_verdict(curves: &[ConvergenceCurve], threshold: f64) -> String {
+    let converged: Vec<f64> = curves.iter().filter_map(|c| c.t_conv).collect();
+    let latest = converged.iter().copied().fold(f64::NAN, f64::max);
+    let stays = curves
+        .iter()
+        .filter_map(|c| c.t_conv.map(|t| (c, t)))
+        .all(|(c, t)| c.times.iter().zip(&c.concentration).filter(|(&x, _)| x >= t).all(|(_, &y)| y > threshold));
+    match (converged.len() == curves.len() && !curves.is_empty(), stays) {
+        (true, true) => format!("all {} seeds concentrate by t = {latest:.0} and stay", curves.len()),
+        (_, stays) => format!(
+            "{} of {} seeds concentrate{}",
+            converged.len(),
+            curves.len(),
+            if stays { "" } else { "; one falls back below the threshold" }
+        ),
+    }
 }

@@ -33,7 +33,7 @@ use crate::lab;
 use crate::model::{Metrics, RunConfig};
 use crate::run_dir::write_json_atomic;
 use crate::theory::diagram::{compare_with_reference, phase_diagram, spec_grid};
-use crate::theory::flow::{run_seeds, summarise, FlowConfig, FlowSummary};
+use crate::theory::flow::{convergence_curves, run_seeds, summarise, ConvergenceCurve, FlowConfig, FlowSummary};
 use crate::theory::oracle::{theorem1, OracleOptions, PointVerdict};
 use crate::theory::task::TaskParams;
 use crate::{Error, Result};
@@ -96,9 +96,19 @@ pub struct TheoryResult {
     pub diagram_agree: (usize, usize),
     /// Theorem 2 over seeds.
     pub t2: FlowSummary,
+    /// How the first [`T2_CURVE_SEEDS`] of those seeds approach concentration over time (the
+    /// report's convergence figure). Results written before this field have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub t2_curves: Vec<ConvergenceCurve>,
     /// Wall seconds.
     pub seconds: f64,
 }
+
+/// Seeds of Theorem 2's run whose approach to concentration the theory unit records (the first
+/// of the plan's `t2_seeds`): enough to show the spread of convergence times in one figure.
+pub const T2_CURVE_SEEDS: u64 = 8;
+/// Integrator steps between two records of a convergence curve (20 time units at `dt = 2`).
+pub const T2_CURVE_EVERY: usize = 10;
 
 /// Timing of one model unit (`runs/<..>/unit.json`), written when all its steps are done.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -275,6 +285,8 @@ fn run_theory(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<bo
     let cfg = FlowConfig::default();
     let seeds: Vec<u64> = (0..plan.t2_seeds).collect();
     let runs = run_seeds(&cfg, &seeds, || {})?;
+    let curve_seeds: Vec<u64> = seeds.iter().copied().take(T2_CURVE_SEEDS as usize).collect();
+    let t2_curves = convergence_curves(&cfg, &curve_seeds, T2_CURVE_EVERY)?;
     let result = TheoryResult {
         t1_verdict: t1.verdict,
         t1_f1: t1.f1,
@@ -283,6 +295,7 @@ fn run_theory(out: &Path, plan: &Plan, progress: &mut dyn Progress) -> Result<bo
         diagram: d.to_text(),
         diagram_agree: (total - diff.min(total), total),
         t2: summarise(&cfg.params, &runs),
+        t2_curves,
         seconds: t0.elapsed().as_secs_f64(),
     };
     write_json(&path, &result)?;

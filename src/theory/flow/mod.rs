@@ -22,6 +22,6 @@ mod state;
 
 pub use batched::{run_seeds_batched, run_seeds_on, LANES};
 pub use config::{ContentOptions, FlowConfig, FlowKernel, Integrator};
-pub use record::{FlowRun, Trajectory};
+pub use record::{ConvergenceCurve, FlowRun, Trajectory};
 pub use run::*;
 pub use state::*;

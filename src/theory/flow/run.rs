@@ -5,7 +5,7 @@
 use super::batched::run_seeds_batched;
 use super::config::FlowConfig;
 use super::config::FlowKernel;
-use super::record::{FlowRun, Trajectory};
+use super::record::{ConvergenceCurve, FlowRun, Trajectory};
 use super::state::FlowState;
 use crate::theory::task::TaskParams;
 use crate::Error;
@@ -116,6 +116,26 @@ pub fn run_seeds_with(
             let r = run_flow_with(cfg, s, true, kernel);
             progress();
             r
+        })
+        .collect()
+}
+
+/// The [`ConvergenceCurve`] of each of `seeds`, recording every `record_every` integrator
+/// steps (at least 1) up to `t_max`, past convergence (so a curve shows that concentration
+/// stays), in parallel. The runs are [`run_flow`]'s, so each curve's `t_conv` is the one the
+/// summary's run of that seed finds.
+pub fn convergence_curves(cfg: &FlowConfig, seeds: &[u64], record_every: usize) -> Result<Vec<ConvergenceCurve>> {
+    if record_every == 0 {
+        return Err(Error::invalid("record_every", "must be at least 1 for a convergence curve"));
+    }
+    let cfg = FlowConfig { record_every, ..*cfg };
+    cfg.validate()?;
+    seeds
+        .par_iter()
+        .map(|&s| {
+            let run = run_flow(&cfg, s, false)?;
+            ConvergenceCurve::of(&run, cfg.params.stride)
+                .ok_or_else(|| Error::invalid("record_every", "the run recorded no trajectory"))
         })
         .collect()
 }

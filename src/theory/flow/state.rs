@@ -209,16 +209,28 @@ impl FlowState {
         for h in 0..p.heads {
             softmax_into(&self.theta[h * s..(h + 1) * s], &mut self.pk[h * s..(h + 1) * s]);
             softmax_into(&self.theta[hs + h * s..hs + (h + 1) * s], &mut self.pv[h * s..(h + 1) * s]);
-            out[h] = None;
-            for r in 0..s - 1 {
-                if self.pk[h * s + r] > self.cfg.threshold && self.pv[h * s + r + 1] > self.cfg.threshold {
-                    out[h] = Some(r);
-                }
-            }
+            let (r, c) = concentration(&self.pk[h * s..(h + 1) * s], &self.pv[h * s..(h + 1) * s]);
+            out[h] = (c > self.cfg.threshold).then_some(r);
             all &= out[h].is_some();
         }
         all
     }
+}
+
+/// A head's concentration, Theorem 2's convergence criterion as a number: over key offsets
+/// `r` (0-based, `0..S-1`), the largest `min(pK(r), pV(r + 1))`, with the offset that attains
+/// it (the first on a tie). The head has converged when it exceeds the threshold (`> 0.5`, so
+/// at most one `r` can, each gate being a distribution): exactly when `pK(r) > threshold` and
+/// `pV(r + 1) > threshold` for some `r`. `pk` and `pv` are one head's gates, length `S >= 2`.
+pub fn concentration(pk: &[f64], pv: &[f64]) -> (usize, f64) {
+    let mut best = (0, f64::NEG_INFINITY);
+    for r in 0..pk.len().saturating_sub(1) {
+        let c = pk[r].min(pv[r + 1]);
+        if c > best.1 {
+            best = (r, c);
+        }
+    }
+    best
 }
 
 /// Content-term loss and gradient (T-11): average over the sample of the oracle closed form
