@@ -198,7 +198,7 @@ fn knockouts(rs: &RunSet, arm: &str, preset: &str, n: u64, drops: [f64; 4]) {
             seed: 0,
             map: map_at_80(M, 20, &refs),
             run_id: None,
-            depths: None,
+            depths: Some(phasekv::analysis::protocol::Depths::beyond(rs.plan.run_floor().unwrap().unwrap_or(0))),
         };
         write(&rs.run(arm, s).join("knockout-in-sequence.json"), &k);
     }
@@ -251,7 +251,7 @@ fn cycles(rs: &RunSet, n: u64, rows: &dyn Fn(u64) -> Vec<CycleRow>) {
                 rows: rows(s),
             },
             run_id: None,
-            depths: None,
+            depths: Some(phasekv::analysis::protocol::Depths::beyond(rs.plan.run_floor().unwrap().unwrap_or(0))),
         };
         write(&rs.run("w8s8", s).join(format!("cycle-prefix-layer{last}.json")), &r);
     }

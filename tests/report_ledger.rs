@@ -512,6 +512,7 @@ fn tiny_plan() -> Plan {
         kernels: true,
         minutes: Default::default(),
         rules: Default::default(),
+        depth_floor: None,
     }
 }
 

@@ -117,6 +117,47 @@ fn the_v3_plans_run_floor_is_16_and_12_without_the_layout_arms() {
     assert!(err.contains("after_records"), "{err}");
 }
 
+/// A plan may score at a floor deeper than its arms' own (`depth_floor`, for the §9.3 probes),
+/// never shallower, and only under v3. The committed probe plans (`plans/probes-v3/`) are §9.3's
+/// candidates: v3 rules, the v3 run's floor, probe seeds 100-102 for full attention and 100 for
+/// w8s4 and w8s8, 48 families per group, and each candidate's one change of the v3 task.
+#[test]
+fn probe_plans_score_at_the_v3_runs_floor_and_a_shallower_floor_is_refused() {
+    let v3 = v3_plan();
+    let d = v3.run_floor().unwrap().unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/probes-v3");
+    for (name, change) in [("t1", None), ("t2", Some(("n_records", 12))), ("t3", Some(("max_tail", 40)))] {
+        let p = Plan::from_file(&dir.join(format!("{name}.json"))).unwrap();
+        p.validate().unwrap();
+        assert_eq!(p.rules, Rules::V3);
+        assert_eq!(p.run_floor().unwrap(), Some(d), "{name}");
+        assert!(
+            p.depth_floor.unwrap()
+                > p.arms().unwrap().iter().map(|(_, c)| depth_floor(&c.model, &c.task).unwrap().depth).max().unwrap()
+        );
+        let keys: Vec<(String, u64)> =
+            p.models().unwrap().iter().map(|m| (m.arm.clone(), m.config.train.seed)).collect();
+        let want: Vec<(String, u64)> = [("full", 100), ("full", 101), ("full", 102), ("w8s4", 100), ("w8s8", 100)]
+            .iter()
+            .map(|(a, s)| (a.to_string(), *s))
+            .collect();
+        assert_eq!(keys, want, "{name}");
+        assert_eq!(p.lab.eval_per_group, 48);
+        let mut task = serde_json::to_value(&v3.run.task).unwrap();
+        if let Some((field, value)) = change {
+            task[field] = Value::from(value);
+        }
+        assert_eq!(serde_json::to_value(&p.run.task).unwrap(), task, "{name}");
+        assert_eq!(p.run.train, v3.run.train, "{name}");
+        // Negative controls: shallower than the arms' floor, and a floor under v2.
+        let shallow = Plan { depth_floor: Some(7), ..p.clone() };
+        let err = shallow.validate().unwrap_err().to_string();
+        assert!(err.contains("plan.depth_floor") && err.contains("below the arms' own floor 8"), "{err}");
+        let v2 = Plan { rules: Rules::V2, ..p.clone() };
+        assert!(v2.validate().unwrap_err().to_string().contains("only v3"));
+    }
+}
+
 /// §9.7's E12: the layout arms' knockout is the KV-head one (one KV head per layer, so a row
 /// removes a layer's entries); negative control: a one-KV-head arm with one window everywhere
 /// gets the window-slot knockout.

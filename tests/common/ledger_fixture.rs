@@ -37,6 +37,12 @@ pub fn write<T: serde::Serialize>(path: &Path, v: &T) {
 /// `prob(g, correct)`. A correct member answers its family's value (`v<f>`), a wrong one `x`:
 /// a family whose members are all right or all wrong answers alike (flip rate 0).
 pub fn outcomes(acc: &dyn Fn(usize) -> f64, prob: &dyn Fn(usize, bool) -> f64) -> Vec<Outcome> {
+    outcomes_from(8, acc, prob)
+}
+
+/// [`outcomes`] with its depths starting at `base` instead of 8 (`base + 4 (f mod 8)`): a v3
+/// run set scores beyond its plan's floor, which a layout arm puts at 16.
+pub fn outcomes_from(base: usize, acc: &dyn Fn(usize) -> f64, prob: &dyn Fn(usize, bool) -> f64) -> Vec<Outcome> {
     let mut out = Vec::new();
     for g in 0..M {
         let k = (acc(g) * 10.0).round() as usize;
@@ -48,7 +54,7 @@ pub fn outcomes(acc: &dyn Fn(usize) -> f64, prob: &dyn Fn(usize, bool) -> f64) -
                 correct,
                 prob: Some(prob(g, correct)),
                 position: Some(M + g),
-                depth: Some(8 + 4 * (f % 8)),
+                depth: Some(base + 4 * (f % 8)),
                 family: Some(f),
                 predicted: Some(if correct { format!("v{f}") } else { "x".into() }),
                 ..Outcome::default()
@@ -58,8 +64,10 @@ pub fn outcomes(acc: &dyn Fn(usize) -> f64, prob: &dyn Fn(usize, bool) -> f64) -
     out
 }
 
-/// Writes `eval-<protocol>.json` and its outcome lines of arm `arm` into `dir`.
+/// Writes `eval-<protocol>.json` and its outcome lines of arm `arm` into `dir`, depths from
+/// `base` ([`outcomes_from`]).
 pub fn write_eval(
+    base: usize,
     dir: &Path,
     arm: &str,
     preset: &str,
@@ -68,7 +76,7 @@ pub fn write_eval(
     prob: &dyn Fn(usize, bool) -> f64,
 ) {
     let s = phasekv::model::ModelConfig { preset: preset.into(), ..Default::default() }.phase_stride().unwrap();
-    let o = outcomes(acc, prob);
+    let o = outcomes_from(base, acc, prob);
     let r = EvalResult {
         preset: preset.into(),
         protocol: p,
@@ -81,7 +89,9 @@ pub fn write_eval(
         statistics: None,
         elimination_baseline: None,
         run_id: None,
-        depths: None,
+        // Every outcome lies at depth `base` or deeper: the band a v3 run records (§9.2), read
+        // by the v3 report's floor check and ignored under v1 and v2.
+        depths: Some(phasekv::analysis::protocol::Depths::beyond(base)),
     };
     write(&dir.join(format!("eval-{}.json", p.name())), &r);
     let lines: Vec<String> = o.iter().map(|o| serde_json::to_string(o).unwrap()).collect();
@@ -175,6 +185,7 @@ pub fn run_set(prefix: &str, label: &str, rules: Rules, arms: &[FixtureArm]) -> 
     plan.rules = rules;
     plan.sweep = None;
     write(&dir.join("plan.json"), &plan);
+    let base = plan.run_floor().unwrap().unwrap_or(0).max(8);
     for unit in plan.models().unwrap() {
         let run = dir.join(unit.dir());
         write(&run.join("config.json"), &unit.config);
@@ -207,7 +218,7 @@ pub fn run_set(prefix: &str, label: &str, rules: Rules, arms: &[FixtureArm]) -> 
         }
         write(&run.join("metrics.json"), &metrics);
         for p in Protocol::ALL {
-            write_eval(&run, a.name, a.preset, p, s.acc, s.prob);
+            write_eval(base, &run, a.name, a.preset, p, s.acc, s.prob);
         }
     }
     RunSet { dir, plan }

@@ -38,6 +38,7 @@ pub fn tiny_sweep(steps: usize) -> Plan {
         kernel_cases: 1,
         minutes: Default::default(),
         rules: Default::default(),
+        depth_floor: None,
     }
 }
 

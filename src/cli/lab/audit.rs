@@ -38,6 +38,11 @@ pub enum AuditCmd {
         /// Output JSONL file (never overwritten).
         #[arg(long)]
         out: PathBuf,
+        /// Only families whose scored target lies at this depth or deeper (the families a v3
+        /// run scores beyond its floor `D`, theory/phase-lab.md §9.2; needs
+        /// `task.query_placement` "after_records").
+        #[arg(long, value_name = "D")]
+        beyond: Option<usize>,
     },
     /// Phase statistics and plot of per-sample results (JSONL with group and correct or prob).
     Analyze {
@@ -64,7 +69,7 @@ pub enum AuditCmd {
 
 pub fn audit(cmd: AuditCmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        AuditCmd::Export { protocol, samples, seed, config, filler, record, query, out } => {
+        AuditCmd::Export { protocol, samples, seed, config, filler, record, query, out, beyond } => {
             let protocol = Protocol::from(protocol);
             let task = match &config {
                 Some(path) => {
@@ -78,7 +83,8 @@ pub fn audit(cmd: AuditCmd) -> anyhow::Result<ExitCode> {
             if out.exists() {
                 anyhow::bail!("{}: exists; results are never overwritten (choose another --out)", out.display());
             }
-            let prompts = protocol::generate(&task, protocol, samples, seed)?;
+            let depths = beyond.map_or(protocol::Depths::ALL, protocol::Depths::beyond);
+            let prompts = protocol::generate_in(&task, protocol, samples, seed, depths)?;
             let tpl = TextTemplate { filler, record, query };
             let text = export_jsonl(&task, protocol, &prompts, &tpl)?;
             phasekv::run_dir::write_new(&out, text.as_bytes())?;

@@ -143,6 +143,7 @@ impl Plan {
                 }
             }
         }
+        self.run_floor()?;
         if self.units()?.is_empty() {
             return Err(Error::invalid(
                 "plan",
@@ -154,16 +155,31 @@ impl Plan {
 
     /// The run floor `D` of `theory/phase-lab.md` §9.2 under rules that score beyond it (v3):
     /// the largest depth floor ([`crate::model::floor::depth_floor`]) of any arm of the plan
-    /// (a seed does not move a floor); `None` under v1 and v2, which score every depth.
+    /// (a seed does not move a floor), or the plan's `depth_floor` where it gives one at least
+    /// as deep; `None` under v1 and v2, which score every depth. A `depth_floor` under other
+    /// rules, or shallower than the derived floor, is an error naming the field.
     pub fn run_floor(&self) -> Result<Option<usize>> {
         if !self.rules.scores_beyond_floor() {
-            return Ok(None);
+            return match self.depth_floor {
+                None => Ok(None),
+                Some(d) => Err(Error::invalid(
+                    "plan.depth_floor",
+                    format!("{d} is given, but only v3 rules score beyond a depth floor (rules: {:?})", self.rules),
+                )),
+            };
         }
         let mut floor = 0;
         for (_, c) in self.arms()? {
             floor = floor.max(crate::model::floor::depth_floor(&c.model, &c.task)?.depth);
         }
-        Ok(Some(floor))
+        match self.depth_floor {
+            Some(d) if d < floor => Err(Error::invalid(
+                "plan.depth_floor",
+                format!("{d} is below the arms' own floor {floor}; allowed: {floor} or more (or leave it out)"),
+            )),
+            Some(d) => Ok(Some(d)),
+            None => Ok(Some(floor)),
+        }
     }
 
     /// The seeds every arm trains with unless it names its own.

@@ -174,4 +174,10 @@ pub struct Plan {
     /// pre-registered run).
     #[serde(default, skip_serializing_if = "Rules::is_v1")]
     pub rules: Rules,
+    /// Under v3 only: the run floor `D` given explicitly instead of derived from the plan's own
+    /// arms, for a plan that must score at another plan's floor (the §9.3 probes score beyond
+    /// the v3 run's `D` = 16 with arms whose own floor is 12). Never below the derived floor,
+    /// which would score prompts near the query ([`Plan::run_floor`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth_floor: Option<usize>,
 }
