@@ -233,11 +233,14 @@ pub fn abstract_lines(l: &Ledger) -> Vec<String> {
     let otherwise: Vec<String> =
         l.claims.iter().filter(|c| !c.with_excluded.is_empty()).map(|c| c.id.clone()).collect();
     out.push(format!(
-        "**What to distrust**: {} change(s) made after seeing the data (the deviations table); {} arm(s) with seeds excluded by the training-success rule; claims that read otherwise with the excluded seeds: {}; every seed-level interval rests on {} seeds or fewer.",
+        "**What to distrust**: {} change(s) made after seeing the data (the deviations table); {} arm(s) with seeds excluded by the training-success rule; claims that read otherwise with the excluded seeds: {}; every seed-level interval rests on {} or fewer.",
         changed,
         excluded.len(),
         list(&otherwise),
-        l.claims.iter().flat_map(|c| c.measures.iter().filter_map(|m| m.seeds)).max().unwrap_or(0)
+        match l.claims.iter().flat_map(|c| c.measures.iter().filter_map(|m| m.seeds)).max().unwrap_or(0) {
+            1 => "1 seed".to_string(),
+            n => format!("{n} seeds"),
+        }
     ));
     let beyond: Vec<String> =
         l.claims.iter().filter(|c| c.verdict == Verdict::PerPart).map(|c| format!("{}: {}", c.id, c.ours)).collect();
