@@ -11,7 +11,7 @@
 
 use super::config::{FlowConfig, FlowKernel, Integrator};
 use super::record::FlowRun;
-use super::state::FlowState;
+use super::state::{concentration, FlowState};
 use crate::theory::fast::lanes::Kernel;
 use crate::theory::fast::simd::{self, Vector};
 use crate::theory::fast::Isa;
@@ -129,7 +129,7 @@ fn part_step<const W: usize, V: Vector<W>>(u: &mut [[f64; W]], theta: &[[f64; W]
 }
 
 /// The convergence test of `flow::run_flow_with`: per head `Some(r)` for the key offset `r`
-/// with `pK_h(r) > threshold` and `pV_h(r + 1) > threshold` ([`super::concentration`], softmax
+/// with `pK_h(r) > threshold` and `pV_h(r + 1) > threshold` ([`concentration`], softmax
 /// as `FlowState` computes it), and whether every head has one.
 fn converged_heads(p: &TaskParams, threshold: f64, theta: &[f64], buf: &mut [f64], out: &mut [Option<usize>]) -> bool {
     let s = p.stride;
@@ -139,7 +139,7 @@ fn converged_heads(p: &TaskParams, threshold: f64, theta: &[f64], buf: &mut [f64
     for h in 0..p.heads {
         softmax_into(&theta[h * s..(h + 1) * s], &mut pk[h * s..(h + 1) * s]);
         softmax_into(&theta[hs + h * s..hs + (h + 1) * s], &mut pv[h * s..(h + 1) * s]);
-        let (r, c) = super::concentration(&pk[h * s..(h + 1) * s], &pv[h * s..(h + 1) * s]);
+        let (r, c) = concentration(&pk[h * s..(h + 1) * s], &pv[h * s..(h + 1) * s]);
         out[h] = (c > threshold).then_some(r);
         all &= out[h].is_some();
     }

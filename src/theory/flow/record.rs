@@ -1,6 +1,7 @@
 //! What one run of the flow returns ([`FlowRun`]): its outcome and, when asked, its
 //! trajectory.
 
+use super::state::concentration;
 use serde::{Deserialize, Serialize};
 
 /// Recorded gates over time.
@@ -48,7 +49,7 @@ pub struct FlowRun {
 
 /// How one seed's gradient flow approaches Theorem 2's static concentration over time (the
 /// data of the report's convergence figure): at each recorded time, the least concentrated
-/// head's [`concentration`](super::concentration) (every head has converged exactly when it
+/// head's [`concentration`] (every head has converged exactly when it
 /// exceeds the threshold) and the loss.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConvergenceCurve {
@@ -74,7 +75,7 @@ impl ConvergenceCurve {
     pub fn of(run: &FlowRun, stride: usize) -> Option<ConvergenceCurve> {
         let tr = run.trajectory.as_ref()?;
         let least = |key: &[f64], value: &[f64]| {
-            key.chunks(stride).zip(value.chunks(stride)).map(|(k, v)| super::concentration(k, v).1).fold(1.0, f64::min)
+            key.chunks(stride).zip(value.chunks(stride)).map(|(k, v)| concentration(k, v).1).fold(1.0, f64::min)
         };
         Some(ConvergenceCurve {
             seed: run.seed,
