@@ -388,7 +388,7 @@ fn row_5_the_first_signal_stops_eval_and_analyze_leaving_nothing() {
 fn row_5_the_first_signal_stops_validate_and_audit_analyze_leaving_nothing() {
     let dir = scratch("bounds-signals-kernel");
     let dims = KernelDims::new(8, 512).unwrap();
-    let d = dump("w8s4", dims, 2, 1024, DType::BF16);
+    let d = dump("w8s4", dims, 2, 8192, DType::BF16);
     let file = dir.join("d.safetensors");
     d.save(&file).unwrap();
     let report = dir.join("report");
