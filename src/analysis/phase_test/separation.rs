@@ -174,6 +174,23 @@ const MAX_DIRECTION: f64 = 1.0 / RANK_TOL;
 /// `t_i >= 0` and `t_i <= b_i z` imply it. The origin is feasible, so one phase of the simplex
 /// method ([`simplex_max`]) reaches the optimum.
 fn konis_lp(rows: &[DVector<f64>], k: usize) -> Result<Vec<f64>> {
+    let (a, r, c) = konis_tableau(rows, k);
+    // The objective `sum t_i` lies in `[0, m]` at every vertex. Outside it the tableau has been
+    // broken by rounding (small pivots against the `MAX_DIRECTION` bounds: on a v3 probe model,
+    // 189 rows in 9 unknowns, the objective left `[0, 189]` at pivot 51 and reached 1e35 by the
+    // pivot limit); the LP is then solved again by the guarded method ([`Guard::Robust`]). A
+    // solve that stays sound takes the first path unchanged, so no earlier result moves.
+    let bound = rows.len() as f64;
+    let v = match simplex_max(&a, &r, &c, bound, Guard::Plain) {
+        Ok(v) => v,
+        Err(Error::Numerical { .. }) => simplex_max(&a, &r, &c, bound, Guard::Robust)?,
+        Err(e) => return Err(e),
+    };
+    Ok(v[2 * k..].to_vec())
+}
+
+/// Konis's LP of [`konis_lp`] in standard form: `(A, r, c)`.
+fn konis_tableau(rows: &[DVector<f64>], k: usize) -> (DMatrix<f64>, Vec<f64>, Vec<f64>) {
     let m = rows.len();
     let nv = 2 * k + m;
     let mut a = DMatrix::<f64>::zeros(2 * m + 2 * k, nv);
@@ -193,13 +210,71 @@ fn konis_lp(rows: &[DVector<f64>], k: usize) -> Result<Vec<f64>> {
     }
     let mut c = vec![0f64; nv];
     c[2 * k..].iter_mut().for_each(|v| *v = 1.0);
-    let v = simplex_max(&a, &r, &c)?;
-    Ok(v[2 * k..].to_vec())
+    (a, r, c)
+}
+
+/// How [`simplex_max`] guards against rounding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Guard {
+    /// Any pivot above `1e-9`, the tableau updated in place (the method of the v1 and v2 runs).
+    Plain,
+    /// A pivot of at least [`PIVOT_REL`] of its column's largest entry, and the tableau recomputed
+    /// from its basis every [`REFACTOR_EVERY`] pivots. On the v3 probe LP
+    /// (`tests/fixtures/separation-lp-v3-probe.json`) the plain method broke at pivot 51; this
+    /// one, and every variant tried (pivot floors 1e-9 to 1e-5 of the column, recomputation every
+    /// 5 to 50 pivots or never), separate the same 177 of its 189 rows.
+    Robust,
+}
+
+/// How far outside `[0, m]` the objective `sum t_i` may read before the tableau counts as broken:
+/// half a row. Rounding of the `t_i` never comes near it, while a tableau recomputed from its
+/// basis after drift can read a few hundredths below 0 (-0.028 on the probe LP at the first
+/// recomputation, from which the method recovers); a broken one leaves by far more (above 189
+/// at pivot 51 on the same LP, then 1e35).
+const BREAK_TOL: f64 = 0.5;
+
+/// Pivots between two recomputations of the tableau from its basis ([`Guard::Robust`]).
+const REFACTOR_EVERY: usize = 20;
+/// The smallest pivot relative to its column's largest entry ([`Guard::Robust`]).
+const PIVOT_REL: f64 = 1e-7;
+
+/// The tableau of `max c.v, A v <= r` (slacks appended, `width = nv + m + 1`) recomputed from
+/// the basis: the constraint rows `B^-1 [A I r]` with `B` the basis columns of `[A I]`, the
+/// reduced costs `c_B B^-1 [A I] - [c 0]` and the objective `c_B B^-1 r`.
+fn refactor(t: &mut DMatrix<f64>, a: &DMatrix<f64>, r: &[f64], c: &[f64], basis: &[usize]) -> Result<()> {
+    let (m, nv) = a.shape();
+    let width = nv + m + 1;
+    let mut full = DMatrix::<f64>::zeros(m, width);
+    for i in 0..m {
+        for j in 0..nv {
+            full[(i, j)] = a[(i, j)];
+        }
+        full[(i, nv + i)] = 1.0;
+        full[(i, width - 1)] = r[i];
+    }
+    let mut b = DMatrix::<f64>::zeros(m, m);
+    for (k, &bv) in basis.iter().enumerate() {
+        b.set_column(k, &full.column(bv));
+    }
+    let rows = b.lu().solve(&full).ok_or_else(|| Error::Numerical {
+        what: "separation LP".into(),
+        reason: "a singular basis when the tableau is recomputed".into(),
+    })?;
+    let cost = |j: usize| if j < nv { c[j] } else { 0.0 };
+    for j in 0..width {
+        let cb: f64 = basis.iter().enumerate().map(|(i, &bv)| cost(bv) * rows[(i, j)]).sum();
+        t[(0, j)] = if j == width - 1 { cb } else { cb - cost(j) };
+    }
+    t.view_mut((1, 0), (m, width)).copy_from(&rows);
+    Ok(())
 }
 
 /// The primal simplex method with Bland's rule for `max c.v` subject to `A v <= r`, `v >= 0`,
-/// `r >= 0` (the slack basis is feasible). Returns an optimal `v`.
-fn simplex_max(a: &DMatrix<f64>, r: &[f64], c: &[f64]) -> Result<Vec<f64>> {
+/// `r >= 0` (the slack basis is feasible), whose optimum is known to lie in `[0, bound]`.
+/// Returns an optimal `v`; an objective outside `[0, bound]` (beyond rounding) is a broken
+/// tableau and an error, as is the pivot limit. `guard` picks the pivot floor and whether the
+/// tableau is recomputed from its basis ([`refactor`]).
+fn simplex_max(a: &DMatrix<f64>, r: &[f64], c: &[f64], bound: f64, guard: Guard) -> Result<Vec<f64>> {
     let (m, nv) = a.shape();
     let width = nv + m + 1;
     // Row 0 holds the reduced costs (negated objective), rows 1..=m the constraints.
@@ -228,8 +303,18 @@ fn simplex_max(a: &DMatrix<f64>, r: &[f64], c: &[f64]) -> Result<Vec<f64>> {
     // is tight) Bland's rule takes over until the objective moves, so the method cannot cycle.
     const STALL: usize = 32;
     let (mut best, mut stalled) = (f64::NEG_INFINITY, 0usize);
-    for _ in 0..limit {
+    let broken = |pivots: usize| Error::Numerical {
+        what: "separation LP".into(),
+        reason: format!("the objective left [0, {bound}] after {pivots} pivots (rounding)"),
+    };
+    for pivot in 0..limit {
+        if guard == Guard::Robust && pivot > 0 && pivot % REFACTOR_EVERY == 0 {
+            refactor(&mut t, a, r, c, &basis)?;
+        }
         let objective = t[(0, width - 1)];
+        if !(objective >= -BREAK_TOL && objective <= bound + BREAK_TOL) {
+            return Err(broken(pivot));
+        }
         if objective > best + eps {
             (best, stalled) = (objective, 0);
         } else {
@@ -251,9 +336,13 @@ fn simplex_max(a: &DMatrix<f64>, r: &[f64], c: &[f64]) -> Result<Vec<f64>> {
             return Ok(v);
         };
         let mut leave: Option<(usize, f64)> = None;
+        let floor = match guard {
+            Guard::Plain => eps,
+            Guard::Robust => eps.max(PIVOT_REL * (1..=m).map(|i| t[(i, enter)].abs()).fold(0.0, f64::max)),
+        };
         for i in 0..m {
             let piv = t[(i + 1, enter)];
-            if piv > eps {
+            if piv > floor {
                 let ratio = t[(i + 1, width - 1)].max(0.0) / piv;
                 let better = match leave {
                     None => true,
@@ -489,5 +578,63 @@ mod tests {
         let t = konis_lp_for_tests(&rows, k).unwrap();
         let separated: Vec<bool> = t.iter().map(|&t| t > 0.5).collect();
         assert_eq!(separated, (0..200).map(|i| i < 180).collect::<Vec<_>>());
+    }
+
+    /// The LP of a v3 probe model (w8s8, seed 100, candidate T2, `theory/phase-lab.md` §9.3) on
+    /// which the plain simplex broke: its signed, projected rows, unit norm.
+    fn probe_lp() -> (Vec<DVector<f64>>, usize) {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/separation-lp-v3-probe.json");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let k = v["k"].as_u64().unwrap() as usize;
+        let rows: Vec<DVector<f64>> = v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| DVector::from_iterator(k, r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap())))
+            .collect();
+        (rows, k)
+    }
+
+    #[test]
+    fn a_tableau_broken_by_rounding_is_solved_again_by_the_guarded_method() {
+        let (rows, k) = probe_lp();
+        assert_eq!((rows.len(), k), (189, 9));
+        let (a, r, c) = konis_tableau(&rows, k);
+        // Negative control: the plain method breaks on it (its objective leaves [0, 189]), and
+        // the bound check says so instead of running to the pivot limit on a broken tableau.
+        let e = simplex_max(&a, &r, &c, 189.0, Guard::Plain).unwrap_err().to_string();
+        assert!(e.contains("left [0, 189]"), "{e}");
+        let t = konis_lp_for_tests(&rows, k).unwrap();
+        let (lo, hi) = t.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+        assert!(lo >= -1e-6 && hi <= 1.0 + 1e-6, "t in [{lo}, {hi}]");
+        let separated: Vec<usize> = (0..t.len()).filter(|&i| t[i] > 0.5).collect();
+        // 177: the same set under every variant of the guard tried (pivot floors 1e-9 to 1e-5,
+        // recomputation every 5 to 50 pivots or never), in an independent NumPy tableau.
+        assert_eq!(separated.len(), 177);
+        let sum: f64 = t.iter().sum();
+        assert!((sum - 177.0).abs() < 1e-3, "objective {sum}");
+        // The guarded method on its own (not after the plain one) reaches the same set.
+        let again = simplex_max(&a, &r, &c, 189.0, Guard::Robust).unwrap();
+        assert_eq!(again[2 * k..].iter().filter(|&&t| t > 0.5).count(), 177);
+    }
+
+    #[test]
+    fn a_sound_solve_takes_the_plain_path_unchanged() {
+        // The committed runs' LPs never broke: on a generated LP at the data's size both guards
+        // reach the same optimum, and the plain path is what konis_lp returns.
+        let k = 4;
+        let rows: Vec<DVector<f64>> = (0..40)
+            .map(|i| {
+                let x = i as f64;
+                DVector::from_vec(vec![1.0, (x * 0.7).sin(), (x * 1.3).cos(), if i % 5 == 0 { -2.0 } else { 0.1 }])
+                    .normalize()
+            })
+            .collect();
+        let (a, r, c) = konis_tableau(&rows, k);
+        let plain = simplex_max(&a, &r, &c, 40.0, Guard::Plain).unwrap();
+        assert_eq!(konis_lp_for_tests(&rows, k).unwrap(), plain[2 * k..].to_vec());
+        let robust = simplex_max(&a, &r, &c, 40.0, Guard::Robust).unwrap();
+        let count = |v: &[f64]| v[2 * k..].iter().filter(|&&t| t > 0.5).count();
+        assert_eq!(count(&plain), count(&robust));
     }
 }
