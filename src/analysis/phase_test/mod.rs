@@ -42,6 +42,7 @@ mod magnitude;
 mod one_seed;
 mod pooled;
 mod separation;
+mod simplex;
 
 pub use config::{
     PhaseRecord, PhaseTestConfig, TestMethod, ALPHA, DEFAULT_PER_GROUP, MC_ROUNDS, MIN_EXPECTED, SPLINE_KNOTS,
