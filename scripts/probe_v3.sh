@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The probes of theory/phase-lab.md §9.3 (issue 45) for one candidate, then the rule's script.
 #
-#   scripts/probe_v3.sh CANDIDATE OUTDIR        CANDIDATE in t1 t2 t3
+#   scripts/probe_v3.sh CANDIDATE OUTDIR        CANDIDATE: a plan of plans/probes-v3/ (t1 ... t6)
 #
 # Runs `phasekv reproduce --plan plans/probes-v3/CANDIDATE.json` on two shards (one thread
 # each): full attention on probe seeds 100-102 and w8s4, w8s8 on seed 100, trained by §9.4's
@@ -18,7 +18,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 BIN=${PHASEKV:-$ROOT/target/release/phasekv}
 PLAN="$ROOT/plans/probes-v3/$CAND.json"
-[ -f "$PLAN" ] || { echo "unknown candidate $CAND (t1, t2, t3: plans/probes-v3/)" >&2; exit 2; }
+[ -f "$PLAN" ] || { echo "unknown candidate $CAND (plans/probes-v3/: t1 ... t6)" >&2; exit 2; }
 export RAYON_NUM_THREADS=1 CANDLE_NUM_THREADS=1 OMP_NUM_THREADS=1
 
 mkdir -p "$OUT/logs" "$OUT/exports"
