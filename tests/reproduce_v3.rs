@@ -27,7 +27,7 @@ fn v3_plan() -> Plan {
 
 const LAYOUT_ARMS: [&str; 2] = ["dsv4-layout-kv1", "dsv41-layout-kv1"];
 
-/// §9.8's arms in its order, with §9.5's seeds, T1's task and §9's lab constants.
+/// §9.8's arms in its order, with §9.5's seeds, §9.3's task (T4) and §9's lab constants.
 #[test]
 fn the_v3_plan_is_section_9s_arms_seeds_and_constants() {
     let plan = v3_plan();
@@ -72,9 +72,14 @@ fn the_v3_plan_is_section_9s_arms_seeds_and_constants() {
     }
     let d41 = &arms.iter().find(|(n, _)| n == "dsv41-layout-kv1").unwrap().1;
     assert_eq!((d41.model.preset.as_str(), d41.model.d_head), ("dsv41-layout", 64));
-    // T1: the v2 run's task and recipe.
+    // §9.3's choice, T4: the v2 run's task and recipe with `max_tail` 40 and the curriculum.
     let full = Plan::builtin(reproduce::Scale::Full).unwrap();
-    assert_eq!((&plan.run.task, &plan.run.train), (&full.run.task, &full.run.train));
+    let t4 = Plan::from_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/probes-v3/t4.json")).unwrap();
+    assert_eq!((&plan.run.task, &plan.run.train), (&t4.run.task, &t4.run.train));
+    assert_eq!((plan.run.task.max_tail, plan.run.train.curriculum_steps), (40, 1000));
+    let mut v2 = plan.run.clone();
+    (v2.task.max_tail, v2.train.curriculum_steps) = (full.run.task.max_tail, full.run.train.curriculum_steps);
+    assert_eq!((&v2.task, &v2.train), (&full.run.task, &full.run.train), "T4 is T1 with two changes");
     // §9's constants are the code's, and the plan uses them.
     let section = phase_lab_section("## 9. Pre-registration v3", "\n## 10.");
     check_quotes(
@@ -120,13 +125,24 @@ fn the_v3_plans_run_floor_is_16_and_12_without_the_layout_arms() {
 /// A plan may score at a floor deeper than its arms' own (`depth_floor`, for the §9.3 probes),
 /// never shallower, and only under v3. The committed probe plans (`plans/probes-v3/`) are §9.3's
 /// candidates: v3 rules, the v3 run's floor, probe seeds 100-102 for full attention and 100 for
-/// w8s4 and w8s8, 48 families per group, and each candidate's one change of the v3 task.
+/// w8s4 and w8s8, 48 families per group, and each candidate's changes of T1 (the v2 run's task
+/// and recipe R2), as §9.3's two lists write them.
 #[test]
 fn probe_plans_score_at_the_v3_runs_floor_and_a_shallower_floor_is_refused() {
     let v3 = v3_plan();
     let d = v3.run_floor().unwrap().unwrap();
+    let t1 = Plan::builtin(reproduce::Scale::Full).unwrap().run;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/probes-v3");
-    for (name, change) in [("t1", None), ("t2", Some(("n_records", 12))), ("t3", Some(("max_tail", 40)))] {
+    type Change = (&'static str, &'static str, u64);
+    let candidates: [(&str, &[Change]); 6] = [
+        ("t1", &[]),
+        ("t2", &[("task", "n_records", 12)]),
+        ("t3", &[("task", "max_tail", 40)]),
+        ("t4", &[("task", "max_tail", 40), ("train", "curriculum_steps", 1000)]),
+        ("t5", &[("task", "max_tail", 32), ("train", "curriculum_steps", 1000)]),
+        ("t6", &[("task", "max_tail", 40), ("train", "warmup_steps", 600)]),
+    ];
+    for (name, changes) in candidates {
         let p = Plan::from_file(&dir.join(format!("{name}.json"))).unwrap();
         p.validate().unwrap();
         assert_eq!(p.rules, Rules::V3);
@@ -143,12 +159,13 @@ fn probe_plans_score_at_the_v3_runs_floor_and_a_shallower_floor_is_refused() {
             .collect();
         assert_eq!(keys, want, "{name}");
         assert_eq!(p.lab.eval_per_group, 48);
-        let mut task = serde_json::to_value(&v3.run.task).unwrap();
-        if let Some((field, value)) = change {
-            task[field] = Value::from(value);
+        let (mut task, mut train) = (serde_json::to_value(&t1.task).unwrap(), serde_json::to_value(&t1.train).unwrap());
+        for &(part, field, value) in changes {
+            let target = if part == "task" { &mut task } else { &mut train };
+            target[field] = Value::from(value);
         }
         assert_eq!(serde_json::to_value(&p.run.task).unwrap(), task, "{name}");
-        assert_eq!(p.run.train, v3.run.train, "{name}");
+        assert_eq!(serde_json::to_value(&p.run.train).unwrap(), train, "{name}");
         // Negative controls: shallower than the arms' floor, and a floor under v2.
         let shallow = Plan { depth_floor: Some(7), ..p.clone() };
         let err = shallow.validate().unwrap_err().to_string();
