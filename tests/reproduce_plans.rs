@@ -271,7 +271,7 @@ fn emit_slurm_writes_an_array_job_and_a_dependent_report() {
         "#SBATCH --signal=TERM@120",
         "#SBATCH --mem=2G",
         "RAYON_NUM_THREADS=1",
-        "--shard slurm",
+        "--shard slurm --jobs 1",
         "scontrol requeue",
     ] {
         assert!(array.contains(line), "array.sbatch lacks {line}:\n{array}");

@@ -99,6 +99,8 @@ mod report_figures;
 mod report_ledger;
 #[path = "report_writers.rs"]
 mod report_writers;
+#[path = "reproduce_jobs.rs"]
+mod reproduce_jobs;
 #[path = "reproduce_plans.rs"]
 mod reproduce_plans;
 #[path = "reproduce_sweep.rs"]

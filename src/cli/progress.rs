@@ -35,7 +35,17 @@ pub struct Progress {
 impl Progress {
     /// A progress display for `len` units of work, labelled `label`.
     pub fn new(len: u64, label: &str) -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
+        Self::with_bar(len, label, std::io::stderr().is_terminal())
+    }
+
+    /// Timed lines even on a terminal: for displays that run side by side (`reproduce
+    /// --jobs`), where two bars would overwrite each other.
+    pub fn lines(len: u64, label: &str) -> Self {
+        Self::with_bar(len, label, false)
+    }
+
+    fn with_bar(len: u64, label: &str, bar: bool) -> Self {
+        let bar = bar.then(|| {
             let b = ProgressBar::new(len);
             b.set_style(
                 ProgressStyle::with_template(

@@ -116,7 +116,7 @@ set -u
 export RAYON_NUM_THREADS=1 CANDLE_NUM_THREADS=1 OMP_NUM_THREADS=1
 export PHASEKV_PROGRESS_SECS="${{PHASEKV_PROGRESS_SECS:-30}}"
 echo "phasekv task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_TASK_COUNT, restart ${{SLURM_RESTART_COUNT:-0}}, $(hostname), $(date -u +%FT%TZ)"
-srun --ntasks=1 --cpus-per-task=1 {exe} reproduce --plan {plan} --out {out} --shard slurm
+srun --ntasks=1 --cpus-per-task=1 {exe} reproduce --plan {plan} --out {out} --shard slurm --jobs 1
 status=$?
 # 143: SIGTERM (time limit, preemption, scancel --signal=TERM) stopped training after a
 # checkpoint; requeue this task, which resumes from it.

@@ -78,11 +78,9 @@ pub fn run(args: StudyArgs) -> anyhow::Result<ExitCode> {
         per_group: args.samples,
         eval_seed: args.eval_seed,
     };
-    let mut bars = Bars { bar: None, stage: String::new() };
+    let mut bars = Bars::new();
     let result = run_study(&settings, &out, &mut bars)?;
-    if let Some(b) = bars.bar.take() {
-        b.finish();
-    }
+    bars.finish();
     let Some(result) = result else {
         println!("stopped with a checkpoint; rerun the same command to resume");
         return Ok(crate::cli::signals::interrupted_exit_code());

@@ -8,11 +8,31 @@ use phasekv::reproduce::Progress;
 use std::ops::ControlFlow;
 
 pub(crate) struct Bars {
-    pub(crate) bar: Option<Bar>,
-    pub(crate) stage: String,
+    bar: Option<Bar>,
+    stage: String,
+    /// The unit's name when units run side by side: stages and evaluation lines carry it, and
+    /// progress is timed lines (two bars on one terminal would overwrite each other).
+    unit: Option<String>,
 }
 
 impl Bars {
+    /// The display of a run whose units go one at a time.
+    pub(crate) fn new() -> Self {
+        Bars { bar: None, stage: String::new(), unit: None }
+    }
+
+    /// The display of one unit among several running at once.
+    pub(crate) fn for_unit(unit: &str) -> Self {
+        Bars { bar: None, stage: String::new(), unit: Some(unit.to_string()) }
+    }
+
+    /// Ends the current stage's display.
+    pub(crate) fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish();
+        }
+    }
+
     fn bar(&mut self, stage: &str, total: usize) -> &Bar {
         if self.stage != stage || self.bar.is_none() {
             if let Some(b) = self.bar.take() {
@@ -20,7 +40,11 @@ impl Bars {
             }
             self.stage = stage.to_string();
         }
-        self.bar.get_or_insert_with(|| Bar::new(total as u64, stage))
+        let unit = &self.unit;
+        self.bar.get_or_insert_with(|| match unit {
+            Some(u) => Bar::lines(total as u64, &format!("{u} {stage}")),
+            None => Bar::new(total as u64, stage),
+        })
     }
 }
 
@@ -37,7 +61,8 @@ impl Observer for Bars {
         ControlFlow::Continue(())
     }
     fn on_eval(&mut self, e: &EvalReport) {
-        let line = format!("  eval step {:>5}: exact match {:.1} %", e.step, 100.0 * e.accuracy);
+        let who = self.unit.as_deref().map(|u| format!(" ({u})")).unwrap_or_default();
+        let line = format!("  eval step {:>5}{who}: exact match {:.1} %", e.step, 100.0 * e.accuracy);
         match &self.bar {
             Some(b) => b.println(line),
             None => eprintln!("{line}"),
@@ -47,9 +72,7 @@ impl Observer for Bars {
 
 impl Progress for Bars {
     fn message(&mut self, msg: &str) {
-        if let Some(b) = self.bar.take() {
-            b.finish();
-        }
+        self.finish();
         eprintln!("{msg}");
     }
     fn trainer(&mut self) -> &mut dyn Observer {

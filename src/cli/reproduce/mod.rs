@@ -2,6 +2,7 @@
 //! [`phasekv::report::ledger`].
 
 mod bars;
+mod jobs;
 mod report;
 mod slurm;
 
@@ -51,6 +52,11 @@ pub struct ReproduceArgs {
     /// Memory per array task of --emit-slurm, as sbatch --mem takes it.
     #[arg(long, value_name = "MEM", default_value = "2G", requires = "emit_slurm")]
     slurm_mem: String,
+    /// Units run at once, each on a thread of its own (training uses one core per model):
+    /// 1..=256; default the machine's CPUs divided by the shard count of `--shard i/n`. The
+    /// results are those of one unit after another.
+    #[arg(long, value_name = "N")]
+    jobs: Option<usize>,
 }
 
 fn load_plan(args: &ReproduceArgs) -> anyhow::Result<(Plan, String)> {
@@ -109,6 +115,7 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
         return emit_slurm(&plan, &name, &out, dir, args.slurm_tasks.unwrap_or(all.len()), &args.slurm_mem);
     }
     let (i, n) = which_shard(args.shard.as_deref())?;
+    let jobs = jobs::resolve(args.jobs, n)?;
     let units = if args.unit.is_empty() { reproduce::shard(&all, i, n)? } else { plan.select(&args.unit)? };
     let whole = units.len() == all.len();
     let part = if args.unit.is_empty() { format!("shard {i}/{n}") } else { format!("{} selected units", units.len()) };
@@ -122,20 +129,16 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
     })?;
     reproduce::write_plan(&out, &plan)?;
     let names: Vec<String> = units.iter().map(|u| u.name()).collect();
-    eprintln!("reproduce ({:?}, {part}) into {}: {}", plan.scale, out.display(), names.join(", "));
+    let jobs = jobs.min(units.len().max(1));
+    eprintln!("reproduce ({:?}, {part}, {jobs} at once) into {}: {}", plan.scale, out.display(), names.join(", "));
     let t0 = Instant::now();
-    let mut bars = Bars { bar: None, stage: String::new() };
-    let mut ran = Vec::new();
-    for u in &units {
-        let done = reproduce::run_unit(&out, &plan, u, &mut bars);
-        if super::signals::interrupted() {
-            bars.message("interrupted: finished units and checkpoints are kept; rerun the same command to continue");
-            return Ok(super::signals::interrupted_exit_code());
-        }
-        if done? {
-            ran.push(u);
-        }
+    let run = jobs::run(&out, &plan, &units, jobs)?;
+    let mut bars = Bars::new();
+    if run.interrupted {
+        bars.message("interrupted: finished units and checkpoints are kept; rerun the same command to continue");
+        return Ok(super::signals::interrupted_exit_code());
     }
+    let ran = run.worked;
     let worked = !ran.is_empty();
     let (stages, model_units) = reproduce::stage_totals(&out, &ran)?;
     bars.message(&format!("all units of {part} done in {:.1} min", t0.elapsed().as_secs_f64() / 60.0));
@@ -147,6 +150,7 @@ pub fn reproduce(args: ReproduceArgs) -> anyhow::Result<ExitCode> {
         // Where the time went (issue 40): seconds per stage, summed over the units that did work.
         "stages": stages,
         "model_units_run": model_units,
+        "jobs": jobs,
         "rayon_threads": std::env::var("RAYON_NUM_THREADS").ok(),
         "cpus": std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1),
         "slurm_job": std::env::var("SLURM_JOB_ID").ok(),
