@@ -427,3 +427,74 @@ fn the_loaders_budget_follows_the_rules(dir: &Path, config: &phasekv::model::Run
     }
     std::fs::remove_dir_all(&copy).unwrap();
 }
+
+/// `phasekv eval --beyond D` and `--near`, `analyze knockout --beyond D` and `analyze cycle
+/// --beyond D` draw a user's run as a v3 run scores it (§9.2): every outcome at depth D or more,
+/// or in front of the run's own floor for `--near`. Negative controls: a D in front of the
+/// run's floor is one error line and exit 2 for each command, and full attention (floor 0) has
+/// no near-query families.
+#[test]
+fn the_lab_commands_score_beyond_a_floor_and_refuse_one_in_front_of_the_runs_own() {
+    let dir = common::plans::scratch("v3-cli-scope");
+    let plan = tiny_v3();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let mut runs = Vec::new();
+    for preset in ["full", CYCLE_ARM] {
+        let mut config = plan.run.clone();
+        config.model = common::configs::tiny_config(preset).model;
+        config.train.steps = 2;
+        config.train.checkpoint_every = 2;
+        let file = dir.join(format!("{preset}.json"));
+        std::fs::write(&file, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+        let run = dir.join(preset);
+        common::plans::phasekv_ok(&["train", "--config", &s(&file), "--out", &s(&run), "--quiet"]);
+        runs.push((run, depth_floor(&config.model, &config.task).unwrap().depth));
+    }
+    let (w8s8, floor) = runs[1].clone();
+    assert!(floor > 1, "{floor}");
+    let refused = |args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, err) = common::plans::phasekv(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        err
+    };
+    let front = (floor - 1).to_string();
+    for cmd in [&["eval"][..], &["analyze", "knockout"], &["analyze", "cycle", "--layer", "1"]] {
+        let mut args: Vec<String> = cmd.iter().map(|a| a.to_string()).collect();
+        args.extend([s(&w8s8), "--beyond".into(), front.clone(), "--samples".into(), "2".into()]);
+        let err = refused(&args);
+        assert!(err.contains("--beyond") && err.contains(&format!("depth floor {floor}")), "{cmd:?}: {err}");
+        assert!(err.contains(&format!("allowed {floor} or more")), "{err}");
+    }
+    let lines = |run: &Path, stem: &str| -> Vec<usize> {
+        std::fs::read_to_string(run.join(format!("{stem}-outcomes.jsonl")))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["depth"].as_u64().unwrap() as usize)
+            .collect()
+    };
+    let f = floor.to_string();
+    common::plans::phasekv_ok(&["eval", &s(&w8s8), "--beyond", &f, "--samples", "8", "--protocol", "prefix"]);
+    let beyond = lines(&w8s8, "eval-prefix");
+    assert!(!beyond.is_empty() && beyond.iter().all(|&d| d >= floor), "{beyond:?}");
+    let e: EvalResult = phasekv::lab::read_json(&w8s8.join("eval-prefix.json")).unwrap();
+    assert_eq!(e.depths, Some(Depths::beyond(floor)));
+    common::plans::phasekv_ok(&["eval", &s(&w8s8), "--near", "--samples", "8", "--protocol", "prefix"]);
+    let near = lines(&w8s8, "near-prefix");
+    assert!(!near.is_empty() && near.iter().all(|&d| d < floor), "{near:?}");
+    common::plans::phasekv_ok(&[
+        "analyze",
+        "knockout",
+        &s(&w8s8),
+        "--beyond",
+        &f,
+        "--samples",
+        "8",
+        "--reference",
+        "2",
+    ]);
+    let err = refused(&["eval".into(), s(&runs[0].0), "--near".into(), "--samples".into(), "2".into()]);
+    assert!(err.contains("no near-query families") && err.contains("full attention"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

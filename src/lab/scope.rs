@@ -3,6 +3,7 @@
 
 use crate::analysis::protocol::{Depths, Protocol};
 use crate::{Error, Result};
+use std::path::Path;
 
 /// The families of one lab step: every depth (the v1 and v2 runs), the scored families at or
 /// beyond the run's depth floor (v3), or the near-query families in front of an arm's own
@@ -57,6 +58,31 @@ impl Scope {
                 ),
             )),
             s => Ok(s),
+        }
+    }
+
+    /// The scope a command line asks for on the run in `run`: every depth (`beyond` none and
+    /// not `near`), the families at depth `beyond` or deeper, which must not lie in front of
+    /// the run's own depth floor (§9.2: shallower prompts reach the query through tokens no
+    /// closed entry holds), or the near-query families in front of that floor (`near`).
+    pub fn from_args(run: &Path, beyond: Option<usize>, near: bool) -> Result<Self> {
+        if beyond.is_none() && !near {
+            return Ok(Scope::All);
+        }
+        super::cache::check_run(run)?;
+        let config = crate::model::RunConfig::from_file(&run.join(crate::run_dir::CONFIG_FILE))?;
+        let floor = crate::model::floor::depth_floor(&config.model, &config.task)?.depth;
+        match (beyond, near) {
+            (Some(_), true) => Err(Error::invalid("--near", "goes with no --beyond: the near-query families lie in front of the floor")),
+            (Some(d), false) if d < floor => Err(Error::invalid(
+                "--beyond",
+                format!(
+                    "{d} is in front of this run's depth floor {floor} ({}, theory/phase-lab.md §9.2); allowed {floor} or more",
+                    config.model.preset
+                ),
+            )),
+            (Some(d), false) => Ok(Scope::Beyond(d)),
+            _ => Ok(Scope::Near(floor)),
         }
     }
 

@@ -49,6 +49,15 @@ pub struct EvalArgs {
     /// Seed of the prompts and the permutation test.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Only families whose scored target lies at depth D or deeper, as a v3 run scores them
+    /// beyond its floor (theory/phase-lab.md §9.2); D may not lie in front of the run's own
+    /// depth floor.
+    #[arg(long, value_name = "D")]
+    beyond: Option<usize>,
+    /// The near-query families instead: depth in front of the run's own floor, written as
+    /// `near-<protocol>.*` with no phase test (§9.2's near-query measurement).
+    #[arg(long, conflicts_with = "beyond")]
+    near: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -73,6 +82,10 @@ pub enum AnalyzeCmd {
         /// window slot's gated contribution to every entry of a layer, theory/phase-lab.md §8.9).
         #[arg(long, value_enum, default_value_t = InterventionArg::KvHead)]
         intervention: InterventionArg,
+        /// Only families whose scored target lies at depth D or deeper (not in front of the
+        /// run's own depth floor; theory/phase-lab.md §9.2).
+        #[arg(long, value_name = "D")]
+        beyond: Option<usize>,
     },
     /// Gate cycling (theory/gate-cycling.md): the KV heads of one layer get their per-offset
     /// compressor parameters moved by k offsets; the phase profile of each k beside the uncycled one.
@@ -97,6 +110,10 @@ pub enum AnalyzeCmd {
         /// Seed of the prompts.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Only families whose scored target lies at depth D or deeper (not in front of the
+        /// run's own depth floor; theory/phase-lab.md §9.2).
+        #[arg(long, value_name = "D")]
+        beyond: Option<usize>,
     },
     /// Gate preferences (static vs input-dependent concentration) at every saved checkpoint.
     Gates {
@@ -153,15 +170,9 @@ fn bar(label: &str) -> impl FnMut(usize, usize) {
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     let protocol = Protocol::from(args.protocol);
-    let r = lab::eval_run(
-        &args.run,
-        protocol,
-        args.samples,
-        args.seed,
-        lab::Scope::All,
-        &mut bar("eval"),
-        &super::signals::stop(),
-    )?;
+    let scope = lab::Scope::from_args(&args.run, args.beyond, args.near)?;
+    let r =
+        lab::eval_run(&args.run, protocol, args.samples, args.seed, scope, &mut bar("eval"), &super::signals::stop())?;
     print_profile(
         &format!("{} ({}), {} padding, {} prompts", r.preset, args.run.display(), protocol.name(), r.profile.n),
         Some(&r.balance),
@@ -176,7 +187,7 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<ExitCode> {
     if let Some(st) = &r.statistics {
         print_statistics(st);
     }
-    println!("  written: {}/eval-{}.{{json,csv,svg,png}}", args.run.display(), protocol.name());
+    println!("  written: {}/{}.{{json,csv,svg,png}}", args.run.display(), scope.eval_stem(protocol));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -188,12 +199,12 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
             println!("{}", t.markdown());
             return Ok(ExitCode::SUCCESS);
         }
-        AnalyzeCmd::Knockout { run, samples, protocol, reference, seed, intervention } => {
+        AnalyzeCmd::Knockout { run, samples, protocol, reference, seed, intervention, beyond } => {
             let protocol = Protocol::from(protocol);
+            let scope = lab::Scope::from_args(&run, beyond, false)?;
             let intervention = Intervention::from(intervention);
             let (bar, stop) = (&mut bar("knockout"), &super::signals::stop());
-            let r =
-                lab::knockout_run(&run, protocol, samples, reference, seed, intervention, lab::Scope::All, bar, stop)?;
+            let r = lab::knockout_run(&run, protocol, samples, reference, seed, intervention, scope, bar, stop)?;
             println!(
                 "{}: {} knockouts, {} prompts per group, {} references each",
                 r.preset,
@@ -213,11 +224,12 @@ pub fn analyze(cmd: AnalyzeCmd) -> anyhow::Result<ExitCode> {
             }
             println!("  written: {}/{}.{{json,csv,svg,png}}", run.display(), lab::knockout_stem(protocol));
         }
-        AnalyzeCmd::Cycle { run, layer, head, k, samples, protocol, seed } => {
+        AnalyzeCmd::Cycle { run, layer, head, k, samples, protocol, seed, beyond } => {
             let protocol = Protocol::from(protocol);
             let ks = if k.is_empty() { (1..lab::run_window(&run, layer)?).collect() } else { k };
             let (bar, stop) = (&mut bar("cycle"), &super::signals::stop());
-            let r = lab::cycle_run(&run, protocol, samples, seed, layer, head, &ks, lab::Scope::All, bar, stop)?;
+            let scope = lab::Scope::from_args(&run, beyond, false)?;
+            let r = lab::cycle_run(&run, protocol, samples, seed, layer, head, &ks, scope, bar, stop)?;
             let c = &r.cycle;
             println!(
                 "{}: layer {} heads {:?} cycled, W {} S {}, {} prompts per group; uncycled weakest phase {}",
