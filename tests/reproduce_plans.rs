@@ -65,7 +65,8 @@ fn the_built_in_plans_are_files_and_print_plan_writes_one() {
     let v1 = Plan::from_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/v1.json")).unwrap();
     assert_eq!((v1.rules, v1.models().unwrap().len()), (phasekv::analysis::verdict::Rules::V1, 24), "v1's plan, kept");
     // v2's task is v1's with the records packed (§8.1). The quick plan is a miniature of the v3
-    // run (issue 45, item 3): its rules, the v2 run's task (§9.3's T1), two arms.
+    // run (issue 45, item 3): its rules, its task (§9.3's T4), the curriculum over the same
+    // third of its steps, two arms.
     assert_eq!(full.run.task, phasekv::task::TaskConfig { max_gap: 0, ..v1.run.task.clone() });
     let quick = Plan::builtin(Scale::Quick).unwrap();
     assert_eq!(quick.run.train.steps, 1500);
@@ -73,7 +74,10 @@ fn the_built_in_plans_are_files_and_print_plan_writes_one() {
     assert_eq!(quick.run.task.query_placement, phasekv::task::QueryPlacement::AfterRecords);
     assert_eq!(ids(&quick).len(), 4);
     assert_eq!(quick.rules, phasekv::analysis::verdict::Rules::V3);
-    assert_eq!(quick.run.task, full.run.task);
+    let v3 = Plan::from_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("plans/v3.json")).unwrap();
+    assert_eq!(quick.run.task, v3.run.task);
+    assert_eq!(3 * quick.run.train.curriculum_steps, quick.run.train.steps);
+    assert_eq!(3 * v3.run.train.curriculum_steps, v3.run.train.steps);
     // w8s4, not the cycling arm: w8s8 needs 3 000-6 000 steps (the v2 run's curves), beyond
     // quick's 3 min, so quick's ledger reads the cycling claims as not run.
     assert_eq!(quick.presets, ["full", "w8s4"]);

@@ -41,8 +41,14 @@ fn a_sweep_plan_gives_the_same_report_in_one_process_and_as_concurrent_shards() 
         .collect();
     let names: Vec<&str> = stages.iter().map(|s| s.0).collect();
     assert!(names.starts_with(&["train"]) && names.contains(&"eval prefix") && names.contains(&"gates"), "{t}");
+    // Stages are summed over units, and up to `jobs` units run at once.
     let sum: f64 = stages.iter().map(|s| s.1).sum();
-    assert!(sum > 0.0 && sum <= t["wall_seconds"].as_f64().unwrap(), "stages {sum} s within the wall time: {t}");
+    let jobs = t["jobs"].as_f64().unwrap();
+    assert!(jobs >= 1.0, "{t}");
+    assert!(
+        sum > 0.0 && sum <= jobs * t["wall_seconds"].as_f64().unwrap(),
+        "stages {sum} s within jobs x the wall time: {t}"
+    );
 
     // A Slurm job for an output that holds results requests their measured time (seconds a
     // unit here: 2 min of SIGTERM lead + 5 min + rounding = 8 min), not the estimate (9 min a

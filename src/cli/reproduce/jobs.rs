@@ -6,7 +6,7 @@
 //! those of the same units one after another (`tests/reproduce_jobs.rs` compares them); only
 //! the order of the log's lines differs.
 
-use super::Bars;
+use super::bars::Bars;
 use phasekv::reproduce::{self, Plan, Unit};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
