@@ -2,11 +2,15 @@
 //! of one unit after another. A tiny plan of four models runs once with `--jobs 1` and once
 //! with `--jobs 2` (through the binary, as a user runs it), and every file of every run is
 //! compared after dropping what records wall time or the commit; a changed outcome is the
-//! comparison's negative control. A `--jobs` outside `1..=256` is one error line and exit 2.
+//! comparison's negative control. A `--jobs` outside `1..=256` is one error line and exit 2,
+//! and the default is one unit per core of the shard, capped by the available memory at the
+//! memory an emitted Slurm task requests.
 
 use crate::common;
 
 use common::plans::{phasekv, phasekv_ok, scratch, tiny_sweep, write_plan};
+use phasekv::reproduce::jobs::{jobs, MAX_JOBS, UNIT_MEMORY_BYTES};
+use proptest::prelude::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -123,5 +127,49 @@ fn a_jobs_count_outside_its_range_is_one_error_line() {
         assert!(err.contains("--jobs") && err.contains("1..=256") && err.contains(&format!("got {bad}")), "{err}");
         assert!(!dir.join("out").join("runs").exists(), "--jobs {bad} started work");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The default `--jobs`: at least 1, at most 256, no more than the shard's share of the cores
+/// nor than the available memory holds at 2 GiB a unit, and equal to the smaller of the two
+/// where both are in range; a given count is taken as it is, in range, and refused out of it.
+/// 2 GiB is what an emitted Slurm array task requests (`--mem=2G`, checked on the job file).
+#[test]
+fn the_default_jobs_count_is_the_shards_cores_within_its_memory() {
+    let mut runner = common::runner("reproduce-jobs-default", 256, None);
+    let gib = 1u64 << 30;
+    let cases = (1usize..=4096, 1usize..=64, proptest::option::of(0u64..=1 << 40), 0usize..=300);
+    runner
+        .run(&cases, |(cpus, shards, memory, given)| {
+            let j = jobs(None, cpus, shards, memory).unwrap();
+            let by_cpu = cpus / shards;
+            let by_memory = memory.map_or(usize::MAX, |m| (m / UNIT_MEMORY_BYTES) as usize);
+            prop_assert!((1..=MAX_JOBS).contains(&j));
+            prop_assert_eq!(j, by_cpu.min(by_memory).clamp(1, MAX_JOBS));
+            prop_assert!(j == 1 || (j <= by_cpu && j <= by_memory));
+            match jobs(Some(given), cpus, shards, memory) {
+                Ok(g) => prop_assert!(g == given && (1..=MAX_JOBS).contains(&given)),
+                Err(e) => {
+                    prop_assert!(given == 0 || given > MAX_JOBS);
+                    let (msg, want) = (e.to_string(), format!("got {given}"));
+                    prop_assert!(msg.contains("--jobs") && msg.contains(&want), "{}", msg);
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    // The cases users meet: two cores alone, two shards on two cores, a big node with little
+    // memory, a machine whose memory is unknown.
+    assert_eq!(jobs(None, 2, 1, Some(24 * gib)).unwrap(), 2);
+    assert_eq!(jobs(None, 2, 2, Some(24 * gib)).unwrap(), 1);
+    assert_eq!(jobs(None, 64, 1, Some(9 * gib)).unwrap(), 4);
+    assert_eq!(jobs(None, 64, 1, Some(gib)).unwrap(), 1);
+    assert_eq!(jobs(None, 8, 1, None).unwrap(), 8);
+    assert_eq!(UNIT_MEMORY_BYTES, 2 * gib);
+    let dir = scratch("jobs-slurm");
+    let job = dir.join("job");
+    phasekv_ok(&["reproduce", "--quick", "--out", s(&dir.join("out")), "--emit-slurm", s(&job)]);
+    let array = std::fs::read_to_string(job.join("array.sbatch")).unwrap();
+    assert!(array.contains("#SBATCH --mem=2G") && array.contains("--jobs 1"), "{array}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

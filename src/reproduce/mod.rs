@@ -15,6 +15,7 @@
 //! files ([`plan`]); [`slurm`] writes the array job that runs one.
 
 mod analyses;
+pub mod jobs;
 pub mod plan;
 pub mod slurm;
 

@@ -12,20 +12,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// The most units one process runs at once.
-pub const MAX_JOBS: usize = 256;
-
-/// `--jobs`: the value given (checked against `1..=MAX_JOBS`), or by default the machine's
-/// CPUs divided among the `shards` processes that share it, at least 1.
-pub fn resolve(jobs: Option<usize>, shards: usize) -> phasekv::Result<usize> {
-    match jobs {
-        Some(j) if (1..=MAX_JOBS).contains(&j) => Ok(j),
-        Some(j) => Err(phasekv::Error::invalid("--jobs", format!("must be in 1..={MAX_JOBS}, got {j}"))),
-        None => {
-            let cpus = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
-            Ok((cpus / shards.max(1)).clamp(1, MAX_JOBS))
-        }
-    }
+/// `--jobs` for a process that runs one of `shards` parts ([`reproduce::jobs::jobs`]).
+pub fn resolve(given: Option<usize>, shards: usize) -> phasekv::Result<usize> {
+    let cpus = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
+    reproduce::jobs::jobs(given, cpus, shards, reproduce::jobs::available_memory())
 }
 
 /// How a batch of units ended.

@@ -53,8 +53,9 @@ pub struct ReproduceArgs {
     #[arg(long, value_name = "MEM", default_value = "2G", requires = "emit_slurm")]
     slurm_mem: String,
     /// Units run at once, each on a thread of its own (training uses one core per model):
-    /// 1..=256; default the machine's CPUs divided by the shard count of `--shard i/n`. The
-    /// results are those of one unit after another.
+    /// 1..=256; default the machine's CPUs divided by the shard count of `--shard i/n`, and no
+    /// more than 2 GiB of available memory a unit. The results are those of one unit after
+    /// another.
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
 }
