@@ -67,17 +67,15 @@ pub fn run<'a>(out: &Path, plan: &Plan, units: &'a [Unit], jobs: usize) -> anyho
         }
     });
     let results = results.into_inner().map_err(|_| anyhow::anyhow!("a unit's thread panicked"))?;
-    if interrupted() {
-        let worked = units.iter().zip(&results).filter(|(_, r)| matches!(r, Some(Ok(true)))).map(|(u, _)| u).collect();
-        return Ok(Ran { worked, interrupted: true });
-    }
+    // After a signal the units' errors are the interruption itself, as in the loop above.
+    let interrupted = interrupted();
     let mut worked = Vec::new();
     for (u, r) in units.iter().zip(results) {
         match r {
             Some(Ok(true)) => worked.push(u),
-            Some(Ok(false)) | None => {}
-            Some(Err(e)) => return Err(e.into()),
+            Some(Err(e)) if !interrupted => return Err(e.into()),
+            _ => {}
         }
     }
-    Ok(Ran { worked, interrupted: false })
+    Ok(Ran { worked, interrupted })
 }
