@@ -405,6 +405,14 @@ fn renamed(e: Error, path: &Path) -> Error {
 /// Name of the lock file of a directory with one writer.
 pub const LOCK_FILE: &str = ".lock";
 
+/// How long [`DirLock::acquire`] retries a lock whose file names this very process. A lock
+/// this process released can stay held for a moment: `flock` belongs to the open file, and a
+/// child that another thread of this process forked in the meantime holds a copy of it until
+/// its `exec` closes it (the lab CLI tests spawn `phasekv` beside a reproduction in one test
+/// process; `reproduce --jobs` runs units on threads). Two holders in this process for
+/// longer are a real conflict, refused as from another process.
+pub const OWN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// An advisory lock on a directory (`flock` on its `.lock` file, which records the holder's
 /// pid): one writer per run directory. Released when dropped or when the process ends, even
 /// by `kill -9`.
@@ -414,8 +422,9 @@ pub struct DirLock {
 }
 
 impl DirLock {
-    /// Creates `dir` if needed and takes its lock, or fails at once with [`Error::Busy`]
-    /// naming the pid that holds it.
+    /// Creates `dir` if needed and takes its lock, or fails with [`Error::Busy`] naming the
+    /// pid that holds it: at once when another process does, after [`OWN_LOCK_WAIT`] when the
+    /// lock file names this process (see there).
     pub fn acquire(dir: &Path) -> Result<DirLock> {
         use std::io::Write;
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -427,17 +436,25 @@ impl DirLock {
             .truncate(false)
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let pid = std::fs::read_to_string(&path).unwrap_or_default();
-                let holder = match pid.trim().parse::<u32>() {
-                    Ok(pid) => format!("pid {pid}"),
-                    Err(_) => "another process".to_string(),
-                };
-                return Err(Error::Busy { path: dir.to_path_buf(), holder });
+        let start = std::time::Instant::now();
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let pid = std::fs::read_to_string(&path).unwrap_or_default();
+                    let pid = pid.trim().parse::<u32>().ok();
+                    if pid == Some(std::process::id()) && start.elapsed() < OWN_LOCK_WAIT {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                        continue;
+                    }
+                    let holder = match pid {
+                        Some(pid) => format!("pid {pid}"),
+                        None => "another process".to_string(),
+                    };
+                    return Err(Error::Busy { path: dir.to_path_buf(), holder });
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
         }
         file.set_len(0).map_err(|e| Error::io(&path, e))?;
         writeln!(file, "{}", std::process::id()).map_err(|e| Error::io(&path, e))?;

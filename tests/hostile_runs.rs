@@ -374,3 +374,30 @@ fn every_train_config_is_refused_as_bad_input_or_trains_a_step() {
     // The strategy reaches both outcomes.
     assert!(accepted > 0 && refused > 0, "accepted {accepted}, refused {refused}");
 }
+
+/// A directory lock this process released can stay held for a moment by a child another thread
+/// forked meanwhile (its copy of the open file, until `exec`): the next `acquire` here waits for
+/// it, as the lab CLI tests beside a tiny reproduction needed. A second open file of the lock
+/// stands in for the child's copy. Negative control: held longer than `OWN_LOCK_WAIT` by this
+/// process, the lock is refused after that wait, naming this pid.
+#[test]
+fn a_lock_held_a_moment_by_this_process_is_waited_for_and_a_longer_hold_refused() {
+    use phasekv::run_dir::OWN_LOCK_WAIT;
+    let dir = scratch("own-lock");
+    let copy = DirLock::acquire(&dir).unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        drop(copy);
+    });
+    let start = Instant::now();
+    let second = DirLock::acquire(&dir).unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(150), "{:?}", start.elapsed());
+    release.join().unwrap();
+    let start = Instant::now();
+    let err = DirLock::acquire(&dir).unwrap_err().to_string();
+    assert!(start.elapsed() >= OWN_LOCK_WAIT, "{:?}", start.elapsed());
+    assert!(err.contains(&format!("pid {}", std::process::id())), "{err}");
+    drop(second);
+    DirLock::acquire(&dir).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
