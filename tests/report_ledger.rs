@@ -513,6 +513,7 @@ fn tiny_plan() -> Plan {
         minutes: Default::default(),
         rules: Default::default(),
         depth_floor: None,
+        cut: None,
     }
 }
 

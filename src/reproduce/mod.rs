@@ -21,7 +21,8 @@ pub mod slurm;
 
 pub use analyses::CYCLE_ARM;
 pub use plan::{
-    parse_shard, shard, slurm_shard, Arm, Axis, Minutes, ModelUnit, Plan, Scale, Sweep, Unit, V3_SEEDS, V3_SEEDS_LARGE,
+    parse_shard, shard, slurm_shard, Arm, Axis, Cut, Minutes, ModelUnit, Plan, Scale, Sweep, Unit, V3_SEEDS,
+    V3_SEEDS_LARGE,
 };
 
 use crate::analysis::training::{training_status_within, TrainingStatus, SUCCESS_ACCURACY};

@@ -39,6 +39,7 @@ pub fn tiny_sweep(steps: usize) -> Plan {
         minutes: Default::default(),
         rules: Default::default(),
         depth_floor: None,
+        cut: None,
     }
 }
 

@@ -78,9 +78,41 @@ fn claims_of(claims: &[Claim], arm: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether claim `cl` names arm `arm` in a part or its measured words (a claim that rests on an
+/// arm says so there, run or not).
+fn names_arm(cl: &Claim, arm: &str) -> bool {
+    let named = |t: &str| t.split(|ch: char| !(ch.is_alphanumeric() || ch == '-')).any(|w| w == arm);
+    named(&cl.measured) || cl.arms.iter().any(|a| a.arm == arm || named(&a.text))
+}
+
+/// The arms the plan cut before its run (§9.8), if any: one entry naming them, their seeds,
+/// the plan's reason, and the claims that name them.
+fn cut_entry(c: &Collected, claims: &[Claim]) -> Option<BannerEntry> {
+    let plan = c.plan.as_ref()?;
+    let cut = plan.cut.as_ref()?;
+    let seeds = plan.seed_list();
+    let arms: Vec<String> =
+        cut.arms.iter().map(|a| format!("`{}` ({} seeds)", a.name, a.seeds.as_ref().unwrap_or(&seeds).len())).collect();
+    Some(BannerEntry {
+        kind: "arms cut before the run".into(),
+        text: format!(
+            "{} were cut from the end of the pre-registered list before the run (theory/phase-lab.md §9.8: arms are cut, never seeds, when the measured plan does not fit the run's time limit) and never trained; every claim or part that rests on them reads not run. Why: {}",
+            arms.join(", "),
+            cut.reason
+        ),
+        claims: claims
+            .iter()
+            .filter(|cl| cut.arms.iter().any(|a| names_arm(cl, &a.name)))
+            .map(|cl| cl.id.clone())
+            .collect(),
+        group: None,
+    })
+}
+
 /// The banner of a report.
 pub fn banner(c: &Collected, claims: &[Claim]) -> Vec<BannerEntry> {
     let mut out = Vec::new();
+    out.extend(cut_entry(c, claims));
     // v2 (§8.2): every seed the training-success rule excludes, with what it made of it.
     for a in arms(c) {
         for (r, o) in &a.excluded {

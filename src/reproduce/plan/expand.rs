@@ -143,6 +143,20 @@ impl Plan {
                 }
             }
         }
+        if let Some(cut) = &self.cut {
+            if cut.arms.is_empty() || cut.reason.trim().is_empty() {
+                return Err(Error::invalid(
+                    "plan.cut",
+                    "needs the arms cut and a reason (both non-empty), or leave it out",
+                ));
+            }
+            let kept: HashSet<String> = self.arms()?.into_iter().map(|(n, _)| n).collect();
+            for (name, _) in self.cut_arms()? {
+                if kept.contains(&name) {
+                    return Err(Error::invalid("plan.cut.arms", format!("arm '{name}' is both cut and in the plan")));
+                }
+            }
+        }
         self.run_floor()?;
         if self.units()?.is_empty() {
             return Err(Error::invalid(
@@ -168,8 +182,10 @@ impl Plan {
                 )),
             };
         }
+        // The arms cut before the run count too: `D` is the pre-registered plan's (§9.8 cuts
+        // arms, never moves the floor the remaining ones are scored beyond).
         let mut floor = 0;
-        for (_, c) in self.arms()? {
+        for (_, c) in self.arms()?.into_iter().chain(self.cut_arms()?) {
             floor = floor.max(crate::model::floor::depth_floor(&c.model, &c.task)?.depth);
         }
         match self.depth_floor {
@@ -180,6 +196,14 @@ impl Plan {
             Some(d) => Ok(Some(d)),
             None => Ok(Some(floor)),
         }
+    }
+
+    /// The arms of [`Plan::cut`] as `(name, config)`, expanded as [`Plan::arms`] expands the
+    /// plan's own (empty without a cut).
+    pub fn cut_arms(&self) -> Result<Vec<(String, RunConfig)>> {
+        let Some(cut) = &self.cut else { return Ok(Vec::new()) };
+        let only = Plan { presets: Vec::new(), arms: cut.arms.clone(), sweep: None, cut: None, ..self.clone() };
+        only.arms().map_err(|e| Error::invalid("plan.cut.arms", e.to_string()))
     }
 
     /// The seeds every arm trains with unless it names its own.

@@ -180,4 +180,19 @@ pub struct Plan {
     /// which would score prompts near the query ([`Plan::run_floor`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth_floor: Option<usize>,
+    /// Arms cut from the plan before its run because the measured plan did not fit its time
+    /// limit (`theory/phase-lab.md` §9.8: from the end of the pre-registered list, never
+    /// seeds). Never run; kept so that the ledger says which arms and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<Cut>,
+}
+
+/// Arms cut before the run ([`Plan::cut`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cut {
+    /// The arms as the pre-registered plan had them, in its order.
+    pub arms: Vec<Arm>,
+    /// Why, with the measured cost it rests on and where that measurement is recorded.
+    pub reason: String,
 }

@@ -15,6 +15,8 @@ mod shard;
 mod sweep;
 mod unit;
 
-pub use file::{Arm, Axis, Minutes, Plan, Scale, Sweep, FULL_PLAN, MAX_UNITS, QUICK_PLAN, V3_SEEDS, V3_SEEDS_LARGE};
+pub use file::{
+    Arm, Axis, Cut, Minutes, Plan, Scale, Sweep, FULL_PLAN, MAX_UNITS, QUICK_PLAN, V3_SEEDS, V3_SEEDS_LARGE,
+};
 pub use shard::{parse_shard, shard, slurm_shard};
 pub use unit::{ModelUnit, Unit};
