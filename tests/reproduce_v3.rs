@@ -52,11 +52,21 @@ fn the_v3_plan_is_section_9s_arms_seeds_and_constants() {
         "dsv4-layout-kv1",
         "dsv41-layout-kv1",
     ];
-    let arms = plan.arms().unwrap();
+    // The arms run and those §9.8's time rule cut before the run are §9.8's list in its order:
+    // the cut ones its end (arms, never seeds).
+    let run = plan.arms().unwrap();
+    let cut = plan.cut_arms().unwrap();
+    assert!(!run.is_empty() && !cut.is_empty(), "the cut is recorded in the plan (§9.9)");
+    let arms: Vec<_> = run.iter().chain(&cut).cloned().collect();
     assert_eq!(arms.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), order);
     let large = ["full", "w8s8", "w8s4-kv1", "w8s8-stagger-heads", "w8s8-stagger-layers", "w8s4-kv1-stagger-layers"];
-    let models = plan.models().unwrap();
+    let mut uncut = plan.clone();
+    uncut.arms.extend(plan.cut.clone().unwrap().arms);
+    uncut.cut = None;
+    let models = uncut.models().unwrap();
     assert_eq!(models.len(), 96, "§9.8: 96 models");
+    let cut_seeds = models.iter().filter(|m| cut.iter().any(|(n, _)| n == &m.arm)).count();
+    assert_eq!(plan.models().unwrap().len(), 96 - cut_seeds, "a cut arm trains no seed");
     for arm in order {
         let seeds: Vec<u64> = models.iter().filter(|m| m.arm == arm).map(|m| m.seed).collect();
         let n = if large.contains(&arm) { V3_SEEDS_LARGE } else { V3_SEEDS };
@@ -101,18 +111,28 @@ fn the_v3_plan_is_section_9s_arms_seeds_and_constants() {
 }
 
 /// §9.2: the run floor is the largest arm floor, 16 (the V4 layout's HCA window), 12 without the
-/// layout arms; none under the v2 rules.
+/// layout arms; none under the v2 rules. Arms cut before the run (§9.9) still count.
 #[test]
 fn the_v3_plans_run_floor_is_16_and_12_without_the_layout_arms() {
     let plan = v3_plan();
+    // The layout arms are cut before the run (§9.8), and still set the floor the other arms are
+    // scored beyond: a cut never moves `D`.
     assert_eq!(plan.run_floor().unwrap(), Some(16));
+    let cut = plan.cut.clone().unwrap();
+    assert!(LAYOUT_ARMS.iter().all(|l| cut.arms.iter().any(|a| &a.name == l)));
     let mut without = plan.clone();
     without.arms.retain(|a| !LAYOUT_ARMS.contains(&a.name.as_str()));
+    without.cut.as_mut().unwrap().arms.retain(|a| !LAYOUT_ARMS.contains(&a.name.as_str()));
     assert_eq!(without.run_floor().unwrap(), Some(12));
+    let mut dropped = plan.clone();
+    dropped.cut = None;
+    assert_eq!(dropped.run_floor().unwrap(), Some(12), "negative control: a cut left out of the record moves D");
     // Negative controls: the same arms under v2 have none; full attention alone has 0.
     assert_eq!(Plan { rules: Rules::V2, ..plan.clone() }.run_floor().unwrap(), None);
     let mut only_full = plan.clone();
     only_full.arms.retain(|a| a.name == "full");
+    assert_eq!(only_full.run_floor().unwrap(), Some(16), "the cut arms' floors count");
+    only_full.cut = None;
     assert_eq!(only_full.run_floor().unwrap(), Some(0));
     // A v3 plan whose task does not build phase families cannot draw by depth: refused.
     let mut end = plan;
@@ -363,10 +383,55 @@ fn a_tiny_v3_run_scores_beyond_the_floor_and_trains_to_the_v3_budget() {
     };
     assert!(err.contains("eval-in-sequence-outcomes.jsonl") && err.contains("below the run floor"), "{err}");
     std::fs::remove_dir_all(&shallow).unwrap();
+    the_banner_names_a_cut_and_its_claims(&out, &plan);
     let dir = out.join(w8s8.dir());
     rejects_shallow_lines(&dir, floor);
     the_loaders_budget_follows_the_rules(&dir, &w8s8.config);
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// A plan that records arms cut before its run (§9.8) gets one banner entry naming them, their
+/// seeds and the plan's reason, and the claims that rest on them; without a cut there is none.
+/// A cut with no reason, or of an arm the plan still runs, is refused in one line.
+fn the_banner_names_a_cut_and_its_claims(out: &Path, plan: &Plan) {
+    use phasekv::report::ledger::{banner, claims, collect};
+    let kind = "arms cut before the run";
+    let c = collect(&[out.to_path_buf()]).unwrap();
+    let cl = claims(&c);
+    assert!(banner(&c, &cl).iter().all(|e| e.kind != kind), "no cut, no entry");
+    let layout = reproduce::Arm {
+        name: "dsv4-layout-kv1".into(),
+        preset: Some("dsv4-layout".into()),
+        spec: None,
+        overrides: serde_json::from_str(r#"{"model.n_layer": 4, "model.n_kv_head": 1}"#).unwrap(),
+        seeds: Some(vec![0, 1, 2, 3]),
+    };
+    let mut cut_plan = plan.clone();
+    cut_plan.cut = Some(reproduce::Cut { arms: vec![layout.clone()], reason: "measured: too slow".into() });
+    cut_plan.validate().unwrap();
+    let mut c = c;
+    c.plan = Some(cut_plan.clone());
+    let cl = claims(&c);
+    let entries: Vec<_> = banner(&c, &cl).into_iter().filter(|e| e.kind == kind).collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let e = &entries[0];
+    assert!(e.text.contains("`dsv4-layout-kv1` (4 seeds)") && e.text.contains("Why: measured: too slow"), "{}", e.text);
+    assert_eq!(e.claims, ["E12"], "the claim whose arm was cut, and no other");
+    // Negative controls: no reason; an arm both cut and run.
+    let mut no_reason = cut_plan.clone();
+    no_reason.cut.as_mut().unwrap().reason = " ".into();
+    let err = no_reason.validate().unwrap_err().to_string();
+    assert!(err.contains("plan.cut") && !err.contains('\n'), "{err}");
+    let mut both = cut_plan;
+    both.cut.as_mut().unwrap().arms.push(reproduce::Arm {
+        name: "full".into(),
+        preset: None,
+        spec: None,
+        overrides: Default::default(),
+        seeds: None,
+    });
+    let err = both.validate().unwrap_err().to_string();
+    assert!(err.contains("plan.cut.arms") && err.contains("'full' is both cut and in the plan"), "{err}");
 }
 
 /// Negative controls of [`check_beyond_floor`] on a copy of a v3 run: one outcome line one
