@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The v3 run's time estimate (theory/phase-lab.md §9.9, 2026-12-06 10:50 UTC): minutes on
+"""The v3 run's time estimate (theory/phase-lab.md §9.9, 2026-12-06 10:30 UTC): minutes on
 two shards per arm of §9.8's list, cumulative, from three measurements on the final code,
 all committed under theory/v3-probes/cost/:
 
