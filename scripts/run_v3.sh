@@ -6,8 +6,10 @@
 #
 # Resumable: stop it with SIGTERM or SIGINT to the `phasekv reproduce` processes (each
 # checkpoints its model and exits), and rerun the same command to go on; finished units are
-# reused. Each invocation of a shard writes its own timing file (OUTDIR/timing/), so the run's
-# wall time is the sum over invocations. The shard logs keep the training lines. Then:
+# reused. A shard invocation that finishes writes its timing file (OUTDIR/timing/); one that is
+# interrupted writes none, so the run's wall time over several invocations is the sum of the
+# segments in OUTDIR/logs/driver.log (start to "shards ended"). The shard logs keep the
+# training lines. Then:
 #   phasekv report --from OUTDIR --out OUTDIR
 # Environment: PHASEKV (the binary; default target/release/phasekv).
 set -euo pipefail
